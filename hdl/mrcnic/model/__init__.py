@@ -1,0 +1,1 @@
+"""Bit-exact Python reference models, independent of the gateware."""

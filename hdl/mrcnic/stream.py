@@ -1,0 +1,185 @@
+"""Streams: the AXI-Stream packet interface, metadata streams, and the skid buffer.
+
+Packet streams
+    :class:`AxiStreamSignature` is the AXI-Stream of the house rules, seen from the source:
+    ``tdata`` (``data_width`` bits, byte 0 of the frame in ``tdata[7:0]``), ``tkeep`` (one bit a
+    byte, contiguous from byte 0, partial only on the last beat), ``tlast``, ``tuser``
+    (bit 0 = bad frame: drop it), ``tvalid``, and ``tready`` from the sink. A component takes one
+    as ``s_axis: In(AxiStreamSignature(w))`` and gives one as ``m_axis: Out(...)``; the Verilog
+    exporter names the ports ``s_axis_tdata`` ... ``m_axis_tready``.
+
+Metadata streams
+    Descriptors and events are :func:`meta_stream` signatures: Amaranth's ``lib.stream`` over a
+    ``data.StructLayout``, exported as ``<name>_<field>``, ``<name>_valid``, ``<name>_ready``.
+
+Skid buffers
+    :class:`SkidBuffer` (AXI-Stream) and :class:`MetaSkidBuffer` (metadata) cut every path
+    between their two sides: ``tready`` to the source is a flip-flop output and ``tvalid`` to
+    the sink never depends on ``tready``. They are the register slice every wide block puts on
+    its ports.
+"""
+
+from amaranth.hdl import Elaboratable, Module, Shape, Signal, Value
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from . import registry
+
+
+__all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer"]
+
+
+def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
+    """Refuse a data width the blocks cannot use, with a message that says why."""
+    if not isinstance(data_width, int) or isinstance(data_width, bool):
+        raise TypeError(f"data_width must be an int, not {data_width!r}")
+    if data_width % 8:
+        raise ValueError(f"data_width = {data_width} is not a whole number of bytes")
+    if not minimum <= data_width <= maximum:
+        raise ValueError(f"data_width = {data_width} is outside {minimum}..{maximum}")
+    if power_of_two and data_width & (data_width - 1):
+        raise ValueError(f"data_width = {data_width} is not a power of two")
+    return data_width
+
+
+class AxiStreamSignature(wiring.Signature):
+    """AXI-Stream, source view. Parameters: ``data_width`` (8..4096, whole bytes),
+    ``user_width`` (>= 1; bit 0 is the bad-frame flag)."""
+
+    def __init__(self, data_width, user_width=1):
+        check_data_width(data_width)
+        if not isinstance(user_width, int) or user_width < 1:
+            raise ValueError(f"user_width = {user_width!r} must be an int >= 1")
+        self.data_width = data_width
+        self.user_width = user_width
+        self.keep_width = data_width // 8
+        super().__init__({
+            "tdata":  Out(data_width),
+            "tkeep":  Out(data_width // 8),
+            "tlast":  Out(1),
+            "tuser":  Out(user_width),
+            "tvalid": Out(1),
+            "tready": In(1),
+        })
+
+    def __eq__(self, other):
+        return (type(other) is AxiStreamSignature and other.data_width == self.data_width
+                and other.user_width == self.user_width)
+
+    def __hash__(self):
+        return hash((AxiStreamSignature, self.data_width, self.user_width))
+
+    def __repr__(self):
+        return f"AxiStreamSignature({self.data_width}, user_width={self.user_width})"
+
+
+def meta_stream(layout):
+    """A metadata stream (``valid``/``ready``/``payload``) carrying ``layout``.
+
+    ``layout`` is a ``data.StructLayout`` or a ``{field: shape}`` dict; ``payload`` is then a
+    view whose fields the exporter turns into one port each.
+    """
+    if isinstance(layout, dict):
+        layout = data.StructLayout(layout)
+    if not isinstance(layout, data.StructLayout):
+        raise TypeError(f"a metadata stream carries a data.StructLayout, not {layout!r}")
+    return stream.Signature(layout)
+
+
+def skid_buffer(m, *, i_valid, i_ready, i_payload, o_valid, o_ready, o_payload, name="skid"):
+    """Add a two-entry skid buffer to module ``m`` between two handshakes.
+
+    ``i_ready`` is driven from a register (``~skid_valid``), so the ready path is cut; ``o_valid``
+    and ``o_payload`` come from the output register. One beat per cycle in steady state: the
+    skid entry fills only in the cycle the sink drops ready while a beat is being accepted, and
+    drains before the source is allowed in again.
+    """
+    i_payload = Value.cast(i_payload)
+    width = len(i_payload)
+    out_valid = Signal(name=f"{name}_out_valid")
+    # Data registers need no reset: valid flags guard them, and a reset on a 2048-bit bus costs
+    # routing for nothing.
+    out_data = Signal(width, name=f"{name}_out_data", reset_less=True)
+    skid_valid = Signal(name=f"{name}_skid_valid")
+    skid_data = Signal(width, name=f"{name}_skid_data", reset_less=True)
+
+    m.d.comb += [
+        i_ready.eq(~skid_valid),
+        o_valid.eq(out_valid),
+        Value.cast(o_payload).eq(out_data),
+    ]
+    accept = i_valid & ~skid_valid
+    with m.If(o_ready | ~out_valid):
+        # The output register is free (or being emptied): refill it, the skid entry first.
+        with m.If(skid_valid):
+            m.d.sync += [out_data.eq(skid_data), out_valid.eq(1), skid_valid.eq(0)]
+        with m.Else():
+            m.d.sync += [out_data.eq(i_payload), out_valid.eq(i_valid)]
+    with m.Elif(accept):
+        # The sink stalled while the source delivered: park the beat.
+        m.d.sync += [skid_data.eq(i_payload), skid_valid.eq(1)]
+
+
+class SkidBuffer(wiring.Component):
+    """AXI-Stream register slice with a two-entry skid buffer.
+
+    Parameters
+        ``data_width``: 8..4096 bits, whole bytes. ``user_width``: >= 1.
+    Ports
+        ``s_axis`` (in), ``m_axis`` (out): :class:`AxiStreamSignature`.
+    Latency
+        1 cycle from ``s_axis`` accepting a beat to it being valid on ``m_axis``.
+    Throughput
+        1 beat per cycle with the sink ready; no bubble between frames. ``s_axis_tready`` is a
+        register output and ``m_axis_tvalid`` never depends on ``m_axis_tready``.
+    Resources
+        2 x (data_width + data_width/8 + user_width + 1) flip-flops plus one 2:1 mux per bit.
+    """
+
+    def __init__(self, data_width, user_width=1):
+        self.data_width = data_width
+        self.user_width = user_width
+        sig = AxiStreamSignature(data_width, user_width)
+        super().__init__({"s_axis": In(sig), "m_axis": Out(sig)})
+
+    def elaborate(self, platform):
+        m = Module()
+        fields = ("tdata", "tkeep", "tlast", "tuser")
+        skid_buffer(m,
+                    i_valid=self.s_axis.tvalid, i_ready=self.s_axis.tready,
+                    i_payload=wiring_cat(self.s_axis, fields),
+                    o_valid=self.m_axis.tvalid, o_ready=self.m_axis.tready,
+                    o_payload=wiring_cat(self.m_axis, fields))
+        return m
+
+
+class MetaSkidBuffer(wiring.Component):
+    """The same two-entry skid buffer on a metadata stream of ``layout``.
+
+    Ports ``i`` (in) and ``o`` (out): :func:`meta_stream` of ``layout``. 1 cycle latency,
+    1 record per cycle, registered ``i.ready``.
+    """
+
+    def __init__(self, layout):
+        sig = meta_stream(layout)
+        self.layout = sig.members["payload"].shape
+        super().__init__({"i": In(sig), "o": Out(sig)})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid_buffer(m, i_valid=self.i.valid, i_ready=self.i.ready, i_payload=self.i.payload,
+                    o_valid=self.o.valid, o_ready=self.o.ready, o_payload=self.o.payload)
+        return m
+
+
+def wiring_cat(interface, names):
+    """Concatenate members of an interface (first name least significant)."""
+    from amaranth.hdl import Cat
+    return Cat(*(getattr(interface, n) for n in names))
+
+
+@registry.register("skid-buffer", "AXI-Stream register slice: two-entry skid buffer, "
+                   "registered tready, 1 beat/cycle",
+                   defaults={"data_width": 64, "user_width": 1})
+def _skid_buffer_block(data_width, user_width):
+    return SkidBuffer(data_width, user_width)

@@ -1,0 +1,41 @@
+"""Small base for tests on Amaranth's simulator.
+
+``run(dut, *testbenches)`` clocks ``dut`` at 100 MHz and runs async testbenches
+(``async def tb(ctx)``) until all of them return; with ``WAVES=1`` in the environment it writes
+``build/waves/<test>.vcd``. ``seeded()`` gives a ``random.Random`` whose seed is printed, and
+taken from ``SEED`` when set, so that any failure can be replayed.
+"""
+
+import os
+import random
+import re
+
+from amaranth.sim import Simulator
+
+__all__ = ["run", "seeded"]
+
+
+def _test_name():
+    name = os.environ.get("PYTEST_CURRENT_TEST", "sim").split(" ")[0]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def run(dut, *testbenches, processes=(), clock=1e-8, deadline=None):
+    sim = Simulator(dut)
+    sim.add_clock(clock)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    for p in processes:
+        sim.add_process(p)
+    if os.environ.get("WAVES"):
+        os.makedirs("build/waves", exist_ok=True)
+        with sim.write_vcd(f"build/waves/{_test_name()}.vcd"):
+            sim.run_until(deadline) if deadline else sim.run()
+    else:
+        sim.run_until(deadline) if deadline else sim.run()
+
+
+def seeded():
+    seed = int(os.environ.get("SEED", random.randrange(1 << 32)))
+    print(f"seed: {seed} (rerun with SEED={seed})")
+    return random.Random(seed)

@@ -1,0 +1,153 @@
+"""AXI-Stream and metadata-stream drivers for Amaranth-simulator testbenches.
+
+``AxisSource`` sends frames (``bytes``) beat by beat with seeded random idle cycles,
+``AxisSink`` collects frames with seeded random backpressure and records the cycle of every
+accepted beat, so tests can count bubbles. ``MetaSource``/``MetaSink`` do the same for
+``lib.stream`` records. Each is one async testbench: ``run(dut, src.run, sink.run, ...)``.
+
+A protocol check rides along in every sink: once ``valid`` is high it must stay high with the
+payload unchanged until ``ready`` takes it (AXI-Stream's rule), or the sink raises.
+"""
+
+import random
+
+
+def frame_to_beats(frame, keep_width, user=0):
+    """[(tdata, tkeep, tlast, tuser)] of ``frame`` on a ``keep_width``-byte bus."""
+    if not frame:
+        raise ValueError("an AXI-Stream frame has at least one byte")
+    beats = []
+    for off in range(0, len(frame), keep_width):
+        chunk = frame[off:off + keep_width]
+        last = off + keep_width >= len(frame)
+        beats.append((int.from_bytes(chunk, "little"), (1 << len(chunk)) - 1, int(last),
+                      user if last else 0))
+    return beats
+
+
+def beats_to_frame(beats, keep_width):
+    out = bytearray()
+    for i, (data, keep, last, _user) in enumerate(beats):
+        n = bin(keep).count("1")
+        if keep != (1 << n) - 1 or n == 0:
+            raise AssertionError(f"beat {i}: tkeep {keep:#x} is not contiguous from byte 0")
+        if not last and keep != (1 << keep_width) - 1:
+            raise AssertionError(f"beat {i}: partial tkeep before tlast")
+        out += (data & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+    return bytes(out)
+
+
+class AxisSource:
+    def __init__(self, port, frames, *, rng=None, idle=0.0, users=None):
+        self.port = port
+        self.frames = list(frames)
+        self.users = users or [0] * len(self.frames)
+        self.rng = rng or random.Random(0)
+        self.idle = idle
+        self.keep_width = len(port.tkeep)
+        self.done = False
+
+    async def run(self, ctx):
+        p = self.port
+        for frame, user in zip(self.frames, self.users):
+            for data, keep, last, tuser in frame_to_beats(frame, self.keep_width, user):
+                while self.idle and self.rng.random() < self.idle:
+                    ctx.set(p.tvalid, 0)
+                    await ctx.tick()
+                ctx.set(p.tdata, data)
+                ctx.set(p.tkeep, keep)
+                ctx.set(p.tlast, last)
+                ctx.set(p.tuser, tuser)
+                ctx.set(p.tvalid, 1)
+                await ctx.tick().until(p.tready)
+        ctx.set(p.tvalid, 0)
+        self.done = True
+
+
+class AxisSink:
+    def __init__(self, port, count, *, rng=None, backpressure=0.0, max_cycles=100_000):
+        self.port = port
+        self.count = count
+        self.rng = rng or random.Random(0)
+        self.backpressure = backpressure
+        self.max_cycles = max_cycles
+        self.frames = []
+        self.users = []
+        self.beat_cycles = []       # cycle number of every accepted beat
+
+    async def run(self, ctx):
+        p = self.port
+        beats = []
+        held = None
+        cycle = 0
+        while len(self.frames) < self.count:
+            if cycle >= self.max_cycles:
+                raise AssertionError(f"sink: {len(self.frames)}/{self.count} frames after "
+                                     f"{cycle} cycles")
+            ready = not (self.backpressure and self.rng.random() < self.backpressure)
+            ctx.set(p.tready, ready)
+            _, _, valid, data, keep, last, user = await ctx.tick().sample(
+                p.tvalid, p.tdata, p.tkeep, p.tlast, p.tuser)
+            beat = (data, keep, last, user)
+            if held is not None and (not valid or beat != held):
+                raise AssertionError(f"cycle {cycle}: tvalid dropped or payload changed "
+                                     f"before tready ({held} -> {valid}, {beat})")
+            if valid and ready:
+                beats.append(beat)
+                self.beat_cycles.append(cycle)
+                held = None
+                if last:
+                    self.frames.append(beats_to_frame(beats, len(p.tkeep)))
+                    self.users.append(user)
+                    beats = []
+            elif valid:
+                held = beat
+            cycle += 1
+        ctx.set(p.tready, 0)
+
+
+class MetaSource:
+    def __init__(self, port, records, *, rng=None, idle=0.0):
+        self.port, self.records = port, list(records)
+        self.rng, self.idle = rng or random.Random(0), idle
+
+    async def run(self, ctx):
+        for rec in self.records:
+            while self.idle and self.rng.random() < self.idle:
+                ctx.set(self.port.valid, 0)
+                await ctx.tick()
+            ctx.set(self.port.payload, rec)
+            ctx.set(self.port.valid, 1)
+            await ctx.tick().until(self.port.ready)
+        ctx.set(self.port.valid, 0)
+
+
+class MetaSink:
+    def __init__(self, port, count, *, rng=None, backpressure=0.0, max_cycles=100_000):
+        self.port, self.count = port, count
+        self.rng, self.backpressure = rng or random.Random(0), backpressure
+        self.max_cycles = max_cycles
+        self.records = []
+        self.cycles = []
+
+    async def run(self, ctx):
+        held, cycle = None, 0
+        while len(self.records) < self.count:
+            if cycle >= self.max_cycles:
+                raise AssertionError(f"sink: {len(self.records)}/{self.count} records after "
+                                     f"{cycle} cycles")
+            ready = not (self.backpressure and self.rng.random() < self.backpressure)
+            ctx.set(self.port.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(self.port.valid,
+                                                            self.port.payload.as_value())
+            if held is not None and (not valid or payload != held):
+                raise AssertionError(f"cycle {cycle}: valid dropped or payload changed "
+                                     f"before ready")
+            if valid and ready:
+                self.records.append(payload)
+                self.cycles.append(cycle)
+                held = None
+            elif valid:
+                held = payload
+            cycle += 1
+        ctx.set(self.port.ready, 0)
