@@ -2,7 +2,8 @@
 
 ``run(dut, *testbenches)`` clocks ``dut`` at 100 MHz and runs async testbenches
 (``async def tb(ctx)``) until all of them return; with ``WAVES=1`` in the environment it writes
-``build/waves/<test>.vcd``. ``seeded()`` gives a ``random.Random`` whose seed is printed, and
+``build/waves/<test>.vcd``. ``soak(n)`` scales a randomized test's length by ``MRCNIC_SOAK``
+(``make soak``). ``seeded()`` gives a ``random.Random`` whose seed is printed, and
 taken from ``SEED`` when set, so that any failure can be replayed.
 """
 
@@ -12,7 +13,7 @@ import re
 
 from amaranth.sim import Simulator
 
-__all__ = ["run", "seeded"]
+__all__ = ["run", "seeded", "soak"]
 
 
 def _test_name():
@@ -39,3 +40,8 @@ def seeded():
     seed = int(os.environ.get("SEED", random.randrange(1 << 32)))
     print(f"seed: {seed} (rerun with SEED={seed})")
     return random.Random(seed)
+
+
+def soak(count):
+    """``count`` times the soak factor (``MRCNIC_SOAK``, 1 by default)."""
+    return count * max(1, int(os.environ.get("MRCNIC_SOAK", "1")))

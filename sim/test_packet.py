@@ -773,7 +773,7 @@ OTHER_ERRORS = {
     "not endpoint": (lambda: pk.endpoint_packet(Opcode.PROBE), "PROBE is not an endpoint opcode"),
     "ev and port": (lambda: _write(ev=1, udp_sport=2),
                     "give either ev or udp_sport/flow_label, not both"),
-    "wide ev": (lambda: _write(ev=1 << 32), "EV 0x100000000 does not fit 32 bits"),
+    "wide ev": (lambda: _write(ev=1 << 32), "STEV EV 0x100000000 does not fit 32 bits"),
     "bad mac": (lambda: _write(src_mac="02:00:00:00:00"), "bad MAC address '02:00:00:00:00'"),
     "bad ip": (lambda: _write(dst_ip="fd00::g"), "bad IPv6 address 'fd00::g'"),
     "short icrc input": (lambda: pk.icrc(bytes(59)),

@@ -4,7 +4,7 @@ import pytest
 from amaranth.lib import data, wiring
 
 from mrcnic.stream import AxiStreamSignature, MetaSkidBuffer, SkidBuffer, meta_stream
-from simtools import run, seeded
+from simtools import run, seeded, soak
 from streams import AxisSink, AxisSource, MetaSink, MetaSource
 
 
@@ -33,7 +33,7 @@ def test_one_beat_per_cycle_without_backpressure(width):
 def test_random_stalls_lose_and_duplicate_nothing(width, idle, backpressure):
     dut = SkidBuffer(width, user_width=3)
     rng = seeded()
-    frames = random_frames(rng, 60, 4 * width // 8)
+    frames = random_frames(rng, soak(60), 4 * width // 8)
     users = [rng.randrange(8) for _ in frames]
     src = AxisSource(dut.s_axis, frames, rng=rng, idle=idle, users=users)
     sink = AxisSink(dut.m_axis, len(frames), rng=rng, backpressure=backpressure)
@@ -71,7 +71,7 @@ def test_meta_skid_buffer_records_in_order():
     dut = MetaSkidBuffer(layout)
     rng = seeded()
     recs = [{"qp": rng.randrange(64), "psn": rng.randrange(1 << 24), "flag": rng.randrange(2)}
-            for _ in range(300)]
+            for _ in range(soak(300))]
     src = MetaSource(dut.i, recs, rng=rng, idle=0.3)
     sink = MetaSink(dut.o, len(recs), rng=rng, backpressure=0.4)
     run(dut, src.run, sink.run)

@@ -11,6 +11,9 @@ def _add_verilog(sub):
                                    "<stream>_<field>/_valid/_ready, s_axil_*.")
     p.add_argument("block", nargs="?", help="block name (see --list)")
     p.add_argument("--list", action="store_true", help="list the blocks and their parameters")
+    p.add_argument("--names", action="store_true", help="print the block names only")
+    p.add_argument("--lint", action="store_true",
+                   help="also run verilator --lint-only -Wall on the result")
     p.add_argument("--data-width", type=int, help="AXI-Stream data width in bits")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="block parameter (repeatable)")
@@ -20,6 +23,9 @@ def _add_verilog(sub):
 
 def _run_verilog(args):
     from . import registry
+    if args.names:
+        print("\n".join(registry.blocks()))
+        return 0
     if args.list or not args.block:
         for block in registry.blocks().values():
             params = ", ".join(f"{k}={v!r}" for k, v in block.defaults.items())
@@ -30,6 +36,10 @@ def _run_verilog(args):
     params = registry.parse_params(args.block, args.param, args.data_width)
     path, module = export_verilog(args.block, params, args.output)
     print(f"wrote {path} (module {module})")
+    if args.lint:
+        from .export import lint
+        lint(path, module)
+        print(f"lint clean: verilator --lint-only -Wall {path}")
     return 0
 
 
@@ -62,6 +72,52 @@ def _run_build(args):
     return 0 if result.met else 1
 
 
+def _add_packet(sub):
+    p = sub.add_parser("packet", help="decode MRC frames with the reference model",
+                       description="Decode an Ethernet frame (hex, no FCS, ICRC included) "
+                                   "with the bit-exact packet model and print its headers.")
+    p.add_argument("action", choices=["decode", "sack-example"],
+                   help="decode: decode FRAME; sack-example: build and decode the spec's "
+                        "worked SACK example")
+    p.add_argument("frame", nargs="?", help="frame as hex ('-' reads stdin)")
+    p.add_argument("--no-icrc", action="store_true", help="do not check the ICRC")
+    p.set_defaults(func=_run_packet)
+
+
+def _run_packet(args):
+    from .model import packet
+    if args.action == "sack-example":
+        # Spec §2.2: PSNs 0..11 sent, 5 and 8 lost -> CACK 4, SACK_BASE 5.
+        received = [p for p in range(12) if p not in (5, 8)]
+        cack, base = 4, 5
+        pkt = packet.sack_packet(qp=0x10, cack_psn=cack, sack_offset=base - cack,
+                                 bitmap=packet.sack_bitmap(base, received))
+        frame = packet.encode(pkt)
+        print("spec worked example: PSNs 0..11 sent, 5 and 8 lost")
+    else:
+        text = sys.stdin.read() if args.frame in (None, "-") else args.frame
+        text = "".join(text.split()).removeprefix("0x")
+        try:
+            frame = bytes.fromhex(text)
+        except ValueError:
+            raise ValueError("frame is not hex") from None
+    pkt = packet.decode(frame, check_icrc=not args.no_icrc)
+    print(f"{len(frame)} bytes: {frame.hex()}")
+    for name in pkt.headers:
+        fields = getattr(pkt, name)
+        shown = ", ".join(f"{k}={v:#x}" if isinstance(v, int) else
+                          f"{k}=[{', '.join(hex(x) for x in v)}]" for k, v in fields.items())
+        print(f"  {name:9} {shown}")
+    if pkt.payload:
+        print(f"  payload   {len(pkt.payload)} bytes")
+    print(f"  icrc      {pkt.icrc:#010x}")
+    if pkt.seth is not None:
+        print(f"  acked     CACK {pkt.seth['cack_psn']}, SACK_BASE {packet.sack_base(pkt.seth)},"
+              f" bitmap bits 0.. = {format(pkt.seth['bitmap'], '064b')[::-1][:16]}..., "
+              f"selectively acked {packet.sack_psns(pkt.seth)}")
+    return 0
+
+
 def _add_ev_expand(sub):
     from .model import ev
     ev.add_cli(sub)
@@ -73,6 +129,7 @@ def main(argv=None):
     _add_verilog(sub)
     _add_build(sub)
     _add_ev_expand(sub)
+    _add_packet(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

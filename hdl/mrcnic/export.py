@@ -17,7 +17,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 from amaranth.hdl import Module, Shape, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import registry
@@ -53,11 +53,21 @@ def _leaves(path, flow, value):
     yield "_".join(path), flow, value
 
 
+def _parent(component, path):
+    obj = component
+    for name in path[:-1]:
+        obj = obj[name] if isinstance(name, int) else getattr(obj, name)
+    return obj
+
+
 def flat_ports(component):
     """``[(name, flow, value)]`` of every leaf port of ``component``, flows as seen by it."""
     ports = []
-    for path, member, value in component.signature.flatten(component):
-        path = tuple(str(p) for p in path)
+    for raw_path, member, value in component.signature.flatten(component):
+        path = tuple(str(p) for p in raw_path)
+        if path[-1] == "payload" and isinstance(_parent(component, raw_path).signature,
+                                                stream.Signature):
+            path = path[:-1]        # a metadata stream's fields are <name>_<field>
         ports.extend(_leaves(path, member.flow, value))
     names = [n for n, _, _ in ports]
     dupes = {n for n in names if names.count(n) > 1}

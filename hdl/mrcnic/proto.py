@@ -307,6 +307,34 @@ OUTER_IPV6_LEN = IPV6.size                 # bytes an SRv6 encapsulation inserts
 OUTER_SRH_LEN = IPV6.size + SRH.size       # ... and with the one-segment SRH
 
 
+# --- Where the EV goes (spec §2.3) ---------------------------------------------------------
+
+# Bits of EV each mode carries on the wire, derived from the headers that carry it.
+EV_BITS = {
+    EvMode.STEV:     STEV_PORT_BITS + STEV_FLOW_BITS,
+    EvMode.UDP:      UDP.width("src_port"),
+    EvMode.SRV6:     IPV6.width("dst"),
+    EvMode.SRV6_SRH: IPV6.width("dst") + SRH.width("segment"),
+}
+EV_MAX_BITS = max(EV_BITS.values())      # 256: the expanded EV a descriptor carries
+
+
+def stev_split(ev):
+    """``(udp_src_port, flow_label)`` that carry the 32-bit STEV ``ev``: EV[15:0] in the UDP
+    source port, EV[31:16] in flow label[15:0], flow label[19:16] zero."""
+    width = EV_BITS[EvMode.STEV]
+    if not 0 <= ev < (1 << width):
+        raise ValueError(f"STEV EV {ev:#x} does not fit {width} bits")
+    return ev & ((1 << STEV_PORT_BITS) - 1), ev >> STEV_PORT_BITS
+
+
+def stev_join(udp_src_port, flow_label):
+    """The 32-bit STEV carried by a UDP source port and a flow label (inverse of the split)."""
+    port = udp_src_port & ((1 << STEV_PORT_BITS) - 1)
+    flow = flow_label & ((1 << STEV_FLOW_BITS) - 1)
+    return flow << STEV_PORT_BITS | port
+
+
 # --- PSN arithmetic (spec §5): modulo 2^24 -------------------------------------------------
 
 PSN_MASK = (1 << PSN_BITS) - 1

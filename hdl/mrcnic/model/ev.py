@@ -72,14 +72,9 @@ __all__ = [
 MAX_FORMAT_FIELDS = 16
 MAX_FIELD_WIDTH = 32
 
-# The EV each mode carries on the wire (§2.3), derived from the headers that carry it.
-EV_BITS = {
-    EvMode.STEV:     proto.STEV_PORT_BITS + proto.STEV_FLOW_BITS,
-    EvMode.UDP:      proto.UDP.width("src_port"),
-    EvMode.SRV6:     proto.IPV6.width("dst"),
-    EvMode.SRV6_SRH: proto.IPV6.width("dst") + proto.SRH.width("segment"),
-}
-EXPANDED_BITS = max(EV_BITS.values())      # 256: the longest EV, and the raw EV's limit
+# The EV each mode carries on the wire (§2.3).
+EV_BITS = proto.EV_BITS
+EXPANDED_BITS = proto.EV_MAX_BITS          # 256: the longest EV, and the raw EV's limit
 EXPANDED_BYTES = EXPANDED_BITS // 8
 
 EXPLICIT = "explicit"
@@ -368,12 +363,10 @@ def stev_split(ev32):
     EV[STEV_PORT_BITS-1:0] is the UDP source port; the next STEV_FLOW_BITS bits are the low
     bits of the 20-bit flow label, whose remaining top bits are zero.
     """
-    ev32 = _index(ev32, "STEV EV")
-    if not 0 <= ev32 < (1 << EV_BITS[EvMode.STEV]):
-        raise EvConfigError(f"STEV EV {ev32:#x} does not fit {EV_BITS[EvMode.STEV]} bits")
-    port = ev32 & ((1 << proto.STEV_PORT_BITS) - 1)
-    flow = (ev32 >> proto.STEV_PORT_BITS) & ((1 << proto.STEV_FLOW_BITS) - 1)
-    return port, flow
+    try:
+        return proto.stev_split(_index(ev32, "STEV EV"))
+    except ValueError as e:
+        raise EvConfigError(str(e)) from None
 
 
 def srv6_parts(ev256):

@@ -572,17 +572,15 @@ def _signed16(value):
 
 def stev_split(ev):
     """``(udp_src_port, flow_label)`` carrying the 32-bit STEV ``ev`` (spec 2.3 decision)."""
-    width = proto.STEV_PORT_BITS + proto.STEV_FLOW_BITS
-    if not 0 <= ev < 1 << width:
-        raise PacketError(f"EV {ev:#x} does not fit {width} bits")
-    return ev & ((1 << proto.STEV_PORT_BITS) - 1), ev >> proto.STEV_PORT_BITS
+    try:
+        return proto.stev_split(ev)
+    except ValueError as e:
+        raise PacketError(str(e)) from None
 
 
 def stev_ev(pkt):
     """The 32-bit STEV a packet carries in its (inner) flow label and UDP source port."""
-    flow = pkt.ip["flow_label"] & ((1 << proto.STEV_FLOW_BITS) - 1)
-    port = pkt.udp["src_port"] & ((1 << proto.STEV_PORT_BITS) - 1)
-    return flow << proto.STEV_PORT_BITS | port
+    return proto.stev_join(pkt.udp["src_port"], pkt.ip["flow_label"])
 
 
 def _base(opcode, qp, psn, *, src_mac=DEFAULT_SRC_MAC, dst_mac=DEFAULT_DST_MAC,
