@@ -22,7 +22,7 @@ from cocotb_tools.check_results import get_results
 from cocotb_tools.runner import get_runner
 
 from mrcnic import registry
-from mrcnic.export import LINT_WAIVERS, export_verilog, verilator_path
+from mrcnic.export import LINT_WAIVERS, export_verilog, verilator_path, verilog_text
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
@@ -45,13 +45,28 @@ def _prepare(simulator):
         raise ValueError(f"unknown simulator {simulator!r}")
 
 
-def run_cocotb(block, params, module, simulator, *, testcase=None, extra_env=None,
-               seed=None):
-    _prepare(simulator)
+def run_cocotb(block, params, module, simulator, **kwargs):
+    """Run cocotb module ``module`` on registered block ``block`` at ``params``."""
     params = registry.parse_params(block) | dict(params)
     top = registry.module_name(block, params)
-    build_dir = BUILD / top / simulator
     source, _ = export_verilog(block, params, BUILD / top / f"{top}.v")
+    return _run(top, source, params, module, simulator, **kwargs)
+
+
+def run_cocotb_component(top, component, params, module, simulator, **kwargs):
+    """The same for a component that is not a catalogued block (test tops, examples)."""
+    source = BUILD / top / f"{top}.v"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    text = verilog_text(component, top)
+    if not source.exists() or source.read_text() != text:
+        source.write_text(text)
+    return _run(top, source, params, module, simulator, **kwargs)
+
+
+def _run(top, source, params, module, simulator, *, testcase=None, extra_env=None,
+         seed=None):
+    _prepare(simulator)
+    build_dir = BUILD / top / simulator
 
     waves = bool(os.environ.get("WAVES"))
     if seed is None:
