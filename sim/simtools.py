@@ -23,7 +23,8 @@ def _test_name():
 
 def run(dut, *testbenches, processes=(), clock=1e-8, deadline=None):
     sim = Simulator(dut)
-    sim.add_clock(clock)
+    if clock:                       # None for purely combinational designs
+        sim.add_clock(clock)
     for tb in testbenches:
         sim.add_testbench(tb)
     for p in processes:
