@@ -101,11 +101,14 @@ def test_pip_install_gives_a_working_command(tmp_path):
                     "--no-build-isolation", "-w", str(wheel_dir), str(root)], check=True,
                    cwd=tmp_path)
     wheel = next(wheel_dir.glob("mrcnic-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix",
+    # --target never touches the running environment (a --prefix install would uninstall
+    # the work tree's editable install first).
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(prefix), str(wheel)], check=True)
-    site = next(prefix.glob("lib/python*/site-packages"))
+    site = prefix
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([str(prefix / "bin" / "mrcnic"), "verilog", "--list"],
+    script = prefix / "bin" / "mrcnic"
+    proc = subprocess.run([sys.executable, str(script), "verilog", "--list"],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "skid-buffer" in proc.stdout

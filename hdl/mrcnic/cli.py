@@ -48,7 +48,7 @@ def _add_build(sub):
                        description="Place and route one block with registered ports on an "
                                    "ECP5 board through YoWASP Yosys and nextpnr; print fmax "
                                    "and LUT/FF/BRAM use.")
-    p.add_argument("--board", required=True, help="board name (see --list-boards)")
+    p.add_argument("--board", help="board name (see --list-boards)")
     p.add_argument("--block", default="skid-buffer", help="block name")
     p.add_argument("--data-width", type=int)
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
@@ -64,6 +64,8 @@ def _run_build(args):
         for name in synth.BOARDS:
             print(name)
         return 0
+    if not args.board:
+        raise ValueError("--board is required (see --list-boards)")
     from . import registry
     params = registry.parse_params(args.block, args.param, args.data_width)
     result = synth.build_block(args.board, args.block, params, freq_mhz=args.freq,
@@ -133,7 +135,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, KeyError) as e:
+    except (ValueError, KeyError, RuntimeError) as e:
+        # Bad parameters, malformed input and tool failures (lint, synthesis) end with their
+        # message, not a traceback; RuntimeError covers the toolchain errors of export/synth.
         print(f"mrcnic {args.command}: error: {e}", file=sys.stderr)
         return 2
 
