@@ -35,6 +35,16 @@ class AxiLiteProtocolError(AssertionError):
     """The slave broke an AXI rule, or did not answer in time."""
 
 
+def _check_held(what, held, valid, value):
+    """A response seen while its ready was low must stay valid and unchanged (AXI rule)."""
+    if held is None:
+        return
+    if not valid:
+        raise AxiLiteProtocolError(f"{what} valid dropped before ready")
+    if value != held:
+        raise AxiLiteProtocolError(f"{what} response changed while held")
+
+
 class AxiLiteSimMaster:
     def __init__(self, ctx, port, *, rng=None, max_delay=4, timeout=1000):
         self.ctx = ctx
@@ -94,11 +104,7 @@ class AxiLiteSimMaster:
             if bvalid and not (aw_done and w_done):
                 raise AxiLiteProtocolError(f"write {addr:#x}: bvalid before AW and W were "
                                            f"both accepted")
-            if held is not None:
-                if not bvalid:
-                    raise AxiLiteProtocolError(f"write {addr:#x}: bvalid dropped before bready")
-                if bresp != held:
-                    raise AxiLiteProtocolError(f"write {addr:#x}: bresp changed while held")
+            _check_held(f"write {addr:#x}: B", held, bvalid, bresp)
             await ctx.tick()
             self.cycles += 1
             if bvalid and b_wait == 0:
@@ -136,12 +142,7 @@ class AxiLiteSimMaster:
             got = (ctx.get(p.rdata), ctx.get(p.rresp))
             if rvalid and not ar_done:
                 raise AxiLiteProtocolError(f"read {addr:#x}: rvalid before AR was accepted")
-            if held is not None:
-                if not rvalid:
-                    raise AxiLiteProtocolError(f"read {addr:#x}: rvalid dropped before rready")
-                if got != held:
-                    raise AxiLiteProtocolError(f"read {addr:#x}: rdata/rresp changed while "
-                                               f"held")
+            _check_held(f"read {addr:#x}: R", held, rvalid, got)
             await ctx.tick()
             self.cycles += 1
             if rvalid and r_wait == 0:

@@ -883,7 +883,7 @@ class _BadSlave(wiring.Component):
 
 @pytest.mark.parametrize("fault, call, message", [
     ("early_b", lambda bus: bus.write(0, 1, aw_delay=2), "bvalid before AW and W"),
-    ("dropped_r", lambda bus: bus.read(0, r_delay=3), "rvalid dropped before rready"),
+    ("dropped_r", lambda bus: bus.read(0, r_delay=3), "R valid dropped before ready"),
     ("silent", lambda bus: bus.write(0, 1), "no response in 20 cycles"),
 ])
 def test_master_checks(fault, call, message):
