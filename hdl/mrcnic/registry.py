@@ -16,6 +16,7 @@ __all__ = ["register", "blocks", "get", "parse_params", "module_name"]
 # Modules that register blocks when imported; a new block module adds its name here.
 BLOCK_MODULES = [
     "mrcnic.stream",
+    "mrcnic.srv6",
 ]
 
 _BLOCKS = {}

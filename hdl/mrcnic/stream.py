@@ -19,14 +19,15 @@ Skid buffers
     its ports.
 """
 
-from amaranth.hdl import Elaboratable, Module, Shape, Signal, Value
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import registry
 
 
-__all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer"]
+__all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
+           "keep_count"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -172,9 +173,24 @@ class MetaSkidBuffer(wiring.Component):
         return m
 
 
+def keep_count(keep):
+    """Number of bytes a contiguous ``tkeep`` marks, as a Value.
+
+    Each bit of the count is an OR over the lanes where the run of ones can end, so the
+    logic is a shallow OR tree (about log4(width) LUT levels), not an adder tree.
+    """
+    keep = Value.cast(keep)
+    n = len(keep)
+    ends = [keep[j] & (~keep[j + 1] if j + 1 < n else 1) for j in range(n)]
+    bits = []
+    for b in range(n.bit_length()):
+        terms = [ends[j] for j in range(n) if ((j + 1) >> b) & 1]
+        bits.append(Cat(*terms).any() if terms else Const(0, 1))
+    return Cat(*bits)
+
+
 def wiring_cat(interface, names):
     """Concatenate members of an interface (first name least significant)."""
-    from amaranth.hdl import Cat
     return Cat(*(getattr(interface, n) for n in names))
 
 

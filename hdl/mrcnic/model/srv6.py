@@ -1,0 +1,98 @@
+"""Reference model of the transmit encapsulation (``Srv6Encap``), byte by byte.
+
+:func:`encap` takes one frame (bytes, as on AXI-Stream: Ethernet first, ICRC last, no FCS),
+its descriptor (a dict with the fields of ``ENCAP_DESC``: ``mode``, ``ev`` (256-bit int, first
+EV field most significant), ``entropy``, ``outer_src``, ``dscp``, ``ecn``, ``hop_limit``), and
+the register values, and returns what the block sends: ``(frame, bad, causes)``.
+
+It works on bytes and the spec, not on the gateware's structure: flow label and UDP source
+port are written at their offsets, the ICRC is recomputed as ``zlib.crc32`` would see the
+change (by the affine property, :func:`mrcnic.crc.correction`), and the outer headers are
+packed with :mod:`mrcnic.proto`. The tests also check its output against
+:func:`mrcnic.model.packet.encapsulate` and a full ICRC recomputation.
+"""
+
+from .. import proto
+from ..crc import correction
+from ..proto import ETH, IPV6, SRH, EvMode
+
+__all__ = ["encap", "entropy_of", "CAUSES"]
+
+CAUSES = ("in_bad", "not_roce", "truncated", "length", "too_long")
+MIN_ROCE_FRAME = ETH.size + IPV6.size + 8 + proto.BTH.size + proto.ICRC_LEN     # 78
+IP, PLEN, NH, SPORT, DPORT = 14, 18, 20, 54, 56
+
+
+def entropy_of(desc, stev_swap=0):
+    """``(udp_src_port, flow_label_low16)`` the descriptor's mode writes (spec §2.3)."""
+    mode = EvMode(desc["mode"])
+    ev = desc["ev"]
+    if mode == EvMode.STEV:
+        e = ev >> 224
+    elif mode == EvMode.UDP:
+        e = ev >> 240
+    else:
+        e = desc["entropy"]
+    port, flow = proto.stev_split(e & 0xFFFFFFFF)
+    if stev_swap and mode != EvMode.UDP:
+        port, flow = flow, port
+    return port, flow
+
+
+def encap(frame, desc, *, in_bad=False, udp_dport=proto.UDP_DPORT_DEFAULT, stev_swap=0,
+          max_frame=9216):
+    frame = bytes(frame)
+    mode = EvMode(desc["mode"])
+    causes = {"in_bad"} if in_bad else set()
+    if mode == EvMode.PASS:
+        return frame, bool(in_bad), causes
+
+    n = len(frame)
+    out = bytearray(frame)
+    port, flow = entropy_of(desc, stev_swap)
+    if mode in (EvMode.STEV, EvMode.SRV6, EvMode.SRV6_SRH):
+        for pos, value in ((IP + 1, frame[IP + 1] & 0xF0 if n > IP + 1 else 0),
+                           (IP + 2, flow >> 8), (IP + 3, flow & 0xFF)):
+            if pos < n:
+                out[pos] = value
+    plen = int.from_bytes(frame[PLEN:PLEN + 2], "big") if n >= PLEN + 2 else None
+    length = IP + IPV6.size + plen if plen is not None else None
+    if n >= SPORT + 2:
+        old = int.from_bytes(frame[SPORT:SPORT + 2], "big")
+        out[SPORT:SPORT + 2] = port.to_bytes(2, "big")
+        k = length - (SPORT + 2 + proto.ICRC_LEN)
+        if 0 <= k < 1 << max(1, (max_frame - (SPORT + 2 + proto.ICRC_LEN)).bit_length()):
+            fix = correction(old, port, 2, k).to_bytes(4, "little")
+            for i in range(4):
+                if length - 4 + i < n:
+                    out[length - 4 + i] ^= fix[i]
+
+    # Checks, each on the bytes that are there.
+    def differs(pos, size, want):
+        return n >= pos + size and int.from_bytes(frame[pos:pos + size], "big") != want
+    if (differs(12, 2, proto.ETHERTYPE_IPV6) or (n > IP and frame[IP] >> 4 != 6) or
+            differs(NH, 1, proto.IPPROTO_UDP) or differs(DPORT, 2, udp_dport)):
+        causes.add("not_roce")
+    if n < MIN_ROCE_FRAME:
+        causes.add("truncated")
+    else:
+        if length != n:
+            causes.add("length")
+        if length > max_frame:
+            causes.add("too_long")
+
+    insert = {EvMode.SRV6: 0, EvMode.SRV6_SRH: 1}.get(mode)
+    if insert is not None and plen is not None:
+        srh = insert == 1
+        ev = desc["ev"]
+        outer = IPV6.pack(version=6, dscp=desc["dscp"], ecn=desc["ecn"], flow_label=flow,
+                          payload_length=(plen + (proto.OUTER_SRH_LEN if srh
+                                                  else proto.OUTER_IPV6_LEN)) & 0xFFFF,
+                          next_header=proto.IPPROTO_ROUTING if srh else proto.IPPROTO_IPV6,
+                          hop_limit=desc["hop_limit"], src=desc["outer_src"], dst=ev >> 128)
+        if srh:
+            outer += SRH.pack(next_header=proto.IPPROTO_IPV6, hdr_ext_len=2,
+                              routing_type=proto.SRH_ROUTING_TYPE, segments_left=1,
+                              last_entry=0, segment=ev & ((1 << 128) - 1))
+        out = out[:IP] + outer + out[IP:]
+    return bytes(out), bool(causes), causes

@@ -1,0 +1,579 @@
+"""SRv6 and entropy encapsulation on transmit: :class:`Srv6Encap` (``srv6-encap``).
+
+Operation
+    Each frame on ``s_axis`` (Ethernet, inner IPv6, UDP, BTH, ..., ICRC; no FCS) takes one
+    descriptor from ``desc`` (:data:`ENCAP_DESC`) and leaves on ``m_axis``:
+
+    ============ =========================================================================
+    mode         what happens to the frame (spec §2.3)
+    ============ =========================================================================
+    PASS         nothing
+    STEV         inner flow label = {0, E[31:16]}, UDP source port = E[15:0], E = ev[255:224]
+    UDP          UDP source port = ev[255:240]
+    SRV6         as STEV with E = ``entropy`` (the EV's index), then an outer IPv6 header is
+                 inserted after Ethernet: destination ev[255:128], source ``outer_src``,
+                 traffic class ``dscp``/``ecn``, flow label {0, E[31:16]}, hop limit
+                 ``hop_limit``, next header 41, payload length = inner one + 40
+    SRV6_SRH     as SRV6, with next header 43 and a one-segment SRH (segment ev[127:0],
+                 segments left 1, next header 41); payload length = inner one + 64
+    ============ =========================================================================
+
+    ``stev_swap`` (register) swaps the halves of E (port from E[31:16]). Rewriting the UDP
+    source port changes bytes the ICRC covers, so the ICRC is patched in flight: CRC-32 is
+    affine, and the patch is the CRC of the XOR of old and new port advanced over the bytes
+    that follow it (:mod:`mrcnic.crc`). That is why the rewrite stage is a pipeline: the
+    advance takes ``ceil(k_bits/2)`` cycles, and a one-beat frame must wait for it. An ICRC
+    that was wrong on input stays exactly as wrong on output.
+
+    Two stages, each a component of this file:
+
+    1. :class:`EntropyRewrite`: rewrites in place and patches the ICRC; a stall-all pipeline.
+       It reads the descriptor, parses the inner headers, checks the frame, and hands the
+       inserter a per-frame record (the inserted bytes) through a FIFO.
+    2. :class:`HeaderInsert`: inserts 0, 40 or 64 bytes after the Ethernet header. Because
+       those lengths are multiples of 8, the output is the input shifted by a whole number of
+       8-byte lanes: each output lane picks from at most three lanes of the current and
+       previous input beats (one mux per offset the widths allow), whatever the bus width.
+
+Bad input (non-PASS modes; every frame still leaves, marked bad with ``tuser[0]`` on its last
+beat, and the next frame is unaffected; each cause has a counter):
+
+* ``in_bad``: ``tuser[0]`` set on input (in PASS mode too);
+* ``not_roce``: not Ethernet/IPv6/UDP to the ``udp_dport`` register;
+* ``truncated``: shorter than the smallest RoCEv2 frame (78 bytes);
+* ``length``: the frame's length disagrees with its IPv6 payload length;
+* ``too_long``: the IPv6 payload length says more than the ``max_frame`` register.
+
+A frame waits for its descriptor (counted in ``desc_wait`` cycles); nothing else stalls.
+
+Parameters
+    ``data_width``: 64, 128, 256, 512, 1024 or 2048. ``max_frame``: largest frame in bytes the
+    ICRC patch must cover, 78..65535 (default 9216); sets ``k_bits`` and the pipeline depth.
+
+Ports
+    ``s_axis``/``m_axis`` (AXI-Stream, ``user_width`` 1), ``desc`` (metadata stream of
+    :data:`ENCAP_DESC`), ``s_axil`` (registers :data:`ENCAP_REGS`).
+
+Latency, throughput
+    ``ceil(k_bits/2) + 5`` cycles from ``s_axis`` to ``m_axis`` (12 at the default
+    ``max_frame``). One beat per cycle on the output with no idle cycle between frames: a
+    frame of L bytes with H inserted takes ceil((L+H)/B) output beats on a B-byte bus
+    (measured in ``sim/test_srv6.py`` and ``cocotb_tests/tb_srv6_encap.py``).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from . import crc, proto, registry
+from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap
+from .proto import ETH, IPV6, SRH, UDP, EvMode
+from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
+                     keep_count, meta_stream)
+
+
+__all__ = ["ENCAP_DESC", "ENCAP_REGS", "INSERT_LEN", "MIN_ROCE_FRAME", "Srv6Encap",
+           "EntropyRewrite", "HeaderInsert"]
+
+
+ENCAP_DESC = data.StructLayout({
+    "mode":      3,        # proto.EvMode
+    "ev":        256,      # expanded EV, first field most significant (mrcnic.model.ev)
+    "entropy":   32,       # SRv6 modes: the EV's index, echoed by the peer in SACK/NACK
+    "outer_src": 128,
+    "dscp":      6,
+    "ecn":       2,
+    "hop_limit": 8,
+})
+
+ENCAP_COUNTERS = ["frames", "bytes", "in_bad", "not_roce", "truncated", "length", "too_long",
+                  "desc_wait"]
+
+ENCAP_REGS = RegisterMap("srv6_encap", [
+    Register("config", [
+        Field("udp_dport", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
+              desc="RoCEv2 UDP destination port a frame must carry (non-PASS modes)"),
+        Field("stev_swap", 1, "rw",
+              desc="0: EV[15:0] to the UDP source port, EV[31:16] to the flow label; "
+                   "1: the other way round"),
+    ], desc="Configuration"),
+    Register("max_frame", [Field("bytes", 16, "rw", reset=9216,
+                                 desc="Frames whose IPv6 payload length says more are bad")]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("frames", "Frames in"),
+        ("bytes", "Bytes in (all frames, wrapping)"),
+        ("in_bad", "Frames that arrived with tuser[0] set"),
+        ("not_roce", "Non-PASS frames that are not Ethernet/IPv6/UDP to udp_dport"),
+        ("truncated", "Non-PASS frames shorter than 78 bytes"),
+        ("length", "Non-PASS frames whose length disagrees with the IPv6 payload length"),
+        ("too_long", "Non-PASS frames longer than max_frame by their IPv6 payload length"),
+        ("desc_wait", "Cycles a frame waited for its descriptor"),
+    ]],
+])
+
+# Bytes inserted per mode (spec §2.1): the outer IPv6 header, and the SRH after it.
+INSERT_LEN = {EvMode.PASS: 0, EvMode.STEV: 0, EvMode.UDP: 0,
+              EvMode.SRV6: proto.OUTER_IPV6_LEN, EvMode.SRV6_SRH: proto.OUTER_SRH_LEN}
+INSERT_CHOICES = (0, proto.OUTER_IPV6_LEN, proto.OUTER_SRH_LEN)   # index = HeaderInsert "h"
+MIN_ROCE_FRAME = ETH.size + IPV6.size + UDP.size + proto.BTH.size + proto.ICRC_LEN   # 78
+
+# Byte positions in the (inner) frame.
+POS_ETHERTYPE = ETH.offset("ethertype")[0]                      # 12
+POS_IP = ETH.size                                               # 14
+POS_VERSION = POS_IP + IPV6.offset("version")[0]                # 14
+POS_PLEN = POS_IP + IPV6.offset("payload_length")[0]            # 18
+POS_NH = POS_IP + IPV6.offset("next_header")[0]                 # 20
+POS_UDP = POS_IP + IPV6.size                                    # 54
+POS_SPORT = POS_UDP + UDP.offset("src_port")[0]                 # 54
+POS_DPORT = POS_UDP + UDP.offset("dst_port")[0]                 # 56
+ICRC_GAP = POS_SPORT + 2 + proto.ICRC_LEN   # frame length - k: bytes not after the port
+
+
+def _prefix_layout():
+    return data.StructLayout({"h": 2, "prefix": 8 * (POS_IP + proto.OUTER_SRH_LEN)})
+
+
+class EntropyRewrite(wiring.Component):
+    """Stage 1 of :class:`Srv6Encap`: in-place rewrite, ICRC patch, checks.
+
+    A stall-all pipeline of :attr:`depth` registers: every stage moves when the last one is
+    empty or ``m_axis`` takes it. ``ins`` carries, per frame, the bytes :class:`HeaderInsert`
+    puts in (written when the frame's IPv6 payload length has been seen; the FIFO it feeds
+    must have room, or the input waits). ``stats`` pulses once per counted event.
+    """
+
+    def __init__(self, data_width, max_frame=9216):
+        self.data_width = check_data_width(data_width, minimum=64, maximum=2048,
+                                           power_of_two=True)
+        if not MIN_ROCE_FRAME <= max_frame <= 0xFFFF:
+            raise ValueError(f"max_frame = {max_frame} is outside {MIN_ROCE_FRAME}..65535")
+        self.max_frame = max_frame
+        self.k_bits = max(1, (max_frame - ICRC_GAP).bit_length())
+        self.crc_latency = (self.k_bits + 1) // 2
+        self.depth = self.crc_latency + 1        # pipeline registers, output included
+        super().__init__({
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "desc": In(meta_stream(ENCAP_DESC)),
+            "ins": Out(meta_stream(_prefix_layout())),
+            "udp_dport": In(16), "stev_swap": In(1), "max_frame_reg": In(16),
+            "stats": Out(data.StructLayout({n: 1 for n in ENCAP_COUNTERS if n != "bytes"}
+                                           | {"bytes": 16})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.data_width // 8
+        s, d = self.s_axis, self.desc.payload
+
+        # --- stage 0: the accepted beat, rewritten ---------------------------------------
+        beat = Signal(16)                 # beat index within the frame (saturates)
+        first = beat == 0
+        last_valid = Signal()             # the last pipeline stage holds a beat
+        en = ~last_valid | self.m_axis.tready
+
+        # Per-frame values: from the descriptor on the first beat, then held.
+        mode_r = Signal(3)
+        ev_r = Signal(256)
+        ent_r = Signal(32)
+        hdr_r = Signal(128 + 6 + 2 + 8)   # outer_src, dscp, ecn, hop_limit
+        mode = Mux(first, d.mode, mode_r)
+        ev = Mux(first, d.ev, ev_r)
+        ent = Mux(first, d.entropy, ent_r)
+        outer = Mux(first, Cat(d.outer_src, d.dscp, d.ecn, d.hop_limit), hdr_r)
+        outer_src, dscp, ecn, hop_limit = outer[:128], outer[128:134], outer[134:136], \
+            outer[136:144]
+
+        srv6 = (mode == EvMode.SRV6) | (mode == EvMode.SRV6_SRH)
+        e32 = Signal(32)
+        with m.Switch(mode):
+            with m.Case(EvMode.STEV):
+                m.d.comb += e32.eq(ev[224:256])
+            with m.Case(EvMode.UDP):
+                m.d.comb += e32.eq(Cat(ev[240:256], Const(0, 16)))
+            with m.Default():
+                m.d.comb += e32.eq(ent)
+        lo, hi = e32[:proto.STEV_PORT_BITS], e32[proto.STEV_PORT_BITS:]
+        new_port = Mux(self.stev_swap & (mode != EvMode.UDP), hi, lo)
+        new_flow = Mux(self.stev_swap, lo, hi)
+        rewrite_flow = (mode == EvMode.STEV) | srv6
+        rewrite_port = mode != EvMode.PASS
+
+        # Bytes of the inner headers, each taken from the beat that carries it.
+        def byte_at(pos, source=s.tdata):
+            return source.word_select(pos % B, 8)
+
+        captured = {}
+
+        def now(pos):
+            """Byte ``pos`` of the frame: from this beat if it carries it, else as captured."""
+            if pos not in captured:
+                captured[pos] = Signal(8, name=f"byte{pos}")
+            return Mux(beat == pos // B, byte_at(pos), captured[pos])
+
+        def field_now(pos, nbytes):
+            return Cat(*(now(pos + i) for i in reversed(range(nbytes))))
+
+        plen = field_now(POS_PLEN, 2)
+        old_port = field_now(POS_SPORT, 2)
+
+        # In-place rewrites (flow label bits 19:16 zeroed, 15:0 written; UDP source port).
+        out_data = Signal(8 * B)
+        m.d.comb += out_data.eq(s.tdata)
+        fl_hi_pos = POS_VERSION + 1          # byte 15: traffic class low nibble, flow[19:16]
+        writes = [(fl_hi_pos, rewrite_flow, Cat(Const(0, 4), byte_at(fl_hi_pos)[4:])),
+                  (fl_hi_pos + 1, rewrite_flow, new_flow[8:16]),
+                  (fl_hi_pos + 2, rewrite_flow, new_flow[0:8]),
+                  (POS_SPORT, rewrite_port, new_port[8:16]),
+                  (POS_SPORT + 1, rewrite_port, new_port[0:8])]
+        for pos, cond, value in writes:
+            with m.If(cond & (beat == pos // B)):
+                m.d.comb += out_data.word_select(pos % B, 8).eq(value)
+
+        # Per-frame checks, sticky over the frame; a beat carries the value so far.
+        ethertype = field_now(POS_ETHERTYPE, 2)
+        checks_done_beat = (POS_DPORT + 1) // B
+        not_roce_now = Signal()
+        nr_r = Signal()
+        m.d.comb += not_roce_now.eq(
+            ((beat == POS_ETHERTYPE // B) & (ethertype != proto.ETHERTYPE_IPV6)) |
+            ((beat == POS_VERSION // B) & (now(POS_VERSION)[4:] != proto.IPV6_VERSION)) |
+            ((beat == POS_NH // B) & (now(POS_NH) != proto.IPPROTO_UDP)) |
+            ((beat == checks_done_beat) &
+             (field_now(POS_DPORT, 2) != self.udp_dport)))
+        not_roce = Mux(first, 0, nr_r) | not_roce_now
+        bad_in_r = Signal()
+        bad_in = Mux(first, 0, bad_in_r) | s.tuser[0]
+        frame_len = POS_IP + IPV6.size + plen      # by the header
+        # Ended before the smallest RoCEv2 frame: the last beat ends below byte 78.
+        min_beat, min_lane = (MIN_ROCE_FRAME - 1) // B, (MIN_ROCE_FRAME - 1) % B
+        truncated = s.tlast & ((beat < min_beat) | ((beat == min_beat) & ~s.tkeep[min_lane]))
+        too_long = (beat >= POS_PLEN // B) & (frame_len > self.max_frame_reg)
+
+        # The record HeaderInsert needs, written once the payload length is known.
+        ins_beat = (POS_PLEN + 1) // B
+        h = Signal(2)
+        with m.Switch(mode):
+            for mv, hlen in INSERT_LEN.items():
+                with m.Case(mv):
+                    m.d.comb += h.eq(INSERT_CHOICES.index(hlen))
+        short = s.tlast & (beat < ins_beat)            # ended before its payload length
+        eth_bytes = Cat(*(now(i) for i in range(POS_IP)))
+        srh_on = mode == EvMode.SRV6_SRH
+        outer_hdr = IPV6.assemble({
+            "version": proto.IPV6_VERSION, "dscp": dscp, "ecn": ecn,
+            "flow_label": new_flow,
+            "payload_length": (plen + Mux(srh_on, proto.OUTER_SRH_LEN,
+                                          proto.OUTER_IPV6_LEN))[:16],
+            "next_header": Mux(srh_on, proto.IPPROTO_ROUTING, proto.IPPROTO_IPV6),
+            "hop_limit": hop_limit, "src": outer_src, "dst": ev[128:256],
+        })
+        srh_hdr = SRH.assemble({
+            "next_header": proto.IPPROTO_IPV6, "hdr_ext_len": 2,
+            "routing_type": proto.SRH_ROUTING_TYPE, "segments_left": 1, "last_entry": 0,
+            "segment": ev[0:128],
+        })
+        push = s.tvalid & ((beat == ins_beat) | short)
+        m.d.comb += [
+            self.ins.payload.h.eq(Mux(short, 0, h)),
+            self.ins.payload.prefix.eq(Cat(eth_bytes, outer_hdr, srh_hdr)),
+        ]
+
+        accept = Signal()
+        desc_ok = ~first | self.desc.valid
+        m.d.comb += [
+            accept.eq(s.tvalid & en & desc_ok & (~push | self.ins.ready)),
+            s.tready.eq(en & desc_ok & (~push | self.ins.ready)),
+            self.desc.ready.eq(en & first & s.tvalid & (~push | self.ins.ready)),
+            self.ins.valid.eq(push & en & desc_ok),
+        ]
+        m.d.comb += self.stats.desc_wait.eq(s.tvalid & first & ~self.desc.valid)
+
+        with m.If(accept):
+            m.d.sync += beat.eq(Mux(s.tlast, 0, Mux(beat == 0xFFFF, beat, beat + 1)))
+            with m.If(first):
+                m.d.sync += [mode_r.eq(d.mode), ev_r.eq(d.ev), ent_r.eq(d.entropy),
+                             hdr_r.eq(outer)]
+            for pos, reg in captured.items():
+                with m.If(beat == pos // B):
+                    m.d.sync += reg.eq(byte_at(pos))
+            m.d.sync += [nr_r.eq(not_roce), bad_in_r.eq(bad_in)]
+
+        # ICRC patch: launched on the beat that carries the UDP source port.
+        port_beat = (POS_SPORT + 1) // B
+        k = Signal(self.k_bits)
+        k_full = frame_len - ICRC_GAP
+        m.d.comb += k.eq(Mux(k_full[self.k_bits:] != 0, 0, k_full[:self.k_bits]))
+        delta = Mux(rewrite_port, old_port ^ new_port, 0)
+        m.submodules.shift = shift = crc.CrcShiftPipeline(self.k_bits)
+        m.d.comb += [
+            shift.en.eq(en),
+            shift.v.eq(crc.gf2_apply(crc.field_matrix(2), delta)),
+            shift.k.eq(k),
+            shift.tag.eq(accept & (beat == port_beat)),
+        ]
+
+        # --- stages 1 .. depth: the pipeline ---------------------------------------------
+        # rem: bytes of the frame (by its header) from this beat's first byte on.
+        rem0 = Signal(range(-2 ** 17, 2 ** 17))
+        m.d.comb += rem0.eq(frame_len - (beat * B)[:17])
+        fields = {
+            "valid": 1, "data": 8 * B, "keep": B, "last": 1, "bad_in": 1, "pass_": 1,
+            "not_roce": 1, "truncated": 1, "too_long": 1, "rem": rem0.shape(),
+        }
+        stage0 = {
+            "valid": accept, "data": out_data, "keep": s.tkeep, "last": s.tlast,
+            "bad_in": bad_in, "pass_": mode == EvMode.PASS, "not_roce": not_roce,
+            "truncated": truncated, "too_long": too_long, "rem": rem0,
+        }
+        stages = [stage0]
+        for i in range(1, self.depth):
+            st = {n: Signal(w, name=f"s{i}_{n}") for n, w in fields.items()}
+            with m.If(en):
+                m.d.sync += [st[n].eq(stages[-1][n]) for n in fields]
+            stages.append(st)
+        pen = stages[-1]           # aligned with the ICRC shift's output
+
+        # Computed on the way into `pen`, from `rem` of the stage before it, so that the
+        # patch itself is shallow: where the ICRC's 4 bytes fall in this beat (one-hot over
+        # lanes -3 .. B-1 of its first byte), and the keep the header's length implies.
+        before = stages[-2]
+        onehot, exp_last, exp_keep = Signal(B + 3), Signal(), Signal(B)
+        with m.If(en):
+            m.d.sync += [onehot[r + 3].eq(before["rem"] == r + proto.ICRC_LEN)
+                         for r in range(-3, B)]
+            m.d.sync += exp_last.eq((before["rem"] > 0) & (before["rem"] <= B))
+            m.d.sync += [exp_keep[j].eq(before["rem"] > j) for j in range(B)]
+
+        corr_hold = Signal(32)
+        corr = Mux(shift.out_tag, shift.out, corr_hold)
+        with m.If(en & shift.out_tag):
+            m.d.sync += corr_hold.eq(shift.out)
+        patch = Signal(8 * B)
+        for j in range(B):
+            # Lane j holds ICRC byte i when the ICRC starts at lane j - i.
+            terms = [Mux(onehot[j - i + 3], corr.word_select(i, 8), 0) for i in range(4)]
+            m.d.comb += patch.word_select(j, 8).eq(terms[0] | terms[1] | terms[2] | terms[3])
+
+        fin = {n: Signal(w, name=f"out_{n}") for n, w in fields.items()}
+        length_bad = Signal()
+        nbytes = Signal(range(B + 1))
+        with m.If(en):
+            m.d.sync += [fin[n].eq(pen[n]) for n in fields if n != "data"]
+            m.d.sync += fin["data"].eq(pen["data"] ^ Mux(pen["pass_"], 0, patch))
+            m.d.sync += length_bad.eq(pen["last"] & ~(exp_last & (pen["keep"] == exp_keep)))
+            m.d.sync += nbytes.eq(keep_count(pen["keep"]))
+
+        errors = fin["not_roce"] | fin["truncated"] | fin["too_long"] | length_bad
+        bad = fin["bad_in"] | (~fin["pass_"] & errors)
+        m.d.comb += [
+            last_valid.eq(fin["valid"]),
+            self.m_axis.tvalid.eq(fin["valid"]),
+            self.m_axis.tdata.eq(fin["data"]),
+            self.m_axis.tkeep.eq(fin["keep"]),
+            self.m_axis.tlast.eq(fin["last"]),
+            self.m_axis.tuser.eq(fin["last"] & bad),
+        ]
+        moved = fin["valid"] & self.m_axis.tready
+        counted = moved & fin["last"]
+        nonpass = counted & ~fin["pass_"]
+        m.d.comb += [
+            self.stats.frames.eq(counted),
+            self.stats.bytes.eq(Mux(moved, nbytes, 0)),
+            self.stats.in_bad.eq(counted & fin["bad_in"]),
+            self.stats.not_roce.eq(nonpass & fin["not_roce"]),
+            self.stats.truncated.eq(nonpass & fin["truncated"]),
+            self.stats.too_long.eq(nonpass & fin["too_long"] & ~fin["truncated"]),
+            self.stats.length.eq(nonpass & length_bad & ~fin["truncated"]),
+        ]
+        return m
+
+
+class HeaderInsert(wiring.Component):
+    """Stage 2 of :class:`Srv6Encap`: puts 0, 40 or 64 bytes after the Ethernet header.
+
+    Each frame takes one ``ins`` record: ``h`` (index into :data:`INSERT_CHOICES`) and
+    ``prefix``, the output's first ``14 + H`` bytes (Ethernet header, outer IPv6, SRH). The
+    output is the input shifted by H bytes with those first bytes overwritten. With
+    H = q*B + s on a B-byte bus, output beat j takes lanes ``l >= s`` from input beat j - q
+    (the beat it consumes) and lanes ``l < s`` from the beat before (kept in a register); the
+    prefix lanes of the first beats come from a shift register. The possible ``s`` are few (at
+    most 3 per width), so each output lane is a small mux. Output is registered; 1 cycle
+    latency; one output beat per cycle, the first beat of a frame right after the last of the
+    one before.
+    """
+
+    def __init__(self, data_width):
+        self.data_width = check_data_width(data_width, minimum=64, maximum=2048,
+                                           power_of_two=True)
+        super().__init__({
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "ins": In(meta_stream(_prefix_layout())),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.data_width // 8
+        s, ins = self.s_axis, self.ins
+        plen = {h: (POS_IP + n if n else 0) for h, n in enumerate(INSERT_CHOICES)}
+        q = {h: n // B for h, n in enumerate(INSERT_CHOICES)}
+        sh = {h: n % B for h, n in enumerate(INSERT_CHOICES)}
+        jmax = max(max(q.values()), max(-(-p // B) for p in plen.values())) + 1
+
+        j = Signal(range(jmax + 1))
+        flush = Signal()            # the input's last beat spilled: one more output beat
+        h_r = Signal(2)
+        pwidth = max(len(ins.payload.prefix), 8 * B)
+        pfx_r = Signal(pwidth)
+        prev_data, prev_keep, prev_user = Signal(8 * B), Signal(B), Signal()
+        o_valid, o_data, o_keep, o_last, o_user = (Signal(), Signal(8 * B), Signal(B),
+                                                   Signal(), Signal())
+
+        first = (j == 0) & ~flush
+        cur_h = Mux(first, ins.payload.h, h_r)
+        cur_p = Signal(pwidth)
+        m.d.comb += cur_p.eq(Mux(first, ins.payload.prefix, pfx_r))
+
+        need_cur = Signal()
+        pmask = Signal(B)
+        spill = Signal()
+        s_data, s_keep = Signal(8 * B), Signal(B)
+        with m.Switch(cur_h):
+            for h in range(len(INSERT_CHOICES)):
+                with m.Case(h):
+                    m.d.comb += need_cur.eq(~flush & (j >= q[h]))
+                    # Prefix lanes of beat j, a constant per (h, j).
+                    with m.Switch(j):
+                        for jj in range(jmax + 1):
+                            with m.Case(jj):
+                                lanes = max(0, min(B, plen[h] - jj * B))
+                                m.d.comb += pmask.eq((1 << lanes) - 1)
+                    n = sh[h]
+                    for l in range(B):
+                        if l >= n:      # from the beat being consumed
+                            m.d.comb += [
+                                s_data.word_select(l, 8).eq(s.tdata.word_select(l - n, 8)),
+                                s_keep[l].eq(~flush & s.tkeep[l - n]),
+                            ]
+                        else:           # from the beat before
+                            m.d.comb += [
+                                s_data.word_select(l, 8).eq(
+                                    prev_data.word_select(l - n + B, 8)),
+                                s_keep[l].eq(prev_keep[l - n + B]),
+                            ]
+                    m.d.comb += spill.eq(s.tkeep[B - n] if n else 0)
+
+        out_free = ~o_valid | self.m_axis.tready
+        # A frame starts only once its first beat is here too, so that its prefix does not
+        # run ahead of its data: MACs downstream want frames without holes.
+        emit = out_free & (~first | (ins.valid & s.tvalid)) & (~need_cur | s.tvalid)
+        last = flush | (need_cur & s.tlast & ~spill)
+        data_out, keep_out = Signal(8 * B), Signal(B)
+        for l in range(B):
+            m.d.comb += [
+                data_out.word_select(l, 8).eq(Mux(pmask[l], cur_p.word_select(l, 8),
+                                                  s_data.word_select(l, 8))),
+                keep_out[l].eq(pmask[l] | s_keep[l]),
+            ]
+        m.d.comb += [
+            s.tready.eq(emit & need_cur),
+            ins.ready.eq(emit & first),
+            self.m_axis.tvalid.eq(o_valid),
+            self.m_axis.tdata.eq(o_data),
+            self.m_axis.tkeep.eq(o_keep),
+            self.m_axis.tlast.eq(o_last),
+            self.m_axis.tuser.eq(o_user),
+        ]
+        with m.If(emit):
+            m.d.sync += [
+                o_valid.eq(1), o_data.eq(data_out), o_keep.eq(keep_out), o_last.eq(last),
+                o_user.eq(Mux(flush, prev_user, need_cur & s.tlast & s.tuser[0] & ~spill)),
+                pfx_r.eq(cur_p >> (8 * B)),
+                h_r.eq(cur_h),
+            ]
+            with m.If(need_cur):
+                m.d.sync += [prev_data.eq(s.tdata), prev_keep.eq(s.tkeep),
+                             prev_user.eq(s.tuser[0])]
+            with m.If(last):
+                m.d.sync += [j.eq(0), flush.eq(0)]
+            with m.Else():
+                m.d.sync += j.eq(Mux(j == jmax, j, j + 1))
+                with m.If(need_cur & s.tlast & spill):
+                    m.d.sync += flush.eq(1)
+        with m.Elif(self.m_axis.tready):
+            m.d.sync += o_valid.eq(0)
+        return m
+
+
+class Srv6Encap(wiring.Component):
+    """See the module docstring: SRv6/STEV/UDP entropy encapsulation, ``srv6-encap``."""
+
+    def __init__(self, data_width=512, max_frame=9216):
+        self.data_width = data_width
+        self.max_frame = max_frame
+        self.rewrite = EntropyRewrite(data_width, max_frame)      # checks the parameters
+        self.latency = self.rewrite.depth + 4
+        super().__init__({
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "desc": In(meta_stream(ENCAP_DESC)),
+            "s_axil": In(AxiLiteSignature(ENCAP_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.data_width
+        m.submodules.in_skid = in_skid = SkidBuffer(w)
+        m.submodules.desc_skid = desc_skid = MetaSkidBuffer(ENCAP_DESC)
+        m.submodules.rewrite = rw = self.rewrite
+        m.submodules.mid_skid = mid_skid = SkidBuffer(w)
+        # Records for frames inside the rewrite pipeline: at most one per stage, plus slack.
+        m.submodules.ins_fifo = fifo = SyncFIFOBuffered(
+            width=len(rw.ins.payload.as_value()), depth=rw.depth + 4)
+        m.submodules.insert = ins = HeaderInsert(w)
+        m.submodules.out_skid = out_skid = SkidBuffer(w)
+        m.submodules.csr = csr = CsrBlock(ENCAP_REGS)
+
+        wiring.connect(m, wiring.flipped(self.s_axis), in_skid.s_axis)
+        wiring.connect(m, wiring.flipped(self.desc), desc_skid.i)
+        wiring.connect(m, in_skid.m_axis, rw.s_axis)
+        wiring.connect(m, desc_skid.o, rw.desc)
+        wiring.connect(m, rw.m_axis, mid_skid.s_axis)
+        wiring.connect(m, mid_skid.m_axis, ins.s_axis)
+        wiring.connect(m, ins.m_axis, out_skid.s_axis)
+        wiring.connect(m, out_skid.m_axis, wiring.flipped(self.m_axis))
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        m.d.comb += [
+            fifo.w_data.eq(rw.ins.payload.as_value()),
+            fifo.w_en.eq(rw.ins.valid),
+            rw.ins.ready.eq(fifo.w_rdy),
+            ins.ins.payload.eq(fifo.r_data),
+            ins.ins.valid.eq(fifo.r_rdy),
+            fifo.r_en.eq(ins.ins.ready),
+        ]
+
+        f = csr.fields
+        m.d.comb += [
+            rw.udp_dport.eq(f["config"]["udp_dport"]),
+            rw.stev_swap.eq(f["config"]["stev_swap"]),
+            rw.max_frame_reg.eq(f["max_frame"]["bytes"]),
+        ]
+        clear = f["control"]["clear"]
+        for name in ENCAP_COUNTERS:
+            count = Signal(32, name=f"count_{name}")
+            with m.If(clear):
+                m.d.sync += count.eq(0)
+            with m.Else():
+                m.d.sync += count.eq(count + getattr(rw.stats, name))
+            m.d.comb += f[name]["count"].eq(count)
+        return m
+
+
+@registry.register("srv6-encap", "SRv6 / STEV / UDP entropy encapsulation (TX): outer "
+                   "IPv6 + SRH insertion, in-place EV rewrite with ICRC patch",
+                   defaults={"data_width": 512, "max_frame": 9216})
+def _srv6_encap_block(data_width, max_frame):
+    return Srv6Encap(data_width, max_frame)
