@@ -29,12 +29,16 @@ __all__ = ["FlatTop", "flat_ports", "export_verilog", "verilog_text", "verilator
 
 # Warnings Verilator's -Wall raises on Amaranth's generated Verilog that the generator cannot
 # avoid: the file name is the user's choice, Amaranth keeps a wire for every port of every
-# submodule (some bits never read), and it gives each register its initial value in the
-# declaration. They are waived here and nowhere else.
+# submodule (some bits never read), gives each register its initial value in the declaration,
+# writes constants at their minimal width and `!x` for `x == 0`, and lowers switches to casez
+# over the values used, after a default assignment. They are waived here and nowhere else.
 LINT_WAIVERS = [
     "-Wno-DECLFILENAME",   # file name vs module name of Amaranth's submodules
     "-Wno-UNUSEDSIGNAL",   # unread copies of ports and bits of intermediate wires
     "-Wno-PROCASSINIT",    # registers declared with their initial value, then assigned
+    "-Wno-WIDTHEXPAND",    # comparisons with constants of their minimal width (x == 1'h1)
+    "-Wno-WIDTHTRUNC",     # reductions written `! vector` for `vector == 0`
+    "-Wno-CASEINCOMPLETE", # casez over a subset of values, with the default assigned before
 ]
 
 

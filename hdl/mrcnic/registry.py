@@ -17,6 +17,7 @@ __all__ = ["register", "blocks", "get", "parse_params", "module_name"]
 BLOCK_MODULES = [
     "mrcnic.stream",
     "mrcnic.srv6",
+    "mrcnic.srv6_decap",
 ]
 
 _BLOCKS = {}

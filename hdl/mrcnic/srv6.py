@@ -69,8 +69,8 @@ from amaranth.lib.wiring import In, Out
 from . import crc, proto, registry
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap
 from .proto import ETH, IPV6, SRH, UDP, EvMode
-from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
-                     keep_count, meta_stream)
+from .stream import (AxiStreamSignature, ByteCapture, MetaSkidBuffer, SkidBuffer,
+                     check_data_width, const_lt as _lt, keep_count, meta_stream)
 
 
 __all__ = ["ENCAP_DESC", "ENCAP_REGS", "INSERT_LEN", "MIN_ROCE_FRAME", "Srv6Encap",
@@ -202,19 +202,8 @@ class EntropyRewrite(wiring.Component):
         rewrite_port = mode != EvMode.PASS
 
         # Bytes of the inner headers, each taken from the beat that carries it.
-        def byte_at(pos, source=s.tdata):
-            return source.word_select(pos % B, 8)
-
-        captured = {}
-
-        def now(pos):
-            """Byte ``pos`` of the frame: from this beat if it carries it, else as captured."""
-            if pos not in captured:
-                captured[pos] = Signal(8, name=f"byte{pos}")
-            return Mux(beat == pos // B, byte_at(pos), captured[pos])
-
-        def field_now(pos, nbytes):
-            return Cat(*(now(pos + i) for i in reversed(range(nbytes))))
+        cap = ByteCapture(beat, s.tdata, B)
+        byte_at, now, field_now = cap.lane, cap.now, cap.field
 
         plen = field_now(POS_PLEN, 2)
         old_port = field_now(POS_SPORT, 2)
@@ -249,8 +238,8 @@ class EntropyRewrite(wiring.Component):
         frame_len = POS_IP + IPV6.size + plen      # by the header
         # Ended before the smallest RoCEv2 frame: the last beat ends below byte 78.
         min_beat, min_lane = (MIN_ROCE_FRAME - 1) // B, (MIN_ROCE_FRAME - 1) % B
-        truncated = s.tlast & ((beat < min_beat) | ((beat == min_beat) & ~s.tkeep[min_lane]))
-        too_long = (beat >= POS_PLEN // B) & (frame_len > self.max_frame_reg)
+        truncated = s.tlast & (_lt(beat, min_beat) | ((beat == min_beat) & ~s.tkeep[min_lane]))
+        too_long = ~_lt(beat, POS_PLEN // B) & (frame_len > self.max_frame_reg)
 
         # The record HeaderInsert needs, written once the payload length is known.
         ins_beat = (POS_PLEN + 1) // B
@@ -259,7 +248,7 @@ class EntropyRewrite(wiring.Component):
             for mv, hlen in INSERT_LEN.items():
                 with m.Case(mv):
                     m.d.comb += h.eq(INSERT_CHOICES.index(hlen))
-        short = s.tlast & (beat < ins_beat)            # ended before its payload length
+        short = s.tlast & _lt(beat, ins_beat)          # ended before its payload length
         eth_bytes = Cat(*(now(i) for i in range(POS_IP)))
         srh_on = mode == EvMode.SRV6_SRH
         outer_hdr = IPV6.assemble({
@@ -296,9 +285,7 @@ class EntropyRewrite(wiring.Component):
             with m.If(first):
                 m.d.sync += [mode_r.eq(d.mode), ev_r.eq(d.ev), ent_r.eq(d.entropy),
                              hdr_r.eq(outer)]
-            for pos, reg in captured.items():
-                with m.If(beat == pos // B):
-                    m.d.sync += reg.eq(byte_at(pos))
+            cap.capture(m)
             m.d.sync += [nr_r.eq(not_roce), bad_in_r.eq(bad_in)]
 
         # ICRC patch: launched on the beat that carries the UDP source port.
@@ -444,7 +431,7 @@ class HeaderInsert(wiring.Component):
         with m.Switch(cur_h):
             for h in range(len(INSERT_CHOICES)):
                 with m.Case(h):
-                    m.d.comb += need_cur.eq(~flush & (j >= q[h]))
+                    m.d.comb += need_cur.eq(~flush & ~_lt(j, q[h]))
                     # Prefix lanes of beat j, a constant per (h, j).
                     with m.Switch(j):
                         for jj in range(jmax + 1):

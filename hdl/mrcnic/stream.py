@@ -19,7 +19,7 @@ Skid buffers
     its ports.
 """
 
-from amaranth.hdl import Cat, Const, Elaboratable, Module, Shape, Signal, Value
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,7 +27,7 @@ from . import registry
 
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
-           "keep_count"]
+           "keep_count", "ByteCapture", "const_lt"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -187,6 +187,42 @@ def keep_count(keep):
         terms = [ends[j] for j in range(n) if ((j + 1) >> b) & 1]
         bits.append(Cat(*terms).any() if terms else Const(0, 1))
     return Cat(*bits)
+
+
+class ByteCapture:
+    """Header bytes at fixed frame offsets, read from whichever beat carries them.
+
+    ``now(pos)`` is byte ``pos`` of the frame: the lane of the current beat when it carries
+    it, else the copy taken when it passed (``capture(m)`` on every accepted beat keeps the
+    copies). ``field(pos, n)`` is the big-endian ``n``-byte field at ``pos``.
+    """
+
+    def __init__(self, beat, tdata, nbytes):
+        self.beat, self.tdata, self.B = beat, tdata, nbytes
+        self.regs = {}
+
+    def lane(self, pos):
+        return self.tdata.word_select(pos % self.B, 8)
+
+    def now(self, pos):
+        if pos not in self.regs:
+            self.regs[pos] = Signal(8, name=f"byte{pos}")
+        return Mux(self.beat == pos // self.B, self.lane(pos), self.regs[pos])
+
+    def field(self, pos, nbytes):
+        return Cat(*(self.now(pos + i) for i in reversed(range(nbytes))))
+
+    def capture(self, m):
+        """Add to ``m`` (under the caller's accept condition) the copy of every byte read."""
+        for pos, reg in self.regs.items():
+            with m.If(self.beat == pos // self.B):
+                m.d.sync += reg.eq(self.lane(pos))
+
+
+def const_lt(value, n):
+    """``value < n`` for a constant ``n``, constant 0 when ``n`` is 0 (no always-false
+    comparison in the Verilog)."""
+    return (value < n) if n else Const(0, 1)
 
 
 def wiring_cat(interface, names):

@@ -96,3 +96,53 @@ def encap(frame, desc, *, in_bad=False, udp_dport=proto.UDP_DPORT_DEFAULT, stev_
                               last_entry=0, segment=ev & ((1 << 128) - 1))
         out = out[:IP] + outer + out[IP:]
     return bytes(out), bool(causes), causes
+
+
+DECAP_CAUSES = ("in_bad", "version", "length", "srh", "inner", "truncated")
+
+
+def decap(frame, *, in_bad=False, srh_any_left=0):
+    """What ``Srv6Decap`` does with one frame: ``(frame, bad, causes, meta)``.
+
+    ``meta`` has the fields of ``DECAP_META`` (mode, dscp, ecn, flow_label, hop_limit, srh,
+    residue, bad); the header fields are the first IPv6 header's, for any IPv6 frame of at
+    least 54 bytes, else 0. Only frames of Ethernet type IPv6 with outer version 6 and Next Header 41
+    or 43 are stripped (of 40 or 64 bytes); the checks follow the spec's SRv6 rules.
+    """
+    frame = bytes(frame)
+    n = len(frame)
+    causes = {"in_bad"} if in_bad else set()
+    meta = {"mode": int(EvMode.PASS), "dscp": 0, "ecn": 0, "flow_label": 0, "hop_limit": 0,
+            "srh": 0, "residue": 0, "bad": 0}
+    strip = 0
+    is_ipv6 = n >= IP and int.from_bytes(frame[12:14], "big") == proto.ETHERTYPE_IPV6
+    if is_ipv6 and n > IP and frame[IP] >> 4 != 6:
+        causes.add("version")
+    elif is_ipv6 and n > NH and frame[NH] in (proto.IPPROTO_IPV6, proto.IPPROTO_ROUTING):
+        srh = frame[NH] == proto.IPPROTO_ROUTING
+        strip = proto.OUTER_SRH_LEN if srh else proto.OUTER_IPV6_LEN
+        inner = IP + strip
+        if n < inner + IPV6.size:
+            causes.add("truncated")
+        else:
+            if frame[inner] >> 4 != 6:
+                causes.add("inner")
+            if n != IP + IPV6.size + int.from_bytes(frame[PLEN:PLEN + 2], "big"):
+                causes.add("length")
+        if srh and n >= IP + IPV6.size + 5:
+            s = frame[IP + IPV6.size:]
+            left_ok = s[3] == 0 or (srh_any_left and s[3] == 1)
+            if (s[0], s[1], s[2], s[4]) != (proto.IPPROTO_IPV6, 2, proto.SRH_ROUTING_TYPE,
+                                            0) or not left_ok:
+                causes.add("srh")
+        meta.update(mode=int(EvMode.SRV6_SRH if srh else EvMode.SRV6), srh=int(srh))
+    if is_ipv6 and n >= IP + IPV6.size:
+        # The first IPv6 header (the outer one when encapsulated), for any IPv6 frame.
+        hdr = IPV6.unpack(frame[IP:IP + IPV6.size])
+        meta.update(dscp=hdr["dscp"], ecn=hdr["ecn"], flow_label=hdr["flow_label"],
+                    hop_limit=hdr["hop_limit"], residue=hdr["dst"])
+    out = frame[:IP] + frame[IP + strip:] if strip else frame
+    if strip and n < IP + strip:
+        out = frame[:IP]
+    meta["bad"] = int(bool(causes))
+    return out, bool(causes), causes, meta
