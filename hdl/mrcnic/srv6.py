@@ -202,7 +202,7 @@ class EntropyRewrite(wiring.Component):
         rewrite_port = mode != EvMode.PASS
 
         # Bytes of the inner headers, each taken from the beat that carries it.
-        cap = ByteCapture(beat, s.tdata, B)
+        cap = ByteCapture(beat, s.tdata, s.tkeep)
         byte_at, now, field_now = cap.lane, cap.now, cap.field
 
         plen = field_now(POS_PLEN, 2)
@@ -223,15 +223,15 @@ class EntropyRewrite(wiring.Component):
 
         # Per-frame checks, sticky over the frame; a beat carries the value so far.
         ethertype = field_now(POS_ETHERTYPE, 2)
-        checks_done_beat = (POS_DPORT + 1) // B
         not_roce_now = Signal()
         nr_r = Signal()
+        # Each check is made on the beat that carries its field's last byte, if it does.
+        here = cap.here
         m.d.comb += not_roce_now.eq(
-            ((beat == POS_ETHERTYPE // B) & (ethertype != proto.ETHERTYPE_IPV6)) |
-            ((beat == POS_VERSION // B) & (now(POS_VERSION)[4:] != proto.IPV6_VERSION)) |
-            ((beat == POS_NH // B) & (now(POS_NH) != proto.IPPROTO_UDP)) |
-            ((beat == checks_done_beat) &
-             (field_now(POS_DPORT, 2) != self.udp_dport)))
+            (here(POS_ETHERTYPE + 1) & (ethertype != proto.ETHERTYPE_IPV6)) |
+            (here(POS_VERSION) & (now(POS_VERSION)[4:] != proto.IPV6_VERSION)) |
+            (here(POS_NH) & (now(POS_NH) != proto.IPPROTO_UDP)) |
+            (here(POS_DPORT + 1) & (field_now(POS_DPORT, 2) != self.udp_dport)))
         not_roce = Mux(first, 0, nr_r) | not_roce_now
         bad_in_r = Signal()
         bad_in = Mux(first, 0, bad_in_r) | s.tuser[0]

@@ -127,7 +127,7 @@ class OuterParse(wiring.Component):
         first = beat == 0
         last_valid = Signal()
         en = ~last_valid | self.m_axis.tready
-        cap = ByteCapture(beat, s.tdata, B)
+        cap = ByteCapture(beat, s.tdata, s.tkeep)
         now, field = cap.now, cap.field
 
         def at_or_after(pos):
@@ -156,19 +156,18 @@ class OuterParse(wiring.Component):
         h_now = Mux(beat == rec_beat, Mux(short, 0, h), Mux(const_lt(beat, rec_beat), 0, h_r))
         sticky = {n: Signal(name=f"{n}_r") for n in ("version", "srh", "inner", "in_bad")}
         now_flags = {
-            "version": (beat == max(POS_ETHERTYPE, IP) // B) & is_ipv6 & ~version_ok,
+            "version": cap.here(IP) & is_ipv6 & ~version_ok,
             "in_bad": s.tuser[0],
         }
         srh_ok = ((now(POS_SRH) == proto.IPPROTO_IPV6) & (now(POS_SRH + 1) == 2) &
                   (now(POS_SRH + 2) == proto.SRH_ROUTING_TYPE) &
                   ((now(POS_SRH + 3) == 0) | (self.srh_any_left & (now(POS_SRH + 3) == 1))) &
                   (now(POS_SRH + 4) == 0))
-        srh_beat = (POS_SRH + 4) // B
-        now_flags["srh"] = (beat == srh_beat) & (h_now == 2) & ~srh_ok
+        now_flags["srh"] = cap.here(POS_SRH + 4) & (h_now == 2) & ~srh_ok
         inner_ip = {1: IP + proto.OUTER_IPV6_LEN, 2: IP + proto.OUTER_SRH_LEN}
-        now_flags["inner"] = (((beat == inner_ip[1] // B) & (h_now == 1) &
+        now_flags["inner"] = ((cap.here(inner_ip[1]) & (h_now == 1) &
                                (now(inner_ip[1])[4:] != proto.IPV6_VERSION)) |
-                              ((beat == inner_ip[2] // B) & (h_now == 2) &
+                              (cap.here(inner_ip[2]) & (h_now == 2) &
                                (now(inner_ip[2])[4:] != proto.IPV6_VERSION)))
         flags = {n: Mux(first, 0, sticky[n]) | now_flags[n] for n in sticky}
 

@@ -193,13 +193,18 @@ class ByteCapture:
     """Header bytes at fixed frame offsets, read from whichever beat carries them.
 
     ``now(pos)`` is byte ``pos`` of the frame: the lane of the current beat when it carries
-    it, else the copy taken when it passed (``capture(m)`` on every accepted beat keeps the
+    it, else the copy taken when it passed; ``here(pos)`` says that this beat has it (``capture(m)`` on every accepted beat keeps the
     copies). ``field(pos, n)`` is the big-endian ``n``-byte field at ``pos``.
     """
 
-    def __init__(self, beat, tdata, nbytes):
-        self.beat, self.tdata, self.B = beat, tdata, nbytes
+    def __init__(self, beat, tdata, tkeep):
+        self.beat, self.tdata, self.tkeep = beat, tdata, tkeep
+        self.B = len(tkeep)
         self.regs = {}
+
+    def here(self, pos):
+        """The current beat carries byte ``pos`` (its lane is kept)."""
+        return (self.beat == pos // self.B) & self.tkeep[pos % self.B]
 
     def lane(self, pos):
         return self.tdata.word_select(pos % self.B, 8)

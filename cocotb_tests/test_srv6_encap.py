@@ -1,0 +1,17 @@
+import pytest
+
+from harness import SIMULATORS, run_cocotb
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("data_width", [64, 512])
+def test_srv6_encap(simulator, data_width):
+    run_cocotb("srv6-encap", {"data_width": data_width}, "tb_srv6_encap", simulator)
+
+
+@pytest.mark.parametrize("data_width", [128, 256, 1024, 2048])
+def test_srv6_encap_more_widths(data_width):
+    """The other widths on Verilator, the faster simulator for long traffic runs."""
+    if "verilator" not in SIMULATORS:
+        pytest.skip("Verilator not selected (COCOTB_SIMS)")
+    run_cocotb("srv6-encap", {"data_width": data_width}, "tb_srv6_encap", "verilator")
