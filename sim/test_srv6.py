@@ -94,6 +94,8 @@ def test_back_to_back_frames_have_no_idle_cycle(width, mode):
     H = INSERT_LEN[mode]
     beats = sum(-(-(len(f) + H) // B) for f in frames)
     c = sink.beat_cycles
+    # The source's first beat is taken at cycle 0 (registered ready, out of reset).
+    assert c[0] == Srv6Encap(width).latency, f"first beat out at cycle {c[0]}"
     assert len(c) == beats
     assert c[-1] - c[0] + 1 == beats, f"{beats} beats took {c[-1] - c[0] + 1} cycles"
 
@@ -129,5 +131,5 @@ def test_parameters_are_checked():
         Srv6Encap(96)
     with pytest.raises(ValueError, match="outside 64..2048"):
         Srv6Encap(32)
-    with pytest.raises(ValueError, match="max_frame = 60"):
-        Srv6Encap(64, max_frame=60)
+    with pytest.raises(ValueError, match="whole number of bytes"):
+        Srv6Encap(100)

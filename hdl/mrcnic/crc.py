@@ -131,8 +131,9 @@ class CrcShiftPipeline(wiring.Component):
         m = Module()
         v, k, tag = self.v, self.k, self.tag
         for i in range(self.latency):
-            c = k[2 * i:2 * i + 2]
-            options = [v] + [gf2_apply(zero_bytes_matrix(n << (2 * i)), v) for n in (1, 2, 3)]
+            c = k[2 * i:2 * i + 2]          # one bit in the last stage when k_bits is odd
+            options = [v] + [gf2_apply(zero_bytes_matrix(n << (2 * i)), v)
+                             for n in range(1, 1 << len(c))]
             nv = Signal(32, name=f"v{i}")
             nk = Signal(self.k_bits, name=f"k{i}")
             nt = Signal(len(tag), name=f"tag{i}")

@@ -21,9 +21,9 @@ Operation
     ``stev_swap`` (register) swaps the halves of E (port from E[31:16]). Rewriting the UDP
     source port changes bytes the ICRC covers, so the ICRC is patched in flight: CRC-32 is
     affine, and the patch is the CRC of the XOR of old and new port advanced over the bytes
-    that follow it (:mod:`mrcnic.crc`). That is why the rewrite stage is a pipeline: the
-    advance takes ``ceil(k_bits/2)`` cycles, and a one-beat frame must wait for it. An ICRC
-    that was wrong on input stays exactly as wrong on output.
+    that follow it (:mod:`mrcnic.crc`): advanced one beat per cycle as the frame streams,
+    then by the part of a beat left, in ``ceil(log2(B)/2)`` pipeline stages. An ICRC that was
+    wrong on input stays exactly as wrong on output.
 
     Two stages, each a component of this file:
 
@@ -47,16 +47,16 @@ beat, and the next frame is unaffected; each cause has a counter):
 A frame waits for its descriptor (counted in ``desc_wait`` cycles); nothing else stalls.
 
 Parameters
-    ``data_width``: 64, 128, 256, 512, 1024 or 2048. ``max_frame``: largest frame in bytes the
-    ICRC patch must cover, 78..65535 (default 9216); sets ``k_bits`` and the pipeline depth.
+    ``data_width``: 64, 128, 256, 512, 1024 or 2048.
 
 Ports
     ``s_axis``/``m_axis`` (AXI-Stream, ``user_width`` 1), ``desc`` (metadata stream of
     :data:`ENCAP_DESC`), ``s_axil`` (registers :data:`ENCAP_REGS`).
 
 Latency, throughput
-    ``ceil(k_bits/2) + 5`` cycles from ``s_axis`` to ``m_axis`` (12 at the default
-    ``max_frame``). One beat per cycle on the output with no idle cycle between frames: a
+    ``ceil(log2(B)/2) + 6`` cycles from ``s_axis`` to ``m_axis`` on a B-byte bus (8 at
+    64 bits, 9 at 512, 10 at 2048: :attr:`Srv6Encap.latency`, measured in the tests). One
+    beat per cycle on the output with no idle cycle between frames: a
     frame of L bytes with H inserted takes ceil((L+H)/B) output beats on a B-byte bus
     (measured in ``sim/test_srv6.py`` and ``cocotb_tests/tb_srv6_encap.py``).
 """
@@ -128,7 +128,6 @@ POS_NH = POS_IP + IPV6.offset("next_header")[0]                 # 20
 POS_UDP = POS_IP + IPV6.size                                    # 54
 POS_SPORT = POS_UDP + UDP.offset("src_port")[0]                 # 54
 POS_DPORT = POS_UDP + UDP.offset("dst_port")[0]                 # 56
-ICRC_GAP = POS_SPORT + 2 + proto.ICRC_LEN   # frame length - k: bytes not after the port
 
 
 def _prefix_layout():
@@ -144,15 +143,14 @@ class EntropyRewrite(wiring.Component):
     must have room, or the input waits). ``stats`` pulses once per counted event.
     """
 
-    def __init__(self, data_width, max_frame=9216):
+    def __init__(self, data_width):
         self.data_width = check_data_width(data_width, minimum=64, maximum=2048,
                                            power_of_two=True)
-        if not MIN_ROCE_FRAME <= max_frame <= 0xFFFF:
-            raise ValueError(f"max_frame = {max_frame} is outside {MIN_ROCE_FRAME}..65535")
-        self.max_frame = max_frame
-        self.k_bits = max(1, (max_frame - ICRC_GAP).bit_length())
+        B = data_width // 8
+        self.k_bits = max(1, (B - 1).bit_length())      # the ICRC's lane in its beat
         self.crc_latency = (self.k_bits + 1) // 2
-        self.depth = self.crc_latency + 1        # pipeline registers, output included
+        # Registers: the launch of the ICRC advance, the advance, the output.
+        self.depth = self.crc_latency + 2
         super().__init__({
             "s_axis": In(AxiStreamSignature(data_width)),
             "m_axis": Out(AxiStreamSignature(data_width)),
@@ -289,18 +287,37 @@ class EntropyRewrite(wiring.Component):
             m.d.sync += [nr_r.eq(not_roce), bad_in_r.eq(bad_in)]
 
         # ICRC patch: launched on the beat that carries the UDP source port.
+        # ICRC patch. The change of the port bytes moves the CRC register by S.delta right
+        # after the port; the patch is that state advanced over the zero bytes up to the
+        # ICRC. The advance is done a beat at a time while the frame streams (state `e`, at
+        # the start of each beat after the port's: one fixed 32x32 XOR map per beat), and the
+        # last part, less than a beat, in CrcShiftPipeline, tagged on the beat where the ICRC
+        # starts. So the pipeline is only log2(B)/2 stages deep, whatever the frame length.
         port_beat = (POS_SPORT + 1) // B
-        k = Signal(self.k_bits)
-        k_full = frame_len - ICRC_GAP
-        m.d.comb += k.eq(Mux(k_full[self.k_bits:] != 0, 0, k_full[:self.k_bits]))
+        n_p = POS_SPORT + 2 - port_beat * B       # port beat bytes up to the port's end
         delta = Mux(rewrite_port, old_port ^ new_port, 0)
+        m_s = crc.field_matrix(2)
+        m_next = crc.mat_mul(crc.zero_bytes_matrix(B - n_p), m_s)
+        e = Signal(32)
+        with m.If(accept):
+            with m.If(beat == port_beat):
+                m.d.sync += e.eq(crc.gf2_apply(m_next, delta))
+            with m.Else():
+                m.d.sync += e.eq(crc.gf2_apply(crc.zero_bytes_matrix(B), e))
+        rel = Signal(range(-2 ** 17, 2 ** 17))       # ICRC start - this beat's offset
+        m.d.comb += rel.eq(frame_len - proto.ICRC_LEN - (beat * B)[:17])
+        at_port = beat == port_beat
+        icrc_here = (rel >= 0) & (rel < B) & ~_lt(beat, port_beat)
+        launch_v, launch_k, launch_tag = Signal(32), Signal(self.k_bits), Signal()
+        with m.If(en):
+            m.d.sync += [
+                launch_v.eq(Mux(at_port, crc.gf2_apply(m_s, delta), e)),
+                launch_k.eq(Mux(at_port, rel - n_p, rel)[:self.k_bits]),
+                launch_tag.eq(accept & icrc_here),
+            ]
         m.submodules.shift = shift = crc.CrcShiftPipeline(self.k_bits)
-        m.d.comb += [
-            shift.en.eq(en),
-            shift.v.eq(crc.gf2_apply(crc.field_matrix(2), delta)),
-            shift.k.eq(k),
-            shift.tag.eq(accept & (beat == port_beat)),
-        ]
+        m.d.comb += [shift.en.eq(en), shift.v.eq(launch_v), shift.k.eq(launch_k),
+                     shift.tag.eq(launch_tag)]
 
         # --- stages 1 .. depth: the pipeline ---------------------------------------------
         # rem: bytes of the frame (by its header) from this beat's first byte on.
@@ -498,10 +515,9 @@ class HeaderInsert(wiring.Component):
 class Srv6Encap(wiring.Component):
     """See the module docstring: SRv6/STEV/UDP entropy encapsulation, ``srv6-encap``."""
 
-    def __init__(self, data_width=512, max_frame=9216):
+    def __init__(self, data_width=512):
         self.data_width = data_width
-        self.max_frame = max_frame
-        self.rewrite = EntropyRewrite(data_width, max_frame)      # checks the parameters
+        self.rewrite = EntropyRewrite(data_width)      # checks the parameters
         self.latency = self.rewrite.depth + 4
         super().__init__({
             "s_axis": In(AxiStreamSignature(data_width)),
@@ -561,6 +577,6 @@ class Srv6Encap(wiring.Component):
 
 @registry.register("srv6-encap", "SRv6 / STEV / UDP entropy encapsulation (TX): outer "
                    "IPv6 + SRH insertion, in-place EV rewrite with ICRC patch",
-                   defaults={"data_width": 512, "max_frame": 9216})
-def _srv6_encap_block(data_width, max_frame):
-    return Srv6Encap(data_width, max_frame)
+                   defaults={"data_width": 512})
+def _srv6_encap_block(data_width):
+    return Srv6Encap(data_width)

@@ -61,7 +61,7 @@ def encap(frame, desc, *, in_bad=False, udp_dport=proto.UDP_DPORT_DEFAULT, stev_
         old = int.from_bytes(frame[SPORT:SPORT + 2], "big")
         out[SPORT:SPORT + 2] = port.to_bytes(2, "big")
         k = length - (SPORT + 2 + proto.ICRC_LEN)
-        if 0 <= k < 1 << max(1, (max_frame - (SPORT + 2 + proto.ICRC_LEN)).bit_length()):
+        if k >= 0:
             fix = correction(old, port, 2, k).to_bytes(4, "little")
             for i in range(4):
                 if length - 4 + i < n:
