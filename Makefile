@@ -19,7 +19,7 @@ help:
 	@echo "make demo      run the main job (what exists today; see README)"
 	@echo "make test      full suite: unit tests, cocotb on Icarus and Verilator, lint, ECP5 build"
 	@echo "make test-fast unit tests on Amaranth's simulator only"
-	@echo "make soak      long randomized runs (not part of make test)"
+	@echo "make soak      long randomized runs, all widths, formal checks of the large blocks"
 	@echo "make clean     remove build outputs (keeps .venv)"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -48,13 +48,13 @@ tools:
 	fi
 
 test: setup
-	$(PY) -m pytest -n $(JOBS) sim cocotb_tests
+	$(PY) -m pytest -n $(JOBS) -m "not soak" sim cocotb_tests
 
 test-fast: setup
-	$(PY) -m pytest -n $(JOBS) sim -m "not synth"
+	$(PY) -m pytest -n $(JOBS) sim -m "not synth and not soak and not formal"
 
 soak: setup
-	MRCNIC_SOAK=20 $(PY) -m pytest -n $(JOBS) sim cocotb_tests -m "not synth"
+	MRCNIC_SOAK=5 $(PY) -m pytest -n $(JOBS) sim cocotb_tests -m "not synth"
 
 lint: setup
 	@mkdir -p $(DEMO)

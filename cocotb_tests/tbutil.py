@@ -23,6 +23,13 @@ def soak(count):
     return count * max(1, int(os.environ.get("MRCNIC_SOAK", "1")))
 
 
+def long_runs():
+    """Verilator takes the long traffic runs; Icarus, several times slower on wide designs,
+    runs a shorter cross-check of the same tests (``make soak`` runs both in full)."""
+    return (os.environ.get("MRCNIC_SIMULATOR") != "icarus"
+            or int(os.environ.get("MRCNIC_SOAK", "1")) > 1)
+
+
 def random_pauses(probability, rng=random):
     """Endless pause pattern for cocotbext-axi: True (pause) with ``probability``."""
     while True:

@@ -9,6 +9,7 @@ def test_srv6_encap(simulator, data_width):
     run_cocotb("srv6-encap", {"data_width": data_width}, "tb_srv6_encap", simulator)
 
 
+@pytest.mark.soak
 @pytest.mark.parametrize("data_width", [128, 256, 1024, 2048])
 def test_srv6_encap_more_widths(data_width):
     """The other widths on Verilator, the faster simulator for long traffic runs."""

@@ -167,7 +167,11 @@ class EntropyRewrite(wiring.Component):
         s, d = self.s_axis, self.desc.payload
 
         # --- stage 0: the accepted beat, rewritten ---------------------------------------
-        beat = Signal(16)                 # beat index within the frame (saturates)
+        # Beat index within the frame, saturating past the last header beat of interest (so
+        # that its compares stay small), and the byte offset of the beat.
+        header_beats = (MIN_ROCE_FRAME - 1) // B + 1
+        beat = Signal(range(header_beats + 1))
+        off = Signal(17)
         first = beat == 0
         last_valid = Signal()             # the last pipeline stage holds a beat
         en = ~last_valid | self.m_axis.tready
@@ -270,16 +274,19 @@ class EntropyRewrite(wiring.Component):
 
         accept = Signal()
         desc_ok = ~first | self.desc.valid
+        # Beats wait while the insert FIFO is full, whether or not they write to it: the
+        # FIFO outlasts the frames in flight, and the handshakes stay shallow.
         m.d.comb += [
-            accept.eq(s.tvalid & en & desc_ok & (~push | self.ins.ready)),
-            s.tready.eq(en & desc_ok & (~push | self.ins.ready)),
-            self.desc.ready.eq(en & first & s.tvalid & (~push | self.ins.ready)),
+            accept.eq(s.tvalid & en & desc_ok & self.ins.ready),
+            s.tready.eq(en & desc_ok & self.ins.ready),
+            self.desc.ready.eq(en & first & s.tvalid & self.ins.ready),
             self.ins.valid.eq(push & en & desc_ok),
         ]
         m.d.comb += self.stats.desc_wait.eq(s.tvalid & first & ~self.desc.valid)
 
         with m.If(accept):
-            m.d.sync += beat.eq(Mux(s.tlast, 0, Mux(beat == 0xFFFF, beat, beat + 1)))
+            m.d.sync += beat.eq(Mux(s.tlast, 0, Mux(beat == header_beats, beat, beat + 1)))
+            m.d.sync += off.eq(Mux(s.tlast, 0, off + B))
             with m.If(first):
                 m.d.sync += [mode_r.eq(d.mode), ev_r.eq(d.ev), ent_r.eq(d.entropy),
                              hdr_r.eq(outer)]
@@ -305,7 +312,7 @@ class EntropyRewrite(wiring.Component):
             with m.Else():
                 m.d.sync += e.eq(crc.gf2_apply(crc.zero_bytes_matrix(B), e))
         rel = Signal(range(-2 ** 17, 2 ** 17))       # ICRC start - this beat's offset
-        m.d.comb += rel.eq(frame_len - proto.ICRC_LEN - (beat * B)[:17])
+        m.d.comb += rel.eq(frame_len - proto.ICRC_LEN - off)
         at_port = beat == port_beat
         icrc_here = (rel >= 0) & (rel < B) & ~_lt(beat, port_beat)
         launch_v, launch_k, launch_tag = Signal(32), Signal(self.k_bits), Signal()
@@ -322,7 +329,7 @@ class EntropyRewrite(wiring.Component):
         # --- stages 1 .. depth: the pipeline ---------------------------------------------
         # rem: bytes of the frame (by its header) from this beat's first byte on.
         rem0 = Signal(range(-2 ** 17, 2 ** 17))
-        m.d.comb += rem0.eq(frame_len - (beat * B)[:17])
+        m.d.comb += rem0.eq(frame_len - off)
         fields = {
             "valid": 1, "data": 8 * B, "keep": B, "last": 1, "bad_in": 1, "pass_": 1,
             "not_roce": 1, "truncated": 1, "too_long": 1, "rem": rem0.shape(),

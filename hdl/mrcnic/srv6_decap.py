@@ -37,9 +37,12 @@ Ports
     frame's last beat waits for room for its record), ``s_axil`` (:data:`DECAP_REGS`).
 
 Latency, throughput
-    ``20 // B + 7`` cycles from a beat in to the first output beat it contributes to (see
-    :attr:`Srv6Decap.latency`); one input beat per cycle sustained, frames back to back;
-    a frame of L bytes leaves in ceil((L - H)/B) beats.
+    From a frame's first input beat to its first output beat: ``20 // B + 9 + q`` cycles for
+    a frame of more than one beat, where q = H // B beats are removed whole (11, 16, 19 for
+    PASS, SRV6, SRV6_SRH at 64 bits; 9, 9, 10 at 512 bits), one less for a one-beat frame
+    (:attr:`Srv6Decap.latency` is the PASS figure; measured in ``sim/test_srv6_decap.py``).
+    One input beat per cycle sustained, frames back to back; a frame of L bytes leaves in
+    ceil((L - H)/B) beats.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -400,7 +403,7 @@ class Srv6Decap(wiring.Component):
     def __init__(self, data_width=512):
         self.data_width = data_width
         self.parse = OuterParse(data_width)
-        self.latency = self.parse.depth + 4
+        self.latency = self.parse.depth + 6
         super().__init__({
             "s_axis": In(AxiStreamSignature(data_width)),
             "m_axis": Out(AxiStreamSignature(data_width)),
