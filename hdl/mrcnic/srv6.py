@@ -572,12 +572,16 @@ class Srv6Encap(wiring.Component):
             rw.max_frame_reg.eq(f["max_frame"]["bytes"]),
         ]
         clear = f["control"]["clear"]
+        # Events are registered once before they count: the counters' adders then start
+        # from a flip-flop, not from the end of the checks.
+        events = Signal.like(rw.stats)
+        m.d.sync += events.eq(rw.stats)
         for name in ENCAP_COUNTERS:
             count = Signal(32, name=f"count_{name}")
             with m.If(clear):
                 m.d.sync += count.eq(0)
             with m.Else():
-                m.d.sync += count.eq(count + getattr(rw.stats, name))
+                m.d.sync += count.eq(count + getattr(events, name))
             m.d.comb += f[name]["count"].eq(count)
         return m
 

@@ -126,7 +126,11 @@ class OuterParse(wiring.Component):
         m = Module()
         B = self.data_width // 8
         s = self.s_axis
-        beat = Signal(16)
+        # Beat index, saturating past the last header byte looked at (the end of the inner
+        # IPv6 header behind an SRH), and the byte offset of the beat.
+        header_beats = (IP + proto.OUTER_SRH_LEN + IPV6.size - 1) // B + 1
+        beat = Signal(range(header_beats + 1))
+        off = Signal(17)
         first = beat == 0
         last_valid = Signal()
         en = ~last_valid | self.m_axis.tready
@@ -177,7 +181,7 @@ class OuterParse(wiring.Component):
         # Length: the frame ends where the outer payload length says.
         frame_len = IP + IPV6.size + field(POS_PLEN, 2)
         rem = Signal(range(-2 ** 17, 2 ** 17))
-        m.d.comb += rem.eq(frame_len - (beat * B)[:17])
+        m.d.comb += rem.eq(frame_len - off)
         exp_keep = Cat(*(rem > j for j in range(B)))
         length_bad = (rem < 1) | (rem > B) | (s.tkeep != exp_keep)
         truncated = ((h_now == 1) & ends_before(inner_ip[1] + IPV6.size)) | \
@@ -221,7 +225,8 @@ class OuterParse(wiring.Component):
             self.meta.valid.eq(s.tvalid & en & s.tlast & (~push_rec | self.rec.ready)),
         ]
         with m.If(accept):
-            m.d.sync += beat.eq(Mux(s.tlast, 0, Mux(beat == 0xFFFF, beat, beat + 1)))
+            m.d.sync += beat.eq(Mux(s.tlast, 0, Mux(beat == header_beats, beat, beat + 1)))
+            m.d.sync += off.eq(Mux(s.tlast, 0, off + B))
             m.d.sync += h_r.eq(h_now)
             m.d.sync += [sticky[n].eq(flags[n]) for n in sticky]
             cap.capture(m)
@@ -444,12 +449,16 @@ class Srv6Decap(wiring.Component):
         f = csr.fields
         m.d.comb += parse.srh_any_left.eq(f["config"]["srh_any_left"])
         clear = f["control"]["clear"]
+        # Events are registered once before they count: the counters' adders then start
+        # from a flip-flop, not from the end of the checks.
+        events = Signal.like(parse.stats)
+        m.d.sync += events.eq(parse.stats)
         for name in DECAP_COUNTERS:
             count = Signal(32, name=f"count_{name}")
             with m.If(clear):
                 m.d.sync += count.eq(0)
             with m.Else():
-                m.d.sync += count.eq(count + getattr(parse.stats, name))
+                m.d.sync += count.eq(count + getattr(events, name))
             m.d.comb += f[name]["count"].eq(count)
         return m
 
