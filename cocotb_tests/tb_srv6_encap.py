@@ -111,7 +111,7 @@ async def modes_under_random_stalls(dut):
     for idle, bp in [(0.0, 0.0), (0.3, 0.5), (0.6, 0.2)]:
         tb.set_idle_generator(random_pauses(idle))
         tb.set_backpressure_generator(random_pauses(bp))
-        n = soak(40 if long_runs() else 15)
+        n = soak(250 if long_runs() else 15)
         frames = [random_frame(random.choice([0, 32, 300, 1500])) for _ in range(n)]
         descs = [random_desc(modes[i % len(modes)]) for i in range(n)]
         await tb.run_frames(frames, descs)

@@ -24,13 +24,7 @@ def encapsulated(rng, kind):
     SRv6 switch did the SRH End step (segment into the address, segments left 0)."""
     frame = random_frame(rng)
     desc = random_desc(rng, kind)
-    out = model.encap(frame, desc)[0]
-    if kind == EvMode.SRV6_SRH:
-        pkt = pk.decode(out)
-        pkt.outer["dst"] = pkt.srh["segments"][0]
-        pkt.srh["segments_left"] = 0
-        out = pk.encode(pkt)
-    return out
+    return model.srh_end(model.encap(frame, desc)[0])
 
 
 def run_decap(width, frames, *, users=None, rng=None, idle=0.0, backpressure=0.0):

@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 __all__ = [
     "CsrError", "ACCESS", "RESP_OKAY", "RESP_SLVERR",
     "AxiLiteSignature", "Field", "Register", "RegisterMap", "CsrBlock", "RegisterDriver",
+    "event_counters",
 ]
 
 
@@ -543,3 +544,21 @@ class RegisterDriver:
             for f in keep:
                 word |= current & f.mask
         await self._write(self._addr(reg), word)
+
+
+def event_counters(m, fields, events, names, clear, width=32):
+    """Count one-cycle ``events`` (a view with one member per name, each 1 bit or a small
+    increment) into the ro fields ``fields[name]["count"]``; ``clear`` zeroes them all.
+
+    The events are registered once before they count, so that the counters' adders start
+    from a flip-flop rather than from the end of the logic that raised them (1 cycle later).
+    """
+    registered = Signal.like(events)
+    m.d.sync += registered.eq(events)
+    for name in names:
+        count = Signal(width, name=f"count_{name}")
+        with m.If(clear):
+            m.d.sync += count.eq(0)
+        with m.Else():
+            m.d.sync += count.eq(count + getattr(registered, name))
+        m.d.comb += fields[name]["count"].eq(count)

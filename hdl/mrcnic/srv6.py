@@ -63,14 +63,14 @@ Latency, throughput
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from . import crc, proto, registry
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap
+from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, UDP, EvMode
 from .stream import (AxiStreamSignature, ByteCapture, MetaSkidBuffer, SkidBuffer,
-                     check_data_width, const_lt as _lt, keep_count, meta_stream)
+                     check_data_width, const_lt as _lt, keep_count, meta_stream,
+                     stream_fifo)
 
 
 __all__ = ["ENCAP_DESC", "ENCAP_REGS", "INSERT_LEN", "MIN_ROCE_FRAME", "Srv6Encap",
@@ -540,9 +540,6 @@ class Srv6Encap(wiring.Component):
         m.submodules.desc_skid = desc_skid = MetaSkidBuffer(ENCAP_DESC)
         m.submodules.rewrite = rw = self.rewrite
         m.submodules.mid_skid = mid_skid = SkidBuffer(w)
-        # Records for frames inside the rewrite pipeline: at most one per stage, plus slack.
-        m.submodules.ins_fifo = fifo = SyncFIFOBuffered(
-            width=len(rw.ins.payload.as_value()), depth=rw.depth + 4)
         m.submodules.insert = ins = HeaderInsert(w)
         m.submodules.out_skid = out_skid = SkidBuffer(w)
         m.submodules.csr = csr = CsrBlock(ENCAP_REGS)
@@ -556,14 +553,8 @@ class Srv6Encap(wiring.Component):
         wiring.connect(m, ins.m_axis, out_skid.s_axis)
         wiring.connect(m, out_skid.m_axis, wiring.flipped(self.m_axis))
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
-        m.d.comb += [
-            fifo.w_data.eq(rw.ins.payload.as_value()),
-            fifo.w_en.eq(rw.ins.valid),
-            rw.ins.ready.eq(fifo.w_rdy),
-            ins.ins.payload.eq(fifo.r_data),
-            ins.ins.valid.eq(fifo.r_rdy),
-            fifo.r_en.eq(ins.ins.ready),
-        ]
+        # Records for frames inside the rewrite pipeline: at most one per stage, plus slack.
+        stream_fifo(m, "ins_fifo", rw.ins, ins.ins, rw.depth + 4)
 
         f = csr.fields
         m.d.comb += [
@@ -571,18 +562,7 @@ class Srv6Encap(wiring.Component):
             rw.stev_swap.eq(f["config"]["stev_swap"]),
             rw.max_frame_reg.eq(f["max_frame"]["bytes"]),
         ]
-        clear = f["control"]["clear"]
-        # Events are registered once before they count: the counters' adders then start
-        # from a flip-flop, not from the end of the checks.
-        events = Signal.like(rw.stats)
-        m.d.sync += events.eq(rw.stats)
-        for name in ENCAP_COUNTERS:
-            count = Signal(32, name=f"count_{name}")
-            with m.If(clear):
-                m.d.sync += count.eq(0)
-            with m.Else():
-                m.d.sync += count.eq(count + getattr(events, name))
-            m.d.comb += f[name]["count"].eq(count)
+        event_counters(m, f, rw.stats, ENCAP_COUNTERS, f["control"]["clear"])
         return m
 
 

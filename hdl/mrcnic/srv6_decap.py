@@ -47,14 +47,13 @@ Latency, throughput
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from . import proto, registry
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap
+from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, EvMode
 from .stream import (AxiStreamSignature, ByteCapture, SkidBuffer, check_data_width, const_lt,
-                     meta_stream)
+                     meta_stream, stream_fifo)
 
 __all__ = ["DECAP_META", "DECAP_REGS", "Srv6Decap", "OuterParse", "HeaderRemove"]
 
@@ -424,9 +423,6 @@ class Srv6Decap(wiring.Component):
         m.submodules.mid_skid = mid_skid = SkidBuffer(w)
         m.submodules.remove = rm = HeaderRemove(w)
         m.submodules.out_skid = out_skid = SkidBuffer(w)
-        m.submodules.rec_fifo = rec_fifo = SyncFIFOBuffered(width=2, depth=parse.depth + 4)
-        m.submodules.meta_fifo = meta_fifo = SyncFIFOBuffered(
-            width=len(parse.meta.payload.as_value()), depth=parse.depth + 4)
         m.submodules.csr = csr = CsrBlock(DECAP_REGS)
 
         wiring.connect(m, wiring.flipped(self.s_axis), in_skid.s_axis)
@@ -436,30 +432,12 @@ class Srv6Decap(wiring.Component):
         wiring.connect(m, rm.m_axis, out_skid.s_axis)
         wiring.connect(m, out_skid.m_axis, wiring.flipped(self.m_axis))
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
-        m.d.comb += [
-            rec_fifo.w_data.eq(parse.rec.payload.h), rec_fifo.w_en.eq(parse.rec.valid),
-            parse.rec.ready.eq(rec_fifo.w_rdy),
-            rm.rec.payload.h.eq(rec_fifo.r_data), rm.rec.valid.eq(rec_fifo.r_rdy),
-            rec_fifo.r_en.eq(rm.rec.ready),
-            meta_fifo.w_data.eq(parse.meta.payload.as_value()),
-            meta_fifo.w_en.eq(parse.meta.valid), parse.meta.ready.eq(meta_fifo.w_rdy),
-            self.meta.payload.eq(meta_fifo.r_data), self.meta.valid.eq(meta_fifo.r_rdy),
-            meta_fifo.r_en.eq(self.meta.ready),
-        ]
+        # Records of the frames inside the parse pipeline: at most one per stage, plus slack.
+        stream_fifo(m, "rec_fifo", parse.rec, rm.rec, parse.depth + 4)
+        stream_fifo(m, "meta_fifo", parse.meta, self.meta, parse.depth + 4)
         f = csr.fields
         m.d.comb += parse.srh_any_left.eq(f["config"]["srh_any_left"])
-        clear = f["control"]["clear"]
-        # Events are registered once before they count: the counters' adders then start
-        # from a flip-flop, not from the end of the checks.
-        events = Signal.like(parse.stats)
-        m.d.sync += events.eq(parse.stats)
-        for name in DECAP_COUNTERS:
-            count = Signal(32, name=f"count_{name}")
-            with m.If(clear):
-                m.d.sync += count.eq(0)
-            with m.Else():
-                m.d.sync += count.eq(count + getattr(events, name))
-            m.d.comb += f[name]["count"].eq(count)
+        event_counters(m, f, parse.stats, DECAP_COUNTERS, f["control"]["clear"])
         return m
 
 

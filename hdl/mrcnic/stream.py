@@ -21,13 +21,14 @@ Skid buffers
 
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from . import registry
 
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
-           "keep_count", "ByteCapture", "const_lt"]
+           "keep_count", "ByteCapture", "const_lt", "stream_fifo"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -228,6 +229,18 @@ def const_lt(value, n):
     """``value < n`` for a constant ``n``, constant 0 when ``n`` is 0 (no always-false
     comparison in the Verilog)."""
     return (value < n) if n else Const(0, 1)
+
+
+def stream_fifo(m, name, i, o, depth):
+    """Add a ``SyncFIFOBuffered`` of ``depth`` records to ``m`` from metadata stream ``i``
+    (a source's port) to ``o`` (a sink's port, or a component's own output)."""
+    fifo = SyncFIFOBuffered(width=len(Value.cast(i.payload)), depth=depth)
+    m.submodules[name] = fifo
+    m.d.comb += [
+        fifo.w_data.eq(i.payload), fifo.w_en.eq(i.valid), i.ready.eq(fifo.w_rdy),
+        o.payload.eq(fifo.r_data), o.valid.eq(fifo.r_rdy), fifo.r_en.eq(o.ready),
+    ]
+    return fifo
 
 
 def wiring_cat(interface, names):

@@ -16,7 +16,7 @@ from .. import proto
 from ..crc import correction
 from ..proto import ETH, IPV6, SRH, EvMode
 
-__all__ = ["encap", "entropy_of", "CAUSES"]
+__all__ = ["encap", "decap", "srh_end", "entropy_of", "CAUSES", "DECAP_CAUSES"]
 
 CAUSES = ("in_bad", "not_roce", "truncated", "length", "too_long")
 MIN_ROCE_FRAME = ETH.size + IPV6.size + 8 + proto.BTH.size + proto.ICRC_LEN     # 78
@@ -146,3 +146,16 @@ def decap(frame, *, in_bad=False, srh_any_left=0):
         out = frame[:IP]
     meta["bad"] = int(bool(causes))
     return out, bool(causes), causes, meta
+
+
+def srh_end(frame):
+    """The frame as the last SRv6 switch of a path leaves it: with an SRH, its segment
+    copied into the outer destination and segments left 0 (RFC 8986 End, spec §2.4); any
+    other frame unchanged. The inner packet and its ICRC are not touched."""
+    from . import packet as pk
+    pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
+    if pkt.srh is None or not pkt.srh["segments"]:
+        return bytes(frame)
+    pkt.outer["dst"] = pkt.srh["segments"][0]
+    pkt.srh["segments_left"] = 0
+    return pk.encode(pkt, check=False)
