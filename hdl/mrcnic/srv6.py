@@ -70,7 +70,7 @@ from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event
 from .proto import ETH, IPV6, SRH, UDP, EvMode
 from .stream import (AxiStreamSignature, ByteCapture, MetaSkidBuffer, SkidBuffer,
                      check_data_width, const_lt as _lt, keep_count, meta_stream,
-                     stream_fifo)
+                     skid_chain, stream_fifo)
 
 
 __all__ = ["ENCAP_DESC", "ENCAP_REGS", "INSERT_LEN", "MIN_ROCE_FRAME", "Srv6Encap",
@@ -535,23 +535,13 @@ class Srv6Encap(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        w = self.data_width
-        m.submodules.in_skid = in_skid = SkidBuffer(w)
-        m.submodules.desc_skid = desc_skid = MetaSkidBuffer(ENCAP_DESC)
         m.submodules.rewrite = rw = self.rewrite
-        m.submodules.mid_skid = mid_skid = SkidBuffer(w)
-        m.submodules.insert = ins = HeaderInsert(w)
-        m.submodules.out_skid = out_skid = SkidBuffer(w)
-        m.submodules.csr = csr = CsrBlock(ENCAP_REGS)
-
-        wiring.connect(m, wiring.flipped(self.s_axis), in_skid.s_axis)
+        m.submodules.insert = ins = HeaderInsert(self.data_width)
+        skid_chain(m, self.s_axis, [rw, ins], self.m_axis)
+        m.submodules.desc_skid = desc_skid = MetaSkidBuffer(ENCAP_DESC)
         wiring.connect(m, wiring.flipped(self.desc), desc_skid.i)
-        wiring.connect(m, in_skid.m_axis, rw.s_axis)
         wiring.connect(m, desc_skid.o, rw.desc)
-        wiring.connect(m, rw.m_axis, mid_skid.s_axis)
-        wiring.connect(m, mid_skid.m_axis, ins.s_axis)
-        wiring.connect(m, ins.m_axis, out_skid.s_axis)
-        wiring.connect(m, out_skid.m_axis, wiring.flipped(self.m_axis))
+        m.submodules.csr = csr = CsrBlock(ENCAP_REGS)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         # Records for frames inside the rewrite pipeline: at most one per stage, plus slack.
         stream_fifo(m, "ins_fifo", rw.ins, ins.ins, rw.depth + 4)

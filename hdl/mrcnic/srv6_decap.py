@@ -52,8 +52,8 @@ from amaranth.lib.wiring import In, Out
 from . import proto, registry
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, EvMode
-from .stream import (AxiStreamSignature, ByteCapture, SkidBuffer, check_data_width, const_lt,
-                     meta_stream, stream_fifo)
+from .stream import (AxiStreamSignature, ByteCapture, check_data_width, const_lt, meta_stream,
+                     skid_chain, stream_fifo)
 
 __all__ = ["DECAP_META", "DECAP_REGS", "Srv6Decap", "OuterParse", "HeaderRemove"]
 
@@ -417,20 +417,10 @@ class Srv6Decap(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        w = self.data_width
-        m.submodules.in_skid = in_skid = SkidBuffer(w)
         m.submodules.parse = parse = self.parse
-        m.submodules.mid_skid = mid_skid = SkidBuffer(w)
-        m.submodules.remove = rm = HeaderRemove(w)
-        m.submodules.out_skid = out_skid = SkidBuffer(w)
+        m.submodules.remove = rm = HeaderRemove(self.data_width)
+        skid_chain(m, self.s_axis, [parse, rm], self.m_axis)
         m.submodules.csr = csr = CsrBlock(DECAP_REGS)
-
-        wiring.connect(m, wiring.flipped(self.s_axis), in_skid.s_axis)
-        wiring.connect(m, in_skid.m_axis, parse.s_axis)
-        wiring.connect(m, parse.m_axis, mid_skid.s_axis)
-        wiring.connect(m, mid_skid.m_axis, rm.s_axis)
-        wiring.connect(m, rm.m_axis, out_skid.s_axis)
-        wiring.connect(m, out_skid.m_axis, wiring.flipped(self.m_axis))
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         # Records of the frames inside the parse pipeline: at most one per stage, plus slack.
         stream_fifo(m, "rec_fifo", parse.rec, rm.rec, parse.depth + 4)

@@ -28,7 +28,7 @@ from . import registry
 
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
-           "keep_count", "ByteCapture", "const_lt", "stream_fifo"]
+           "keep_count", "ByteCapture", "const_lt", "stream_fifo", "skid_chain"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -229,6 +229,22 @@ def const_lt(value, n):
     """``value < n`` for a constant ``n``, constant 0 when ``n`` is 0 (no always-false
     comparison in the Verilog)."""
     return (value < n) if n else Const(0, 1)
+
+
+def skid_chain(m, s_axis, stages, m_axis):
+    """Connect ``s_axis`` (a component's own input) through ``stages`` (components with
+    ``s_axis``/``m_axis``) to ``m_axis`` (its own output), with a :class:`SkidBuffer`
+    before, between and after them, so that no combinational path crosses a stage."""
+    width = len(s_axis.tdata)
+    skids = [SkidBuffer(width) for _ in range(len(stages) + 1)]
+    for i, skid in enumerate(skids):
+        m.submodules[f"skid{i}"] = skid
+    wiring.connect(m, wiring.flipped(s_axis), skids[0].s_axis)
+    for i, stage in enumerate(stages):
+        wiring.connect(m, skids[i].m_axis, stage.s_axis)
+        wiring.connect(m, stage.m_axis, skids[i + 1].s_axis)
+    wiring.connect(m, skids[-1].m_axis, wiring.flipped(m_axis))
+    return skids
 
 
 def stream_fifo(m, name, i, o, depth):
