@@ -311,10 +311,24 @@ class EntropyRewrite(wiring.Component):
                 m.d.sync += e.eq(crc.gf2_apply(m_next, delta))
             with m.Else():
                 m.d.sync += e.eq(crc.gf2_apply(crc.zero_bytes_matrix(B), e))
-        rel = Signal(range(-2 ** 17, 2 ** 17))       # ICRC start - this beat's offset
-        m.d.comb += rel.eq(frame_len - proto.ICRC_LEN - off)
+        # rel = ICRC start - this beat's offset. Counted down a beat at a time once the
+        # payload length is known, so that on later beats it is a register, not an adder
+        # chain behind the lane muxes; only when the ICRC can start in the beat that
+        # carries the length (B >= 128) is the direct value used on that beat.
+        rel = Signal(range(-2 ** 17, 2 ** 17))
+        rel_r = Signal.like(rel)
+        rel_direct = frame_len - proto.ICRC_LEN - off
+        plen_beat = (POS_PLEN + 1) // B
+        if (MIN_ROCE_FRAME - proto.ICRC_LEN) // B > plen_beat:
+            m.d.comb += rel.eq(rel_r)
+            rel_ok = ~_lt(beat, plen_beat + 1)
+        else:
+            m.d.comb += rel.eq(Mux(beat == plen_beat, rel_direct, rel_r))
+            rel_ok = ~_lt(beat, plen_beat)
+        with m.If(accept):
+            m.d.sync += rel_r.eq(Mux(beat == plen_beat, rel_direct, rel) - B)
         at_port = beat == port_beat
-        icrc_here = (rel >= 0) & (rel < B) & ~_lt(beat, port_beat)
+        icrc_here = rel_ok & (rel >= 0) & (rel < B) & ~_lt(beat, port_beat)
         launch_v, launch_k, launch_tag = Signal(32), Signal(self.k_bits), Signal()
         with m.If(en):
             m.d.sync += [
@@ -329,15 +343,15 @@ class EntropyRewrite(wiring.Component):
         # --- stages 1 .. depth: the pipeline ---------------------------------------------
         # rem: bytes of the frame (by its header) from this beat's first byte on.
         rem0 = Signal(range(-2 ** 17, 2 ** 17))
-        m.d.comb += rem0.eq(frame_len - off)
+        m.d.comb += rem0.eq(rel + proto.ICRC_LEN)
         fields = {
             "valid": 1, "data": 8 * B, "keep": B, "last": 1, "bad_in": 1, "pass_": 1,
-            "not_roce": 1, "truncated": 1, "too_long": 1, "rem": rem0.shape(),
+            "not_roce": 1, "truncated": 1, "too_long": 1, "rem": rem0.shape(), "rem_ok": 1,
         }
         stage0 = {
             "valid": accept, "data": out_data, "keep": s.tkeep, "last": s.tlast,
             "bad_in": bad_in, "pass_": mode == EvMode.PASS, "not_roce": not_roce,
-            "truncated": truncated, "too_long": too_long, "rem": rem0,
+            "truncated": truncated, "too_long": too_long, "rem": rem0, "rem_ok": rel_ok,
         }
         stages = [stage0]
         for i in range(1, self.depth):
@@ -353,9 +367,11 @@ class EntropyRewrite(wiring.Component):
         before = stages[-2]
         onehot, exp_last, exp_keep = Signal(B + 3), Signal(), Signal(B)
         with m.If(en):
-            m.d.sync += [onehot[r + 3].eq(before["rem"] == r + proto.ICRC_LEN)
+            m.d.sync += [onehot[r + 3].eq(before["rem_ok"] &
+                                          (before["rem"] == r + proto.ICRC_LEN))
                          for r in range(-3, B)]
-            m.d.sync += exp_last.eq((before["rem"] > 0) & (before["rem"] <= B))
+            m.d.sync += exp_last.eq(before["rem_ok"] & (before["rem"] > 0) &
+                                    (before["rem"] <= B))
             m.d.sync += [exp_keep[j].eq(before["rem"] > j) for j in range(B)]
 
         corr_hold = Signal(32)
