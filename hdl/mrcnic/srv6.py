@@ -311,22 +311,29 @@ class EntropyRewrite(wiring.Component):
                 m.d.sync += e.eq(crc.gf2_apply(m_next, delta))
             with m.Else():
                 m.d.sync += e.eq(crc.gf2_apply(crc.zero_bytes_matrix(B), e))
-        # rel = ICRC start - this beat's offset. Counted down a beat at a time once the
-        # payload length is known, so that on later beats it is a register, not an adder
-        # chain behind the lane muxes; only when the ICRC can start in the beat that
-        # carries the length (B >= 128) is the direct value used on that beat.
+        # rel = ICRC start - this beat's offset, counted down a beat at a time so that on
+        # the beats that can hold the ICRC it is a register, not an adder chain behind the
+        # lane muxes. It is loaded one beat after the payload length, from the captured
+        # bytes, when the ICRC cannot start that early (B <= 32); from the lanes of the
+        # length's beat when it can start in the next beat (B = 64); and used directly in
+        # the length's beat when it can start there (B >= 128).
         rel = Signal(range(-2 ** 17, 2 ** 17))
         rel_r = Signal.like(rel)
-        rel_direct = frame_len - proto.ICRC_LEN - off
         plen_beat = (POS_PLEN + 1) // B
-        if (MIN_ROCE_FRAME - proto.ICRC_LEN) // B > plen_beat:
+        first_icrc_beat = (MIN_ROCE_FRAME - proto.ICRC_LEN) // B
+        if first_icrc_beat > plen_beat + 1:
+            held_len = POS_IP + IPV6.size + Cat(cap.regs[POS_PLEN + 1], cap.regs[POS_PLEN])
+            load_beat, load_value = plen_beat + 1, held_len - proto.ICRC_LEN - off
             m.d.comb += rel.eq(rel_r)
-            rel_ok = ~_lt(beat, plen_beat + 1)
         else:
-            m.d.comb += rel.eq(Mux(beat == plen_beat, rel_direct, rel_r))
-            rel_ok = ~_lt(beat, plen_beat)
+            load_beat, load_value = plen_beat, frame_len - proto.ICRC_LEN - off
+            if first_icrc_beat > plen_beat:
+                m.d.comb += rel.eq(rel_r)
+            else:
+                m.d.comb += rel.eq(Mux(beat == plen_beat, load_value, rel_r))
+        rel_ok = ~_lt(beat, min(load_beat + 1, first_icrc_beat))
         with m.If(accept):
-            m.d.sync += rel_r.eq(Mux(beat == plen_beat, rel_direct, rel) - B)
+            m.d.sync += rel_r.eq(Mux(beat == load_beat, load_value, rel) - B)
         at_port = beat == port_beat
         icrc_here = rel_ok & (rel >= 0) & (rel < B) & ~_lt(beat, port_beat)
         launch_v, launch_k, launch_tag = Signal(32), Signal(self.k_bits), Signal()
