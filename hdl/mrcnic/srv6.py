@@ -69,8 +69,8 @@ from . import crc, proto, registry
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, UDP, EvMode
 from .stream import (AxiStreamSignature, ByteCapture, MetaSkidBuffer, SkidBuffer,
-                     check_data_width, const_lt as _lt, keep_count, meta_stream,
-                     skid_chain, stream_fifo)
+                     check_data_width, const_lt as _lt, keep_count, length_countdown,
+                     meta_stream, skid_chain, stream_fifo)
 
 
 __all__ = ["ENCAP_DESC", "ENCAP_REGS", "INSERT_LEN", "MIN_ROCE_FRAME", "Srv6Encap",
@@ -204,7 +204,8 @@ class EntropyRewrite(wiring.Component):
         rewrite_port = mode != EvMode.PASS
 
         # Bytes of the inner headers, each taken from the beat that carries it.
-        cap = ByteCapture(beat, s.tdata, s.tkeep)
+        accept = Signal()
+        cap = ByteCapture(m, beat, s.tdata, s.tkeep, accept)
         byte_at, now, field_now = cap.lane, cap.now, cap.field
 
         plen = field_now(POS_PLEN, 2)
@@ -272,7 +273,6 @@ class EntropyRewrite(wiring.Component):
             self.ins.payload.prefix.eq(Cat(eth_bytes, outer_hdr, srh_hdr)),
         ]
 
-        accept = Signal()
         desc_ok = ~first | self.desc.valid
         # Beats wait while the insert FIFO is full, whether or not they write to it: the
         # FIFO outlasts the frames in flight, and the handshakes stay shallow.
@@ -290,7 +290,6 @@ class EntropyRewrite(wiring.Component):
             with m.If(first):
                 m.d.sync += [mode_r.eq(d.mode), ev_r.eq(d.ev), ent_r.eq(d.entropy),
                              hdr_r.eq(outer)]
-            cap.capture(m)
             m.d.sync += [nr_r.eq(not_roce), bad_in_r.eq(bad_in)]
 
         # ICRC patch: launched on the beat that carries the UDP source port.
@@ -311,29 +310,11 @@ class EntropyRewrite(wiring.Component):
                 m.d.sync += e.eq(crc.gf2_apply(m_next, delta))
             with m.Else():
                 m.d.sync += e.eq(crc.gf2_apply(crc.zero_bytes_matrix(B), e))
-        # rel = ICRC start - this beat's offset, counted down a beat at a time so that on
-        # the beats that can hold the ICRC it is a register, not an adder chain behind the
-        # lane muxes. It is loaded one beat after the payload length, from the captured
-        # bytes, when the ICRC cannot start that early (B <= 32); from the lanes of the
-        # length's beat when it can start in the next beat (B = 64); and used directly in
-        # the length's beat when it can start there (B >= 128).
-        rel = Signal(range(-2 ** 17, 2 ** 17))
-        rel_r = Signal.like(rel)
-        plen_beat = (POS_PLEN + 1) // B
+        # rel = ICRC start - this beat's offset (a register where the ICRC can be).
         first_icrc_beat = (MIN_ROCE_FRAME - proto.ICRC_LEN) // B
-        if first_icrc_beat > plen_beat + 1:
-            held_len = POS_IP + IPV6.size + Cat(cap.regs[POS_PLEN + 1], cap.regs[POS_PLEN])
-            load_beat, load_value = plen_beat + 1, held_len - proto.ICRC_LEN - off
-            m.d.comb += rel.eq(rel_r)
-        else:
-            load_beat, load_value = plen_beat, frame_len - proto.ICRC_LEN - off
-            if first_icrc_beat > plen_beat:
-                m.d.comb += rel.eq(rel_r)
-            else:
-                m.d.comb += rel.eq(Mux(beat == plen_beat, load_value, rel_r))
-        rel_ok = ~_lt(beat, min(load_beat + 1, first_icrc_beat))
-        with m.If(accept):
-            m.d.sync += rel_r.eq(Mux(beat == load_beat, load_value, rel) - B)
+        rel, rel_ok = length_countdown(m, cap, off, pos=POS_PLEN,
+                                       bias=POS_IP + IPV6.size - proto.ICRC_LEN,
+                                       first_use_beat=first_icrc_beat)
         at_port = beat == port_beat
         icrc_here = rel_ok & (rel >= 0) & (rel < B) & ~_lt(beat, port_beat)
         launch_v, launch_k, launch_tag = Signal(32), Signal(self.k_bits), Signal()
@@ -422,6 +403,7 @@ class EntropyRewrite(wiring.Component):
             self.stats.too_long.eq(nonpass & fin["too_long"] & ~fin["truncated"]),
             self.stats.length.eq(nonpass & length_bad & ~fin["truncated"]),
         ]
+        cap.capture()
         return m
 
 

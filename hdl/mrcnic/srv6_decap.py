@@ -52,8 +52,8 @@ from amaranth.lib.wiring import In, Out
 from . import proto, registry
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, EvMode
-from .stream import (AxiStreamSignature, ByteCapture, check_data_width, const_lt, meta_stream,
-                     skid_chain, stream_fifo)
+from .stream import (AxiStreamSignature, ByteCapture, check_data_width, const_lt,
+                     length_countdown, meta_stream, skid_chain, stream_fifo)
 
 __all__ = ["DECAP_META", "DECAP_REGS", "Srv6Decap", "OuterParse", "HeaderRemove"]
 
@@ -133,7 +133,8 @@ class OuterParse(wiring.Component):
         first = beat == 0
         last_valid = Signal()
         en = ~last_valid | self.m_axis.tready
-        cap = ByteCapture(beat, s.tdata, s.tkeep)
+        accept = Signal()
+        cap = ByteCapture(m, beat, s.tdata, s.tkeep, accept)
         now, field = cap.now, cap.field
 
         def at_or_after(pos):
@@ -178,11 +179,14 @@ class OuterParse(wiring.Component):
         flags = {n: Mux(first, 0, sticky[n]) | now_flags[n] for n in sticky}
 
         # Length: the frame ends where the outer payload length says.
-        frame_len = IP + IPV6.size + field(POS_PLEN, 2)
-        rem = Signal(range(-2 ** 17, 2 ** 17))
-        m.d.comb += rem.eq(frame_len - off)
+        # rem: bytes left by the outer header from this beat on; a register where it is used
+        # (the last beat of a frame that holds the inner IPv6 header; shorter ones are
+        # truncated, and then `length` is not reported).
+        rem, rem_ok = length_countdown(
+            m, cap, off, pos=POS_PLEN, bias=IP + IPV6.size,
+            first_use_beat=(IP + proto.OUTER_IPV6_LEN + IPV6.size - 1) // B)
         exp_keep = Cat(*(rem > j for j in range(B)))
-        length_bad = (rem < 1) | (rem > B) | (s.tkeep != exp_keep)
+        length_bad = ~rem_ok | (rem < 1) | (rem > B) | (s.tkeep != exp_keep)
         truncated = ((h_now == 1) & ends_before(inner_ip[1] + IPV6.size)) | \
                     ((h_now == 2) & ends_before(inner_ip[2] + IPV6.size))
         stripped = h_now != 0
@@ -217,7 +221,7 @@ class OuterParse(wiring.Component):
                 meta.residue.eq(field(POS_DST, 16)),
             ]
         room = (~push_rec | self.rec.ready) & (~s.tlast | self.meta.ready)
-        accept = s.tvalid & en & room
+        m.d.comb += accept.eq(s.tvalid & en & room)
         m.d.comb += [
             s.tready.eq(en & room),
             self.rec.valid.eq(s.tvalid & en & push_rec & (~s.tlast | self.meta.ready)),
@@ -228,7 +232,6 @@ class OuterParse(wiring.Component):
             m.d.sync += off.eq(Mux(s.tlast, 0, off + B))
             m.d.sync += h_r.eq(h_now)
             m.d.sync += [sticky[n].eq(flags[n]) for n in sticky]
-            cap.capture(m)
 
         # The frame itself goes through the pipeline; tuser[0] of its last beat = verdict.
         stage = {"valid": accept, "data": s.tdata, "keep": s.tkeep, "last": s.tlast,
@@ -249,6 +252,7 @@ class OuterParse(wiring.Component):
         counted = accept & s.tlast
         m.d.comb += [self.stats.frames.eq(counted), self.stats.stripped.eq(counted & stripped)]
         m.d.comb += [getattr(self.stats, n).eq(counted & v) for n, v in verdict.items()]
+        cap.capture()
         return m
 
 

@@ -28,7 +28,8 @@ from . import registry
 
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
-           "keep_count", "ByteCapture", "const_lt", "stream_fifo", "skid_chain"]
+           "keep_count", "ByteCapture", "const_lt", "stream_fifo", "skid_chain",
+           "length_countdown"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -194,14 +195,17 @@ class ByteCapture:
     """Header bytes at fixed frame offsets, read from whichever beat carries them.
 
     ``now(pos)`` is byte ``pos`` of the frame: the lane of the current beat when it carries
-    it, else the copy taken when it passed; ``here(pos)`` says that this beat has it (``capture(m)`` on every accepted beat keeps the
-    copies). ``field(pos, n)`` is the big-endian ``n``-byte field at ``pos``.
+    it, else the copy taken (into ``regs[pos]``) when the beat that carried it was accepted.
+    ``here(pos)`` says that this beat has it; ``field(pos, n)`` is the big-endian ``n``-byte
+    field at ``pos``. Call :meth:`capture` once, at the end of ``elaborate`` and outside any
+    ``If``, to add the copies of every byte asked for.
     """
 
-    def __init__(self, beat, tdata, tkeep):
-        self.beat, self.tdata, self.tkeep = beat, tdata, tkeep
+    def __init__(self, m, beat, tdata, tkeep, accept):
+        self.m, self.beat, self.tdata, self.tkeep, self.accept = m, beat, tdata, tkeep, accept
         self.B = len(tkeep)
         self.regs = {}
+        self.captured = False
 
     def here(self, pos):
         """The current beat carries byte ``pos`` (its lane is kept)."""
@@ -212,17 +216,50 @@ class ByteCapture:
 
     def now(self, pos):
         if pos not in self.regs:
+            if self.captured:
+                raise RuntimeError(f"byte {pos} asked for after capture()")
             self.regs[pos] = Signal(8, name=f"byte{pos}")
         return Mux(self.beat == pos // self.B, self.lane(pos), self.regs[pos])
+
+    def capture(self):
+        self.captured = True
+        for pos, reg in self.regs.items():
+            with self.m.If(self.accept & (self.beat == pos // self.B)):
+                self.m.d.sync += reg.eq(self.lane(pos))
 
     def field(self, pos, nbytes):
         return Cat(*(self.now(pos + i) for i in reversed(range(nbytes))))
 
-    def capture(self, m):
-        """Add to ``m`` (under the caller's accept condition) the copy of every byte read."""
-        for pos, reg in self.regs.items():
-            with m.If(self.beat == pos // self.B):
-                m.d.sync += reg.eq(self.lane(pos))
+
+def length_countdown(m, cap, off, *, pos, bias, first_use_beat):
+    """``(rel, ok)``: ``rel`` = the big-endian 16-bit header field at byte ``pos`` + ``bias``
+    - the current beat's byte offset ``off``; valid (``ok``) from beat ``first_use_beat`` on.
+
+    Counted down by the bus width a beat at a time, so that where it is used it is a
+    register, not an adder chain behind the lane muxes of the field's beat. It is loaded one
+    beat after the field, from the bytes ``cap`` captured, when it is not needed before
+    (narrow buses); from the field's lanes when it is first needed in the next beat; and used
+    straight from the lanes in the field's own beat when it is needed there (wide buses).
+    """
+    B, beat, accept = cap.B, cap.beat, cap.accept
+    value = Signal(range(-2 ** 17, 2 ** 17))
+    held = Signal.like(value)
+    field_beat = (pos + 1) // B
+    if first_use_beat > field_beat + 1:
+        cap.now(pos), cap.now(pos + 1)             # make sure both bytes are captured
+        field = Cat(cap.regs[pos + 1], cap.regs[pos])
+        load_beat = field_beat + 1
+    else:
+        field = cap.field(pos, 2)
+        load_beat = field_beat
+    load = bias + field - off
+    if first_use_beat > field_beat:
+        m.d.comb += value.eq(held)
+    else:
+        m.d.comb += value.eq(Mux(beat == field_beat, load, held))
+    with m.If(accept):
+        m.d.sync += held.eq(Mux(beat == load_beat, load, value) - B)
+    return value, ~const_lt(beat, min(load_beat + 1, first_use_beat))
 
 
 def const_lt(value, n):
