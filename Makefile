@@ -67,13 +67,17 @@ demo: setup lint
 	@echo "The integrated two-NIC simulation is not built yet; this demo runs what exists:"
 	@echo "every block exported to Verilog and linted (above, in $(DEMO)/), the EV"
 	@echo "expansion of the spec's example, the packet model on the spec's SACK example,"
-	@echo "and the skid buffer at 512 bits in cocotb on Icarus Verilog and Verilator."
+	@echo "the skid buffer at 512 bits in cocotb on Icarus Verilog and Verilator, and the"
+	@echo "SRv6 encapsulator and decapsulator at 64 bits in cocotb on Verilator (thousands"
+	@echo "of frames checked against the reference model, the packet model and scapy)."
 	@echo
 	$(BIN)/mrcnic ev-expand --format-widths 16,16 \
 	  --field width=16,init=0x1000,min=0,max=0,mask=0x0f0f \
 	  --field width=16,init=0x2000,min=0,max=0,mask=0x0f0f --ev 0x3312
 	$(BIN)/mrcnic packet sack-example
-	$(PY) -m pytest -q -n $(JOBS) cocotb_tests/test_skid_buffer.py -k 512 -p no:warnings
+	$(PY) -m pytest -q -n $(JOBS) -p no:warnings cocotb_tests/test_skid_buffer.py -k 512
+	$(PY) -m pytest -q -n $(JOBS) -p no:warnings -k "64-verilator" \
+	  cocotb_tests/test_srv6_encap.py cocotb_tests/test_srv6_decap.py
 	@echo "== demo done: Verilog in $(DEMO)/, simulation builds in build/cocotb/ ==="
 
 clean:
