@@ -19,7 +19,7 @@ help:
 	@echo "make demo      run the main job (what exists today; see README)"
 	@echo "make test      full suite: unit tests, cocotb on Icarus and Verilator, lint, ECP5 build"
 	@echo "make test-fast unit tests on Amaranth's simulator only"
-	@echo "make soak      long randomized runs, all widths, formal checks of the large blocks"
+	@echo "make soak      long randomized runs, every width, full-length Icarus runs"
 	@echo "make clean     remove build outputs (keeps .venv)"
 
 $(STAMP): requirements.txt pyproject.toml
