@@ -110,6 +110,7 @@ def test_bad_frames(width):
     cases.append(encapsulated(rng, EvMode.SRV6)[:70])      # ends inside the inner header
     cases.append(encapsulated(rng, EvMode.SRV6)[:40])      # ends inside the outer header
     cases.append(encapsulated(rng, EvMode.SRV6) + b"\0" * 4)
+    cases.append(encapsulated(rng, EvMode.PASS) + bytes(9300))     # longer than max_frame
     frames, users = [], []
     for c in cases:
         frames += [c, rng.choice(good)]

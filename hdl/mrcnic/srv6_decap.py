@@ -27,6 +27,7 @@ Checks (stripped frames; the frame leaves with ``tuser[0]`` set on its last beat
   and Next Header 41;
 * ``inner``: the inner header's version is not 6;
 * ``truncated``: the frame ends before the end of the inner IPv6 header;
+* ``too_long``: the frame is longer than the ``max_frame`` register (any frame);
 * ``in_bad``: ``tuser[0]`` set on input (any frame).
 
 Parameters
@@ -52,7 +53,7 @@ from amaranth.lib.wiring import In, Out
 from . import proto, registry
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, EvMode
-from .stream import (AxiStreamSignature, ByteCapture, check_data_width, const_lt,
+from .stream import (AxiStreamSignature, ByteCapture, check_data_width, const_lt, keep_count,
                      length_countdown, meta_stream, skid_chain, stream_fifo)
 
 __all__ = ["DECAP_META", "DECAP_REGS", "Srv6Decap", "OuterParse", "HeaderRemove"]
@@ -69,12 +70,15 @@ DECAP_META = data.StructLayout({
 })
 
 DECAP_COUNTERS = ["frames", "stripped", "in_bad", "version", "length", "srh", "inner",
-                  "truncated"]
+                  "truncated", "too_long"]
+MAX_FRAME_DEFAULT = 9216 + proto.OUTER_SRH_LEN      # a jumbo inner frame, encapsulated
 
 DECAP_REGS = RegisterMap("srv6_decap", [
     Register("config", [Field("srh_any_left", 1, "rw",
                               desc="Accept an SRH with segments left 1 (a link with no SRv6 "
                                    "switch, such as NIC to NIC); 0: only 0")]),
+    Register("max_frame", [Field("bytes", 16, "rw", reset=MAX_FRAME_DEFAULT,
+                                 desc="Frames longer than this on the wire are bad")]),
     Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
     *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
         ("frames", "Frames in"),
@@ -85,6 +89,7 @@ DECAP_REGS = RegisterMap("srv6_decap", [
         ("srh", "Frames with an SRH other than MRC's one-segment, exhausted form"),
         ("inner", "Stripped frames whose inner header is not IPv6"),
         ("truncated", "Stripped frames that end inside the inner IPv6 header"),
+        ("too_long", "Frames longer than max_frame"),
     ]],
 ])
 
@@ -118,7 +123,7 @@ class OuterParse(wiring.Component):
             "rec": Out(meta_stream({"h": 2})),
             "meta": Out(meta_stream(DECAP_META)),
             "stats": Out(data.StructLayout({n: 1 for n in DECAP_COUNTERS})),
-            "srh_any_left": In(1),
+            "srh_any_left": In(1), "max_frame": In(16),
         })
 
     def elaborate(self, platform):
@@ -161,10 +166,13 @@ class OuterParse(wiring.Component):
         # Per-frame verdicts, sticky; the value on the last beat is the frame's.
         h_r = Signal(2)
         h_now = Mux(beat == rec_beat, Mux(short, 0, h), Mux(const_lt(beat, rec_beat), 0, h_r))
-        sticky = {n: Signal(name=f"{n}_r") for n in ("version", "srh", "inner", "in_bad")}
+        sticky = {n: Signal(name=f"{n}_r")
+                  for n in ("version", "srh", "inner", "in_bad", "too_long")}
         now_flags = {
             "version": cap.here(IP) & is_ipv6 & ~version_ok,
             "in_bad": s.tuser[0],
+            # Sticky, so that a frame far longer than the offset counter still counts.
+            "too_long": (off + keep_count(s.tkeep)) > self.max_frame,
         }
         srh_ok = ((now(POS_SRH) == proto.IPPROTO_IPV6) & (now(POS_SRH + 1) == 2) &
                   (now(POS_SRH + 2) == proto.SRH_ROUTING_TYPE) &
@@ -192,6 +200,7 @@ class OuterParse(wiring.Component):
         stripped = h_now != 0
         verdict = {
             "in_bad": flags["in_bad"],
+            "too_long": flags["too_long"],
             "version": flags["version"],
             "srh": stripped & flags["srh"],
             "inner": stripped & flags["inner"] & ~truncated,
@@ -430,7 +439,8 @@ class Srv6Decap(wiring.Component):
         stream_fifo(m, "rec_fifo", parse.rec, rm.rec, parse.depth + 4)
         stream_fifo(m, "meta_fifo", parse.meta, self.meta, parse.depth + 4)
         f = csr.fields
-        m.d.comb += parse.srh_any_left.eq(f["config"]["srh_any_left"])
+        m.d.comb += [parse.srh_any_left.eq(f["config"]["srh_any_left"]),
+                     parse.max_frame.eq(f["max_frame"]["bytes"])]
         event_counters(m, f, parse.stats, DECAP_COUNTERS, f["control"]["clear"])
         return m
 

@@ -98,10 +98,10 @@ def encap(frame, desc, *, in_bad=False, udp_dport=proto.UDP_DPORT_DEFAULT, stev_
     return bytes(out), bool(causes), causes
 
 
-DECAP_CAUSES = ("in_bad", "version", "length", "srh", "inner", "truncated")
+DECAP_CAUSES = ("in_bad", "version", "length", "srh", "inner", "truncated", "too_long")
 
 
-def decap(frame, *, in_bad=False, srh_any_left=0):
+def decap(frame, *, in_bad=False, srh_any_left=0, max_frame=9216 + 64):
     """What ``Srv6Decap`` does with one frame: ``(frame, bad, causes, meta)``.
 
     ``meta`` has the fields of ``DECAP_META`` (mode, dscp, ecn, flow_label, hop_limit, srh,
@@ -112,6 +112,8 @@ def decap(frame, *, in_bad=False, srh_any_left=0):
     frame = bytes(frame)
     n = len(frame)
     causes = {"in_bad"} if in_bad else set()
+    if n > max_frame:
+        causes.add("too_long")
     meta = {"mode": int(EvMode.PASS), "dscp": 0, "ecn": 0, "flow_label": 0, "hop_limit": 0,
             "srh": 0, "residue": 0, "bad": 0}
     strip = 0
