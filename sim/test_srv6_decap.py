@@ -111,15 +111,17 @@ def test_bad_frames(width):
     cases.append(encapsulated(rng, EvMode.SRV6)[:40])      # ends inside the outer header
     cases.append(encapsulated(rng, EvMode.SRV6) + b"\0" * 4)
     cases.append(encapsulated(rng, EvMode.PASS) + bytes(9300))     # longer than max_frame
+    cases.append(b"\x01" + rng.randbytes(9280))                     # max_frame + 1 bytes
     frames, users = [], []
     for c in cases:
         frames += [c, rng.choice(good)]
         users += [0, 0]
     frames.append(rng.choice(good)); users.append(1)
+    frames.append(b"\x01" + rng.randbytes(9279)); users.append(0)   # exactly max_frame: good
     sink, meta, _ = run_decap(width, frames, users=users, rng=rng, idle=0.1,
                               backpressure=0.2)
     check(frames, sink, meta, users)
-    assert [bool(u) for u in sink.users] == [True, False] * len(cases) + [True]
+    assert [bool(u) for u in sink.users] == [True, False] * len(cases) + [True, False]
 
 
 class EncapDecap(wiring.Component):

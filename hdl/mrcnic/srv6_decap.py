@@ -166,13 +166,19 @@ class OuterParse(wiring.Component):
         # Per-frame verdicts, sticky; the value on the last beat is the frame's.
         h_r = Signal(2)
         h_now = Mux(beat == rec_beat, Mux(short, 0, h), Mux(const_lt(beat, rec_beat), 0, h_r))
+        room_r = Signal(range(-2 ** 17, 2 ** 17))
+        room_left = Mux(first, self.max_frame, room_r)
+        with m.If(accept):
+            m.d.sync += room_r.eq(Mux(room_left < 0, room_left, room_left - B))
         sticky = {n: Signal(name=f"{n}_r")
                   for n in ("version", "srh", "inner", "in_bad", "too_long")}
         now_flags = {
             "version": cap.here(IP) & is_ipv6 & ~version_ok,
             "in_bad": s.tuser[0],
-            # Sticky, so that a frame far longer than the offset counter still counts.
-            "too_long": (off + keep_count(s.tkeep)) > self.max_frame,
+            # Against the bytes the limit leaves for this beat (a register counted down by
+            # the bus width), so no adder sits on the path; sticky, so that a frame far
+            # longer than the counters still counts.
+            "too_long": keep_count(s.tkeep) > room_left,
         }
         srh_ok = ((now(POS_SRH) == proto.IPPROTO_IPV6) & (now(POS_SRH + 1) == 2) &
                   (now(POS_SRH + 2) == proto.SRH_ROUTING_TYPE) &
