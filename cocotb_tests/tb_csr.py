@@ -5,18 +5,15 @@ import random
 
 import cocotb
 from cocotb.triggers import RisingEdge
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from csr_example import ID_VALUE, REGS, UNMAPPED
-from mrcnic.csr import RegisterDriver
 from tbutil import TB, random_pauses, soak
 
 
 class CsrTB(TB):
     def __init__(self, dut):
         super().__init__(dut)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        self.regs = RegisterDriver(REGS, self.axil.read_dword, self.axil.write_dword)
+        self.axil, self.regs = self.registers(REGS)
         dut.count.value = 0
         dut.error_set.value = 0
         self.pulses = 0

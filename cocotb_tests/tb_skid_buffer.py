@@ -3,8 +3,7 @@
 import random
 
 import cocotb
-from cocotb.triggers import RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import AxiStreamFrame
 
 from tbutil import TB, BeatCounter, random_pauses, soak
 
@@ -13,8 +12,7 @@ class SkidTB(TB):
     def __init__(self, dut):
         super().__init__(dut)
         self.width = self.params["data_width"]
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+        self.source, self.sink = self.axis_source(), self.axis_sink()
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)
 
     def set_idle_generator(self, gen):

@@ -5,13 +5,11 @@ inner frame decoded by the packet model and by scapy."""
 import random
 
 import cocotb
-from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
-                           AxiStreamSink, AxiStreamSource)
+from cocotbext.axi import AxiStreamFrame
 from cocotb.triggers import RisingEdge
 from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
-from mrcnic.csr import RegisterDriver
 from mrcnic.model import packet as pk
 from mrcnic.model import srv6 as model
 from mrcnic.proto import EvMode
@@ -55,11 +53,9 @@ class DecapTB(TB):
     def __init__(self, dut):
         super().__init__(dut)
         self.B = self.params["data_width"] // 8
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+        self.source, self.sink = self.axis_source(), self.axis_sink()
         self.meta = MetaSink(dut, dut.clk)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        self.regs = RegisterDriver(DECAP_REGS, self.axil.read_dword, self.axil.write_dword)
+        self.axil, self.regs = self.registers(DECAP_REGS)
         self.in_beats = BeatCounter(dut.clk, dut.s_axis_tvalid, dut.s_axis_tready)
 
     async def run_frames(self, frames, users=None):

@@ -7,13 +7,11 @@ packet model with its ICRC verified, and parsed by scapy, field by field.
 import random
 
 import cocotb
-from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
-                           AxiStreamSink, AxiStreamSource)
+from cocotbext.axi import AxiStreamFrame
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 
 from mrcnic import proto
-from mrcnic.csr import RegisterDriver
 from mrcnic.model import packet as pk
 from mrcnic.model import srv6 as model
 from mrcnic.proto import EvMode
@@ -37,11 +35,9 @@ class EncapTB(TB):
     def __init__(self, dut):
         super().__init__(dut)
         self.B = self.params["data_width"] // 8
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+        self.source, self.sink = self.axis_source(), self.axis_sink()
         self.desc = MetaSource(dut, "desc", [n for n, _ in ENCAP_DESC], dut.clk)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        self.regs = RegisterDriver(ENCAP_REGS, self.axil.read_dword, self.axil.write_dword)
+        self.axil, self.regs = self.registers(ENCAP_REGS)
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)
         self.udp_dport = proto.UDP_DPORT_DEFAULT
 

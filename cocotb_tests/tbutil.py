@@ -12,6 +12,10 @@ import random
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
+from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink,
+                           AxiStreamSource)
+
+from mrcnic.csr import RegisterDriver
 
 
 def params():
@@ -44,6 +48,21 @@ class TB:
         self.params = params()
         self.log = dut._log
         cocotb.start_soon(Clock(dut.clk, self.clock_ns, unit="ns").start())
+
+    def axis_source(self, prefix="s_axis"):
+        return AxiStreamSource(AxiStreamBus.from_prefix(self.dut, prefix), self.dut.clk,
+                               self.dut.rst)
+
+    def axis_sink(self, prefix="m_axis"):
+        return AxiStreamSink(AxiStreamBus.from_prefix(self.dut, prefix), self.dut.clk,
+                             self.dut.rst)
+
+    def registers(self, regmap, prefix="s_axil"):
+        """``(master, driver)``: cocotbext-axi's AXI4-Lite master on ``prefix`` and the
+        project's RegisterDriver for ``regmap`` on top of it, as a user's software."""
+        master = AxiLiteMaster(AxiLiteBus.from_prefix(self.dut, prefix), self.dut.clk,
+                               self.dut.rst)
+        return master, RegisterDriver(regmap, master.read_dword, master.write_dword)
 
     async def reset(self, cycles=4):
         self.dut.rst.value = 1

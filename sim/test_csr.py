@@ -402,16 +402,21 @@ def test_parked_channel_waits():
     bench(body)
 
 
+def offer_write(ctx, p, addr, data):
+    """Put a full-word write on AW and W at once, by hand, to watch the cycles around it."""
+    ctx.set(p.awaddr, addr)
+    ctx.set(p.wdata, data)
+    ctx.set(p.wstrb, 0xF)
+    ctx.set(p.awvalid, 1)
+    ctx.set(p.wvalid, 1)
+
+
 def test_w1p_pulses_one_cycle():
     async def body(ctx, dut, bus, drv):
         seen = []
         p = dut.s_axil
         # Watch the pulse cycle by cycle around one write.
-        ctx.set(p.awaddr, 0x08)
-        ctx.set(p.wdata, 0x501)
-        ctx.set(p.wstrb, 0xF)
-        ctx.set(p.awvalid, 1)
-        ctx.set(p.wvalid, 1)
+        offer_write(ctx, p, 0x08, 0x501)
         for _ in range(4):
             seen.append((ctx.get(p.bvalid), ctx.get(dut.f.cmd.start), ctx.get(dut.f.cmd.flush)))
             await ctx.tick()
@@ -452,11 +457,7 @@ def test_w1c_set_clear():
         assert await drv.read("irq") == 0x10
         # A set on the clearing edge wins: the event is not lost.
         p = dut.s_axil
-        ctx.set(p.awaddr, 0x10)
-        ctx.set(p.wdata, 0x10)
-        ctx.set(p.wstrb, 0xF)
-        ctx.set(p.awvalid, 1)
-        ctx.set(p.wvalid, 1)
+        offer_write(ctx, p, 0x10, 0x10)
         ctx.set(p.bready, 1)
         ctx.set(f.ovf_set, 0b01)
         await ctx.tick()

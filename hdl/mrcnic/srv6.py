@@ -61,16 +61,16 @@ Latency, throughput
     (measured in ``sim/test_srv6.py`` and ``cocotb_tests/tb_srv6_encap.py``).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import crc, proto, registry
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, UDP, EvMode
-from .stream import (AxiStreamSignature, ByteCapture, MetaSkidBuffer, SkidBuffer,
+from .stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer,
                      check_data_width, const_lt as _lt, keep_count, length_countdown,
-                     meta_stream, skid_chain, stream_fifo)
+                     drive_axis, meta_stream, register_stages, skid_chain, stream_fifo)
 
 
 __all__ = ["ENCAP_DESC", "ENCAP_REGS", "INSERT_LEN", "MIN_ROCE_FRAME", "Srv6Encap",
@@ -167,12 +167,11 @@ class EntropyRewrite(wiring.Component):
         s, d = self.s_axis, self.desc.payload
 
         # --- stage 0: the accepted beat, rewritten ---------------------------------------
-        # Beat index within the frame, saturating past the last header beat of interest (so
-        # that its compares stay small), and the byte offset of the beat.
-        header_beats = (MIN_ROCE_FRAME - 1) // B + 1
-        beat = Signal(range(header_beats + 1))
-        off = Signal(17)
-        first = beat == 0
+        # Position in the frame, and the inner header bytes, each from the beat carrying it.
+        accept = Signal()
+        cap = FrameCursor(m, s, accept, header_bytes=MIN_ROCE_FRAME)
+        beat, first = cap.beat, cap.first
+        byte_at, now, field_now = cap.lane, cap.now, cap.field
         last_valid = Signal()             # the last pipeline stage holds a beat
         en = ~last_valid | self.m_axis.tready
 
@@ -202,11 +201,6 @@ class EntropyRewrite(wiring.Component):
         new_flow = Mux(self.stev_swap, lo, hi)
         rewrite_flow = (mode == EvMode.STEV) | srv6
         rewrite_port = mode != EvMode.PASS
-
-        # Bytes of the inner headers, each taken from the beat that carries it.
-        accept = Signal()
-        cap = ByteCapture(m, beat, s.tdata, s.tkeep, accept)
-        byte_at, now, field_now = cap.lane, cap.now, cap.field
 
         plen = field_now(POS_PLEN, 2)
         old_port = field_now(POS_SPORT, 2)
@@ -285,8 +279,6 @@ class EntropyRewrite(wiring.Component):
         m.d.comb += self.stats.desc_wait.eq(s.tvalid & first & ~self.desc.valid)
 
         with m.If(accept):
-            m.d.sync += beat.eq(Mux(s.tlast, 0, Mux(beat == header_beats, beat, beat + 1)))
-            m.d.sync += off.eq(Mux(s.tlast, 0, off + B))
             with m.If(first):
                 m.d.sync += [mode_r.eq(d.mode), ev_r.eq(d.ev), ent_r.eq(d.entropy),
                              hdr_r.eq(outer)]
@@ -312,7 +304,7 @@ class EntropyRewrite(wiring.Component):
                 m.d.sync += e.eq(crc.gf2_apply(crc.zero_bytes_matrix(B), e))
         # rel = ICRC start - this beat's offset (a register where the ICRC can be).
         first_icrc_beat = (MIN_ROCE_FRAME - proto.ICRC_LEN) // B
-        rel, rel_ok = length_countdown(m, cap, off, pos=POS_PLEN,
+        rel, rel_ok = length_countdown(m, cap, pos=POS_PLEN,
                                        bias=POS_IP + IPV6.size - proto.ICRC_LEN,
                                        first_use_beat=first_icrc_beat)
         at_port = beat == port_beat
@@ -332,21 +324,12 @@ class EntropyRewrite(wiring.Component):
         # rem: bytes of the frame (by its header) from this beat's first byte on.
         rem0 = Signal(range(-2 ** 17, 2 ** 17))
         m.d.comb += rem0.eq(rel + proto.ICRC_LEN)
-        fields = {
-            "valid": 1, "data": 8 * B, "keep": B, "last": 1, "bad_in": 1, "pass_": 1,
-            "not_roce": 1, "truncated": 1, "too_long": 1, "rem": rem0.shape(), "rem_ok": 1,
-        }
         stage0 = {
             "valid": accept, "data": out_data, "keep": s.tkeep, "last": s.tlast,
             "bad_in": bad_in, "pass_": mode == EvMode.PASS, "not_roce": not_roce,
             "truncated": truncated, "too_long": too_long, "rem": rem0, "rem_ok": rel_ok,
         }
-        stages = [stage0]
-        for i in range(1, self.depth):
-            st = {n: Signal(w, name=f"s{i}_{n}") for n, w in fields.items()}
-            with m.If(en):
-                m.d.sync += [st[n].eq(stages[-1][n]) for n in fields]
-            stages.append(st)
+        stages = register_stages(m, en, stage0, self.depth - 1, "s")
         pen = stages[-1]           # aligned with the ICRC shift's output
 
         # Computed on the way into `pen`, from `rem` of the stage before it, so that the
@@ -372,25 +355,20 @@ class EntropyRewrite(wiring.Component):
             terms = [Mux(onehot[j - i + 3], corr.word_select(i, 8), 0) for i in range(4)]
             m.d.comb += patch.word_select(j, 8).eq(terms[0] | terms[1] | terms[2] | terms[3])
 
-        fin = {n: Signal(w, name=f"out_{n}") for n, w in fields.items()}
+        # The output register: the pipeline's last stage, with the patch applied on the way.
+        fin = register_stages(m, en, {**pen, "data": pen["data"] ^ Mux(pen["pass_"], 0, patch)},
+                              1, "out")[-1]
         length_bad = Signal()
         nbytes = Signal(range(B + 1))
         with m.If(en):
-            m.d.sync += [fin[n].eq(pen[n]) for n in fields if n != "data"]
-            m.d.sync += fin["data"].eq(pen["data"] ^ Mux(pen["pass_"], 0, patch))
             m.d.sync += length_bad.eq(pen["last"] & ~(exp_last & (pen["keep"] == exp_keep)))
             m.d.sync += nbytes.eq(keep_count(pen["keep"]))
 
         errors = fin["not_roce"] | fin["truncated"] | fin["too_long"] | length_bad
         bad = fin["bad_in"] | (~fin["pass_"] & errors)
-        m.d.comb += [
-            last_valid.eq(fin["valid"]),
-            self.m_axis.tvalid.eq(fin["valid"]),
-            self.m_axis.tdata.eq(fin["data"]),
-            self.m_axis.tkeep.eq(fin["keep"]),
-            self.m_axis.tlast.eq(fin["last"]),
-            self.m_axis.tuser.eq(fin["last"] & bad),
-        ]
+        m.d.comb += last_valid.eq(fin["valid"])
+        drive_axis(m, self.m_axis, valid=fin["valid"], data=fin["data"], keep=fin["keep"],
+                   last=fin["last"], user=fin["last"] & bad)
         moved = fin["valid"] & self.m_axis.tready
         counted = moved & fin["last"]
         nonpass = counted & ~fin["pass_"]
@@ -497,12 +475,9 @@ class HeaderInsert(wiring.Component):
         m.d.comb += [
             s.tready.eq(emit & need_cur),
             ins.ready.eq(emit & first),
-            self.m_axis.tvalid.eq(o_valid),
-            self.m_axis.tdata.eq(o_data),
-            self.m_axis.tkeep.eq(o_keep),
-            self.m_axis.tlast.eq(o_last),
-            self.m_axis.tuser.eq(o_user),
         ]
+        drive_axis(m, self.m_axis, valid=o_valid, data=o_data, keep=o_keep, last=o_last,
+                   user=o_user)
         with m.If(emit):
             m.d.sync += [
                 o_valid.eq(1), o_data.eq(data_out), o_keep.eq(keep_out), o_last.eq(last),

@@ -53,8 +53,9 @@ from amaranth.lib.wiring import In, Out
 from . import proto, registry
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .proto import ETH, IPV6, SRH, EvMode
-from .stream import (AxiStreamSignature, ByteCapture, check_data_width, const_lt, keep_count,
-                     length_countdown, meta_stream, skid_chain, stream_fifo)
+from .stream import (AxiStreamSignature, FrameCursor, check_data_width, const_lt, drive_axis,
+                     keep_count, length_countdown, meta_stream, register_stages, skid_chain,
+                     stream_fifo)
 
 __all__ = ["DECAP_META", "DECAP_REGS", "Srv6Decap", "OuterParse", "HeaderRemove"]
 
@@ -130,17 +131,14 @@ class OuterParse(wiring.Component):
         m = Module()
         B = self.data_width // 8
         s = self.s_axis
-        # Beat index, saturating past the last header byte looked at (the end of the inner
-        # IPv6 header behind an SRH), and the byte offset of the beat.
-        header_beats = (IP + proto.OUTER_SRH_LEN + IPV6.size - 1) // B + 1
-        beat = Signal(range(header_beats + 1))
-        off = Signal(17)
-        first = beat == 0
+        # Position in the frame, and header bytes up to the end of the inner IPv6 header
+        # behind an SRH, each from the beat carrying it.
+        accept = Signal()
+        cap = FrameCursor(m, s, accept, header_bytes=IP + proto.OUTER_SRH_LEN + IPV6.size)
+        beat, off, first = cap.beat, cap.off, cap.first
+        now, field = cap.now, cap.field
         last_valid = Signal()
         en = ~last_valid | self.m_axis.tready
-        accept = Signal()
-        cap = ByteCapture(m, beat, s.tdata, s.tkeep, accept)
-        now, field = cap.now, cap.field
 
         def at_or_after(pos):
             return ~const_lt(beat, pos // B)
@@ -197,7 +195,7 @@ class OuterParse(wiring.Component):
         # (the last beat of a frame that holds the inner IPv6 header; shorter ones are
         # truncated, and then `length` is not reported).
         rem, rem_ok = length_countdown(
-            m, cap, off, pos=POS_PLEN, bias=IP + IPV6.size,
+            m, cap, pos=POS_PLEN, bias=IP + IPV6.size,
             first_use_beat=(IP + proto.OUTER_IPV6_LEN + IPV6.size - 1) // B)
         exp_keep = Cat(*(rem > j for j in range(B)))
         length_bad = ~rem_ok | (rem < 1) | (rem > B) | (s.tkeep != exp_keep)
@@ -243,27 +241,15 @@ class OuterParse(wiring.Component):
             self.meta.valid.eq(s.tvalid & en & s.tlast & (~push_rec | self.rec.ready)),
         ]
         with m.If(accept):
-            m.d.sync += beat.eq(Mux(s.tlast, 0, Mux(beat == header_beats, beat, beat + 1)))
-            m.d.sync += off.eq(Mux(s.tlast, 0, off + B))
             m.d.sync += h_r.eq(h_now)
             m.d.sync += [sticky[n].eq(flags[n]) for n in sticky]
 
         # The frame itself goes through the pipeline; tuser[0] of its last beat = verdict.
-        stage = {"valid": accept, "data": s.tdata, "keep": s.tkeep, "last": s.tlast,
-                 "user": s.tlast & bad}
-        for i in range(self.depth):
-            nxt = {n: Signal(len(v), name=f"p{i}_{n}") for n, v in stage.items()}
-            with m.If(en):
-                m.d.sync += [nxt[n].eq(v) for n, v in stage.items()]
-            stage = nxt
-        m.d.comb += [
-            last_valid.eq(stage["valid"]),
-            self.m_axis.tvalid.eq(stage["valid"]),
-            self.m_axis.tdata.eq(stage["data"]),
-            self.m_axis.tkeep.eq(stage["keep"]),
-            self.m_axis.tlast.eq(stage["last"]),
-            self.m_axis.tuser.eq(stage["user"]),
-        ]
+        stage = register_stages(m, en, {"valid": accept, "data": s.tdata, "keep": s.tkeep,
+                                         "last": s.tlast, "user": s.tlast & bad},
+                                self.depth, "p")[-1]
+        m.d.comb += last_valid.eq(stage["valid"])
+        drive_axis(m, self.m_axis, **stage)
         counted = accept & s.tlast
         m.d.comb += [self.stats.frames.eq(counted), self.stats.stripped.eq(counted & stripped)]
         m.d.comb += [getattr(self.stats, n).eq(counted & v) for n, v in verdict.items()]
@@ -412,11 +398,8 @@ class HeaderRemove(wiring.Component):
                          wu[1].eq(s.tuser[0])]
         m.d.sync += [wv[0].eq(after[0] | take), wv[1].eq(after[0] & after[1] | (after[0] & take))]
 
-        m.d.comb += [
-            self.m_axis.tvalid.eq(o_valid), self.m_axis.tdata.eq(o_data),
-            self.m_axis.tkeep.eq(o_keep), self.m_axis.tlast.eq(o_last),
-            self.m_axis.tuser.eq(o_user),
-        ]
+        drive_axis(m, self.m_axis, valid=o_valid, data=o_data, keep=o_keep, last=o_last,
+                   user=o_user)
         return m
 
 

@@ -28,8 +28,8 @@ from . import registry
 
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
-           "keep_count", "ByteCapture", "const_lt", "stream_fifo", "skid_chain",
-           "length_countdown"]
+           "keep_count", "FrameCursor", "const_lt", "stream_fifo", "skid_chain",
+           "length_countdown", "register_stages", "drive_axis"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -191,19 +191,27 @@ def keep_count(keep):
     return Cat(*bits)
 
 
-class ByteCapture:
-    """Header bytes at fixed frame offsets, read from whichever beat carries them.
+class FrameCursor:
+    """Where a stage is in the frame it is accepting, and the header bytes it has seen.
 
-    ``now(pos)`` is byte ``pos`` of the frame: the lane of the current beat when it carries
-    it, else the copy taken (into ``regs[pos]``) when the beat that carried it was accepted.
-    ``here(pos)`` says that this beat has it; ``field(pos, n)`` is the big-endian ``n``-byte
-    field at ``pos``. Call :meth:`capture` once, at the end of ``elaborate`` and outside any
-    ``If``, to add the copies of every byte asked for.
+    ``beat`` counts accepted beats of the frame, saturating one past the beat that holds
+    byte ``header_bytes - 1`` (so that its compares stay small); ``off`` is the beat's byte
+    offset (17 bits); ``first`` is the first beat. ``now(pos)`` is byte ``pos`` of the frame:
+    the lane of the current beat when it carries it, else the copy taken (into
+    ``regs[pos]``) when the beat that carried it was accepted. ``here(pos)`` says that this
+    beat has it; ``field(pos, n)`` is the big-endian ``n``-byte field at ``pos``. Call
+    :meth:`capture` once, at the end of ``elaborate`` and outside any ``If``: it adds the
+    counters' updates and the copies of every byte asked for, on ``accept``.
     """
 
-    def __init__(self, m, beat, tdata, tkeep, accept):
-        self.m, self.beat, self.tdata, self.tkeep, self.accept = m, beat, tdata, tkeep, accept
-        self.B = len(tkeep)
+    def __init__(self, m, s_axis, accept, *, header_bytes):
+        self.m, self.s, self.accept = m, s_axis, accept
+        self.tdata, self.tkeep = s_axis.tdata, s_axis.tkeep
+        self.B = len(s_axis.tkeep)
+        self.header_beats = (header_bytes - 1) // self.B + 1
+        self.beat = Signal(range(self.header_beats + 1), name="beat")
+        self.off = Signal(17, name="off")
+        self.first = self.beat == 0
         self.regs = {}
         self.captured = False
 
@@ -221,17 +229,42 @@ class ByteCapture:
             self.regs[pos] = Signal(8, name=f"byte{pos}")
         return Mux(self.beat == pos // self.B, self.lane(pos), self.regs[pos])
 
-    def capture(self):
-        self.captured = True
-        for pos, reg in self.regs.items():
-            with self.m.If(self.accept & (self.beat == pos // self.B)):
-                self.m.d.sync += reg.eq(self.lane(pos))
-
     def field(self, pos, nbytes):
         return Cat(*(self.now(pos + i) for i in reversed(range(nbytes))))
 
+    def capture(self):
+        self.captured = True
+        m, beat, last = self.m, self.beat, self.s.tlast
+        with m.If(self.accept):
+            m.d.sync += [
+                beat.eq(Mux(last, 0, Mux(beat == self.header_beats, beat, beat + 1))),
+                self.off.eq(Mux(last, 0, self.off + self.B)),
+            ]
+            for pos, reg in self.regs.items():
+                with m.If(beat == pos // self.B):
+                    m.d.sync += reg.eq(self.lane(pos))
 
-def length_countdown(m, cap, off, *, pos, bias, first_use_beat):
+
+def register_stages(m, en, stage, count, prefix):
+    """``count`` pipeline registers behind ``stage`` (a ``{name: Value}`` dict), all moving
+    when ``en``; returns the list of stages, ``stage`` first."""
+    stages = [stage]
+    for i in range(1, count + 1):
+        nxt = {n: Signal(Value.cast(v).shape(), name=f"{prefix}{i}_{n}")
+               for n, v in stages[-1].items()}
+        with m.If(en):
+            m.d.sync += [nxt[n].eq(v) for n, v in stages[-1].items()]
+        stages.append(nxt)
+    return stages
+
+
+def drive_axis(m, port, *, valid, data, keep, last, user):
+    """Drive an AXI-Stream source ``port`` (the ready is the caller's to read)."""
+    m.d.comb += [port.tvalid.eq(valid), port.tdata.eq(data), port.tkeep.eq(keep),
+                 port.tlast.eq(last), port.tuser.eq(user)]
+
+
+def length_countdown(m, cap, *, pos, bias, first_use_beat):
     """``(rel, ok)``: ``rel`` = the big-endian 16-bit header field at byte ``pos`` + ``bias``
     - the current beat's byte offset ``off``; valid (``ok``) from beat ``first_use_beat`` on.
 
@@ -252,7 +285,7 @@ def length_countdown(m, cap, off, *, pos, bias, first_use_beat):
     else:
         field = cap.field(pos, 2)
         load_beat = field_beat
-    load = bias + field - off
+    load = bias + field - cap.off
     if first_use_beat > field_beat:
         m.d.comb += value.eq(held)
     else:
