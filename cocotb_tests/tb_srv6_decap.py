@@ -14,7 +14,7 @@ from mrcnic.model import packet as pk
 from mrcnic.model import srv6 as model
 from mrcnic.proto import EvMode
 from mrcnic.srv6_decap import DECAP_META, DECAP_REGS
-from tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from tbutil import TB, BeatCounter, MetaSink, long_runs, random_pauses, soak
 
 KINDS = [EvMode.PASS, EvMode.SRV6, EvMode.SRV6_SRH]
 
@@ -31,30 +31,12 @@ def delivered(kind, max_payload=300, exact=None):
     return model.srh_end(model.encap(frame, desc)[0])
 
 
-class MetaSink:
-    def __init__(self, dut, clk):
-        self.dut, self.clk = dut, clk
-        self.records = []
-        self.pause = None
-        cocotb.start_soon(self._run())
-
-    async def _run(self):
-        ready = self.dut.meta_ready
-        while True:
-            r = not (self.pause and next(self.pause))
-            ready.value = int(r)
-            await RisingEdge(self.clk)
-            if r and self.dut.meta_valid.value == 1:
-                self.records.append({n: int(getattr(self.dut, f"meta_{n}").value)
-                                     for n, _ in DECAP_META})
-
-
 class DecapTB(TB):
     def __init__(self, dut):
         super().__init__(dut)
         self.B = self.params["data_width"] // 8
         self.source, self.sink = self.axis_source(), self.axis_sink()
-        self.meta = MetaSink(dut, dut.clk)
+        self.meta = MetaSink(dut, "meta", [n for n, _ in DECAP_META], dut.clk)
         self.axil, self.regs = self.registers(DECAP_REGS)
         self.in_beats = BeatCounter(dut.clk, dut.s_axis_tvalid, dut.s_axis_tready)
 

@@ -126,3 +126,28 @@ class MetaSource:
                     getattr(self.dut, f"{self.prefix}_{name}").value = self.queue[0][name]
                 driving = True
             valid.value = int(driving)
+
+
+class MetaSink:
+    """Collects a metadata stream ``<prefix>_<field>``/``_valid``/``_ready`` as dicts (one key
+    per field), with an optional pause generator (True = hold ready low this cycle)."""
+
+    def __init__(self, dut, prefix, fields, clk):
+        self.dut, self.prefix, self.fields, self.clk = dut, prefix, list(fields), clk
+        self.records = []
+        self.pause = None
+        cocotb.start_soon(self._run())
+
+    def set_pause_generator(self, gen):
+        self.pause = gen
+
+    async def _run(self):
+        valid = getattr(self.dut, f"{self.prefix}_valid")
+        ready = getattr(self.dut, f"{self.prefix}_ready")
+        while True:
+            r = not (self.pause and next(self.pause))
+            ready.value = int(r)
+            await RisingEdge(self.clk)
+            if r and valid.value == 1:
+                self.records.append({n: int(getattr(self.dut, f"{self.prefix}_{n}").value)
+                                     for n in self.fields})
