@@ -46,4 +46,4 @@ ACK_DESC = data.StructLayout({
 
 def ack_desc_fields():
     """``{name: width}`` of :data:`ACK_DESC`, in layout order (for models and testbenches)."""
-    return {name: field.shape.width for name, field in ACK_DESC}
+    return {name: field.width for name, field in ACK_DESC}

@@ -18,6 +18,7 @@ BLOCK_MODULES = [
     "mrcnic.stream",
     "mrcnic.srv6",
     "mrcnic.srv6_decap",
+    "mrcnic.psn_tracker",
 ]
 
 _BLOCKS = {}

@@ -1,0 +1,594 @@
+"""Receive PSN tracking (spec §5): :class:`PsnTracker` (``psn-tracker``).
+
+Operation
+    One record per received packet comes in on ``pkt`` (:data:`PKT_IN`: QP index, PSN,
+    opcode, BTH A and rtx, ECN CE, trimmed and last-hop-trimmed flags from the DSCP, payload
+    length, the EV echoed as entropy, the TSETH timestamp, the immediate, and a free ``tag``
+    the consumer uses to find the packet again). For each, in order:
+
+    1. a QP index >= ``qps`` or a QP not open: verdict NO_QP, nothing answered;
+    2. a probe (0xDE): verdict PROBE, a SACK with pr = 1 (consumes no PSN);
+    3. trimmed (recognised upstream by its DSCP, before any other check): verdict TRIMMED,
+       NACK TRIMMED or TRIMMED_LASTHOP with the packet's PSN and entropy;
+    4. not a WRITE opcode: verdict BAD_OPCODE, nothing answered;
+    5. at or before CACK, or its bit already set: verdict DUPLICATE and a SACK;
+    6. beyond CACK + MPR x 128: verdict OUT_OF_WINDOW, NACK PSN_OUT_OF_WINDOW;
+    7. a WRITE-with-immediate that cannot complete at once (it is not CACK + 1) when
+       ``max_wimm_dest`` completions are already held: verdict NO_RESOURCE, NACK NO_RESOURCE
+       (retriable; the packet is not placed). The one at CACK + 1 is always accepted, so
+       held completions can always drain;
+    8. otherwise verdict PLACE: its bit is set, CACK advances over the run of arrived PSNs,
+       completions held up to the new CACK leave in PSN order, and a SACK is sent when the
+       packet asks (A), is a retransmission, carries CE (then M = SKIP_ONCE), opens a new
+       hole (it lands more than one past the highest PSN seen), or when it is the
+       ``sack_every``-th placed packet since the QP's last SACK.
+
+    Every packet gives one ``verdict`` record; SACK and NACK descriptors
+    (:data:`mrcnic.ack_desc.ACK_DESC`) leave on ``ack``; completions on ``cpl``. A SACK has
+    SACK_BASE = CACK + 1 (:data:`SACK_OFFSET`): its bitmap starts at the lowest hole.
+
+    Storage. Per QP, a context in distributed RAM (CACK, highest PSN seen, MPR, open, packets
+    since the last SACK, out-of-order count, bytes) and a bitmap ring of ``mpr_max`` x 128
+    bits in block RAM, in 128-bit chunks. The bit of PSN p is at ring position p mod
+    (``mpr_max`` x 128); it means "arrived" when it differs from the lap parity of p (bit
+    log2(``mpr_max`` x 128) of p), and placing p writes the complement of that parity. So a
+    bit need never be cleared as CACK passes it: the next PSN to use the position has the
+    other parity and reads "not arrived". Opening a QP rewrites its ring (``mpr_max``
+    cycles).
+
+    Pipeline. I: the record is chosen (a pending continuation, then a replayed record,
+    then the input) and the block RAM is read at the packet's chunk and at the three chunks
+    from CACK + 1 (the window); the read ports are transparent to the write port, so the
+    data includes the write of the packet ahead. E: everything is decided with the QP
+    context read in the same cycle, the chunk written back, CACK advanced to the first
+    PSN after it not arrived in the window (a 384-bit first-zero search), the context
+    written. E2: the SACK bitmap is cut from the window and the records go to the output
+    FIFOs. The window was addressed from the CACK before the packet ahead updated it; when
+    it does not reach far enough (CACK moved past it, the run fills it, or the SACK's 64
+    bits leave it), the packet's SACK and the rest of the advance go to a continuation
+    that re-reads the window, and the record behind is replayed after it (2 cycles). The
+    input waits while a continuation, a replay, a release of more than the packet's own
+    completion, or a QP command runs.
+
+Parameters
+    ``qps``: QPs, 1 .. 65536 (default 64). ``mpr_max``: the largest receive window in 128-PSN
+    units, a power of two 1 .. 64 (default 8: 1024 PSNs). ``max_wimm_dest``: completions
+    held at once, 1 .. 32 (default 8).
+
+Ports
+    ``pkt`` in (:data:`PKT_IN`), ``verdict`` out (:data:`VERDICT`), ``ack`` out
+    (:data:`~mrcnic.ack_desc.ACK_DESC`), ``cpl`` out (:data:`COMPLETION`), ``s_axil``
+    (:data:`TRACKER_REGS`). Every output comes from a FIFO; ``pkt.ready`` is a register.
+
+Latency, throughput
+    A record accepted in cycle t has its verdict (and SACK/NACK, own completion) written
+    into the output FIFOs at the end of cycle t + 2, out at t + 3 (:attr:`latency`).
+    One packet per cycle, any mix of QPs, back-to-back packets of one QP included; the
+    exceptions cost 2 cycles each: a CACK advance that runs past the window (at least 257
+    PSNs per continuation), and a release of held completions (plus one cycle per
+    completion). Measured in ``sim/test_psn_tracker.py``.
+"""
+
+import enum
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from . import proto, registry
+from .ack_desc import ACK_DESC, QP_INDEX_BITS
+from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .proto import NackCode, Opcode, SackMode
+from .stream import meta_stream
+
+__all__ = ["PsnTracker", "PKT_IN", "VERDICT", "COMPLETION", "Verdict", "TRACKER_REGS",
+           "SACK_OFFSET", "BITMAP_BITS"]
+
+PSN = proto.PSN_BITS
+CHUNK = proto.MPR_UNIT_PSNS          # PSNs per block RAM word
+WINDOW_CHUNKS = 3                    # chunks read from CACK + 1 for the advance and the SACK
+WINDOW = WINDOW_CHUNKS * CHUNK
+SACK_OFFSET = 1                      # decision: SACK_BASE = CACK + 1, the lowest hole
+BITMAP_BITS = proto.SETH.width("bitmap")
+FIFO_DEPTH = 8
+
+
+class Verdict(enum.IntEnum):
+    PLACE = 0
+    DUPLICATE = 1
+    OUT_OF_WINDOW = 2
+    TRIMMED = 3
+    NO_QP = 4
+    BAD_OPCODE = 5
+    NO_RESOURCE = 6
+    PROBE = 7
+
+
+PKT_IN = data.StructLayout({
+    "qp":        QP_INDEX_BITS,
+    "psn":       PSN,
+    "opcode":    8,
+    "ack_req":   1,
+    "rtx":       1,
+    "ce":        1,          # ECN CE on arrival
+    "trimmed":   1,
+    "lasthop":   1,          # trimmed at the last hop
+    "length":    16,         # payload bytes
+    "entropy":   32,
+    "timestamp": 16,
+    "imm":       32,
+    "tag":       16,
+})
+
+VERDICT = data.StructLayout({"qp": QP_INDEX_BITS, "psn": PSN, "verdict": 3, "tag": 16})
+
+COMPLETION = data.StructLayout({"qp": QP_INDEX_BITS, "psn": PSN, "imm": 32, "tag": 16})
+
+COUNTERS = ["packets", *[v.name.lower() for v in Verdict], "sacks", "nacks", "completions",
+            "continuations", "stall_cycles"]
+
+TRACKER_REGS = RegisterMap("psn_tracker", [
+    Register("config", [Field("sack_every", 8, "rw", reset=8,
+                              desc="SACK every N placed packets of a QP (0: only on the "
+                                   "other triggers)")]),
+    Register("qp_select", [Field("qp", 16, "rw", desc="QP the next command acts on")]),
+    Register("qp_start", [Field("psn", 24, "rw", desc="First PSN expected after open")]),
+    Register("qp_mpr", [Field("mpr", 8, "rw", desc="Receive window in 128-PSN units, "
+                                                   "1 .. mpr_max; 0 means mpr_max")]),
+    Register("qp_command", [
+        Field("open", 1, "w1p", desc="Open qp_select at qp_start with qp_mpr (its held "
+                                     "completions are dropped)"),
+        Field("close", 1, "w1p", desc="Close qp_select: its packets get verdict NO_QP"),
+    ]),
+    Register("status", [
+        Field("busy", 1, "ro", desc="A QP command is in progress"),
+        Field("held", 8, "ro", desc="WRITE-with-immediate completions held"),
+    ]),
+    Register("error", [
+        Field("bad_qp", 1, "w1c", desc="A command named a QP >= qps; it was refused"),
+        Field("bad_mpr", 1, "w1c", desc="An open asked for MPR > mpr_max; it was refused"),
+    ]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("packets", "Records in"),
+        ("place", "Packets placed (new PSN in the window)"),
+        ("duplicate", "Duplicates (at or before CACK, or already arrived): SACKed"),
+        ("out_of_window", "PSNs beyond CACK + MPR x 128: NACK 0x0B"),
+        ("trimmed", "Trimmed packets: NACK 0x01 / 0x02"),
+        ("no_qp", "Records for a QP index out of range or not open"),
+        ("bad_opcode", "Records with an opcode other than WRITE or probe"),
+        ("no_resource", "WRITE-with-immediate refused, completions full: NACK 0x0A"),
+        ("probe", "Probes answered"),
+        ("sacks", "SACK descriptors"),
+        ("nacks", "NACK descriptors"),
+        ("completions", "WRITE-with-immediate completions"),
+        ("continuations", "CACK advances or SACKs finished by a continuation"),
+        ("stall_cycles", "Cycles a record waited at the input"),
+    ]],
+])
+
+
+def first_set(vec):
+    """``(found, index)`` of the lowest set bit of ``vec``: a binary tree of muxes."""
+    def tree(lo, hi):
+        if hi - lo == 1:
+            return vec[lo], Const(0, 1)
+        mid = lo + (1 << ceil_log2(hi - lo) - 1)
+        fl, il = tree(lo, mid)
+        fh, ih = tree(mid, hi)
+        bits = ceil_log2(hi - lo)
+        return fl | fh, Mux(fl, il, (mid - lo) + ih)[:bits]
+    found, index = tree(0, len(vec))
+    return found, index
+
+
+def assign(view, **fields):
+    """Statements setting the named fields of a struct view; the other fields to 0."""
+    stmts = []
+    for name, _ in view.shape():
+        stmts.append(getattr(view, name).eq(fields.pop(name, 0)))
+    if fields:
+        raise ValueError(f"no fields {', '.join(fields)} in {view.shape()!r}")
+    return stmts
+
+
+def signed_fits(value, bits):
+    """``value`` (two's complement) fits a signed ``bits``-bit field."""
+    top = value[bits - 1:]
+    return (top == 0) | (top == (1 << len(top)) - 1)
+
+
+class PsnTracker(wiring.Component):
+    """See the module docstring: the receive PSN tracker, ``psn-tracker``."""
+
+    latency = 3
+
+    def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8):
+        if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
+            raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
+        if not (isinstance(mpr_max, int) and 1 <= mpr_max <= 64
+                and mpr_max & (mpr_max - 1) == 0):
+            raise ValueError(f"mpr_max must be a power of two 1 .. 64, not {mpr_max!r}")
+        if not (isinstance(max_wimm_dest, int) and 1 <= max_wimm_dest <= 32):
+            raise ValueError(f"max_wimm_dest must be 1 .. 32, not {max_wimm_dest!r}")
+        self.qps, self.mpr_max, self.max_wimm_dest = qps, mpr_max, max_wimm_dest
+        self.ring = mpr_max * CHUNK
+        self.lap_bit = ceil_log2(self.ring)          # PSN bit giving the lap parity
+        super().__init__({
+            "pkt": In(meta_stream(PKT_IN)),
+            "verdict": Out(meta_stream(VERDICT)),
+            "ack": Out(meta_stream(ACK_DESC)),
+            "cpl": Out(meta_stream(COMPLETION)),
+            "s_axil": In(AxiLiteSignature(TRACKER_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        qps, mpr_max, N = self.qps, self.mpr_max, self.max_wimm_dest
+        qbits = max(1, ceil_log2(qps))
+        cbits = ceil_log2(mpr_max)
+        mbits = max(1, cbits)
+        lap = self.lap_bit
+
+        m.submodules.csr = csr = CsrBlock(TRACKER_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+
+        # --- State -------------------------------------------------------------------------
+        CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mpr_m1": mbits, "open": 1,
+                                 "since": 8, "ooo": 16, "bytes": 32})
+        # Reset: every QP open, CACK = 2^24 - 1 (PSN 0 expected), MPR = mpr_max.
+        ctx_init = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1, "mpr_m1": mpr_max - 1,
+                    "open": 1}
+        m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[ctx_init] * qps)
+        ctx_w = ctx.write_port()
+        ctx_ri = ctx.read_port(domain="comb")     # stage I: CACK for the window address
+        ctx_re = ctx.read_port(domain="comb")     # stage E: the whole context
+
+        m.submodules.ring = ring = Memory(shape=unsigned(CHUNK), depth=qps * mpr_max, init=[])
+        ring_w = ring.write_port()
+        rd_p = ring.read_port(transparent_for=(ring_w,))
+        rd_w = [ring.read_port(transparent_for=(ring_w,)) for _ in range(WINDOW_CHUNKS)]
+
+        POOL = data.StructLayout({"valid": 1, "qp": QP_INDEX_BITS, "psn": PSN, "imm": 32,
+                                  "tag": 16})
+        pool = Signal(data.ArrayLayout(POOL, N))
+
+        OP = data.StructLayout({"pkt": PKT_IN, "cont": 1, "due": 1, "wbase": PSN})
+
+        def ring_addr(qp, chunk):
+            return Cat(chunk[:cbits], qp[:qbits]) if cbits else qp[:qbits]
+
+        def parity(psn):
+            return psn[lap] if lap < PSN else Const(0, 1)
+
+        # --- Output FIFOs --------------------------------------------------------------------
+        fifos = {}
+        for name, layout in (("verdict", VERDICT), ("ack", ACK_DESC), ("cpl", COMPLETION)):
+            fifo = SyncFIFOBuffered(width=layout.size, depth=FIFO_DEPTH)
+            m.submodules[f"{name}_fifo"] = fifo
+            port = getattr(self, name)
+            m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
+                         fifo.r_en.eq(port.ready)]
+            fifos[name] = fifo
+        # Records in I, E and E2 may each still write one record into every FIFO.
+        room = Signal()
+        m.d.comb += room.eq(Cat(*(fi.level <= FIFO_DEPTH - 4 for fi in fifos.values())).all())
+
+        # --- Control registers: continuation, replay, drain, QP command ----------------------
+        cont_valid, cont_op = Signal(), Signal(OP)
+        replay_valid, replay_op = Signal(), Signal(OP)
+        drain_busy, drain_mask, drain_ref = Signal(), Signal(N), Signal(PSN)
+        cmd_busy, cmd_open, cmd_qp = Signal(), Signal(), Signal(qbits)
+        cmd_start, cmd_mpr_m1, cmd_j = Signal(PSN), Signal(mbits), Signal(cbits + 1)
+
+        e_valid, e_op = Signal(), Signal(OP)
+
+        # --- Stage I -----------------------------------------------------------------------
+        i_op = Signal(OP)
+        i_valid = Signal()
+        take_in = Signal()
+        in_ok = ~cont_valid & ~replay_valid & ~drain_busy & ~cmd_busy & room
+        m.d.comb += [
+            self.pkt.ready.eq(in_ok),
+            take_in.eq(self.pkt.valid & in_ok),
+        ]
+        with m.If(cont_valid & ~drain_busy):
+            m.d.comb += [i_op.eq(cont_op), i_valid.eq(1)]
+        with m.Elif(replay_valid & ~drain_busy):
+            m.d.comb += [i_op.eq(replay_op), i_valid.eq(1)]
+        with m.Else():
+            m.d.comb += [i_op.pkt.eq(self.pkt.payload), i_valid.eq(take_in)]
+        i_qp = Signal(qbits)
+        m.d.comb += i_qp.eq(Mux(i_op.pkt.qp < qps, i_op.pkt.qp, 0))
+        m.d.comb += ctx_ri.addr.eq(i_qp)
+        cack_i = ctx_ri.data.cack
+        wbase = Signal(PSN)
+        m.d.comb += wbase.eq((cack_i + 1)[:PSN] & ~(CHUNK - 1))
+        m.d.comb += [
+            rd_p.addr.eq(ring_addr(i_qp, i_op.pkt.psn[7:])),
+            *[rd_w[j].addr.eq(ring_addr(i_qp, (wbase[7:] + j)[:max(cbits, 1)]))
+              for j in range(WINDOW_CHUNKS)],
+        ]
+        squash = Signal()               # E defers: the record in I goes to the replay register
+        m.d.sync += [e_valid.eq(i_valid & ~squash), e_op.eq(i_op), e_op.wbase.eq(wbase)]
+
+        # --- Stage E -----------------------------------------------------------------------
+        op = e_op
+        p = op.pkt
+        e_qp = Signal(qbits)
+        m.d.comb += [e_qp.eq(Mux(p.qp < qps, p.qp, 0)), ctx_re.addr.eq(e_qp)]
+        c = ctx_re.data
+        cack, hi = c.cack, c.hi
+        d = Signal(PSN)
+        m.d.comb += d.eq(p.psn - cack)
+        before = (d == 0) | d[-1]
+        win = Signal(PSN)
+        m.d.comb += win.eq((c.mpr_m1 + 1) << 7)
+        in_win = ~before & (d <= win)
+        is_probe = p.opcode == Opcode.PROBE
+        is_write = (p.opcode >= Opcode.WRITE_FIRST) & (p.opcode <= Opcode.WRITE_ONLY_IMM)
+        wimm = (p.opcode == Opcode.WRITE_LAST_IMM) | (p.opcode == Opcode.WRITE_ONLY_IMM)
+        kp = p.psn[:7]
+        arrived_p = rd_p.data.bit_select(kp, 1) ^ parity(p.psn)
+        pool_full = Cat(*(pool[i].valid for i in range(N))).all()
+        immediate = d == 1
+
+        qp_ok = (p.qp < qps) & c.open
+        pkt_op = e_valid & ~op.cont
+        v = {name: Signal(name=f"v_{name}") for name in
+             ("no_qp", "probe", "trimmed", "bad_opcode", "duplicate", "out_of_window",
+              "no_resource", "place")}
+        data_ok = qp_ok & ~is_probe & ~p.trimmed & is_write
+        cand = data_ok & in_win & ~arrived_p
+        m.d.comb += [
+            v["no_qp"].eq(pkt_op & ~qp_ok),
+            v["probe"].eq(pkt_op & qp_ok & is_probe),
+            v["trimmed"].eq(pkt_op & qp_ok & ~is_probe & p.trimmed),
+            v["bad_opcode"].eq(pkt_op & qp_ok & ~is_probe & ~p.trimmed & ~is_write),
+            v["duplicate"].eq(pkt_op & data_ok & (before | (in_win & arrived_p))),
+            v["out_of_window"].eq(pkt_op & data_ok & ~before & ~in_win),
+            v["no_resource"].eq(pkt_op & cand & wimm & ~immediate & pool_full),
+            v["place"].eq(pkt_op & cand & ~(wimm & ~immediate & pool_full)),
+        ]
+        place = v["place"]
+
+        # The window: arrival of the 384 PSNs from op.wbase, with this packet's bit.
+        wb = op.wbase
+        arr = Signal(WINDOW)
+        m.d.comb += arr.eq(Cat(*(rd_w[j].data ^ parity((wb + j * CHUNK)[:PSN]).replicate(CHUNK)
+                                 for j in range(WINDOW_CHUNKS))))
+        rel_p = Signal(PSN)
+        m.d.comb += rel_p.eq(p.psn - wb)
+        own = Signal(WINDOW)
+        m.d.comb += own.eq(Mux(place & (rel_p < WINDOW), Const(1, WINDOW) << rel_p[:9], 0))
+        arr_own = Signal(WINDOW)
+        m.d.comb += arr_own.eq(arr | own)
+        o = Signal(PSN)
+        m.d.comb += o.eq(cack + 1 - wb)
+        o_ok = o < WINDOW
+        holes = Signal(WINDOW)
+        m.d.comb += holes.eq(~arr_own & Cat(*(o[:9] <= i for i in range(WINDOW))))
+        found, first = first_set(holes)
+        fz = Signal(range(WINDOW + 1))        # window position of the new CACK + 1
+        m.d.comb += fz.eq(Mux(found, first, WINDOW))
+        adv_ok = e_valid & qp_ok & (op.cont | place) & o_ok
+        new_cack = Signal(PSN)
+        m.d.comb += new_cack.eq(Mux(adv_ok, wb + fz - 1, cack))
+
+        # SACK triggers.
+        rel_hi = Signal(PSN)
+        m.d.comb += rel_hi.eq(p.psn - hi)
+        above_hi = (rel_hi != 0) & ~rel_hi[-1]
+        new_hole = above_hi & (rel_hi != 1)
+        since_next = Signal(9)
+        m.d.comb += since_next.eq(c.since + 1)
+        every = (f["config"]["sack_every"] != 0) & (since_next >= f["config"]["sack_every"])
+        due = Signal()
+        m.d.comb += due.eq(Mux(op.cont, op.due,
+                               v["probe"] | v["duplicate"] |
+                               (place & (p.ack_req | p.rtx | p.ce | new_hole | every))))
+        need_cont = Signal()
+        m.d.comb += need_cont.eq(e_valid & qp_ok & ~v["no_qp"] &
+                                 (op.cont | place | v["duplicate"] | v["probe"]) &
+                                 (~o_ok | ~found | (due & (fz > WINDOW - BITMAP_BITS))))
+        emit_sack = e_valid & due & ~need_cont
+        nack_reason = Signal(8)
+        with m.If(v["trimmed"]):
+            m.d.comb += nack_reason.eq(Mux(p.lasthop, NackCode.TRIMMED_LASTHOP,
+                                           NackCode.TRIMMED))
+        with m.Elif(v["out_of_window"]):
+            m.d.comb += nack_reason.eq(NackCode.PSN_OUT_OF_WINDOW)
+        with m.Elif(v["no_resource"]):
+            m.d.comb += nack_reason.eq(NackCode.NO_RESOURCE)
+        emit_nack = v["trimmed"] | v["out_of_window"] | v["no_resource"]
+
+        # New context.
+        advance = Signal(PSN)
+        m.d.comb += advance.eq(new_cack - cack)
+        new_ctx = Signal(CTX)
+        m.d.comb += [
+            new_ctx.eq(c),
+            new_ctx.cack.eq(new_cack),
+            new_ctx.ooo.eq(c.ooo + place - advance[:16]),
+        ]
+        with m.If(place):
+            m.d.comb += new_ctx.bytes.eq(c.bytes + p.length)
+            with m.If(above_hi):
+                m.d.comb += new_ctx.hi.eq(p.psn)
+        with m.If(pkt_op & due):
+            m.d.comb += new_ctx.since.eq(0)
+        with m.Elif(place):
+            m.d.comb += new_ctx.since.eq(since_next)
+
+        # Completions: the packet's own, and the held ones the new CACK passes.
+        own_cpl = place & wimm & immediate
+        admit = place & wimm & ~immediate
+        release = Signal(N)
+        for i in range(N):
+            dist = Signal(PSN, name=f"rel_dist{i}")
+            m.d.comb += dist.eq(pool[i].psn - new_cack)
+            m.d.comb += release[i].eq(e_valid & qp_ok & (advance != 0) & pool[i].valid &
+                                      (pool[i].qp == p.qp) & ((dist == 0) | dist[-1]))
+        free_found, free_idx = first_set(Cat(*(~pool[i].valid for i in range(N))))
+        drain_start = release.any()
+        m.d.comb += squash.eq(e_valid & (need_cont | drain_start))
+
+        # --- Stage E outputs and state writes -----------------------------------------------
+        with m.If(e_valid & qp_ok):
+            m.d.comb += [ctx_w.addr.eq(e_qp), ctx_w.data.eq(new_ctx), ctx_w.en.eq(1)]
+        with m.If(place):
+            m.d.comb += [ring_w.addr.eq(ring_addr(e_qp, p.psn[7:])),
+                         ring_w.data.eq(rd_p.data ^ (Const(1, CHUNK) << kp)),
+                         ring_w.en.eq(1)]
+        with m.If(admit):
+            m.d.sync += assign(pool[free_idx], valid=1, qp=p.qp, psn=p.psn, imm=p.imm,
+                               tag=p.tag)
+        with m.If(squash):
+            with m.If(i_valid & ~cont_valid):
+                m.d.sync += [replay_valid.eq(1), replay_op.eq(i_op)]
+        with m.Elif(i_valid & ~cont_valid & replay_valid):
+            m.d.sync += replay_valid.eq(0)
+        with m.If(need_cont):
+            m.d.sync += [cont_valid.eq(1), cont_op.eq(op), cont_op.cont.eq(1),
+                         cont_op.due.eq(due)]
+        with m.Elif(i_valid & cont_valid):
+            m.d.sync += cont_valid.eq(0)
+        with m.If(drain_start):
+            m.d.sync += [drain_busy.eq(1), drain_mask.eq(release), drain_ref.eq(new_cack)]
+
+        # To E2.
+        e2_verdict_valid, e2_verdict = Signal(), Signal(VERDICT)
+        e2_ack_valid, e2_ack, e2_arr, e2_fz = Signal(), Signal(ACK_DESC), Signal(WINDOW), \
+            Signal(range(WINDOW + 1))
+        e2_cpl_valid, e2_cpl = Signal(), Signal(COMPLETION)
+        verdict_code = Signal(3)
+        for name, sig in v.items():
+            with m.If(sig):
+                m.d.comb += verdict_code.eq(Verdict[name.upper()])
+        m.d.sync += [
+            e2_verdict_valid.eq(pkt_op),
+            *assign(e2_verdict, qp=p.qp, psn=p.psn, verdict=verdict_code, tag=p.tag),
+            e2_cpl_valid.eq(own_cpl),
+            *assign(e2_cpl, qp=p.qp, psn=p.psn, imm=p.imm, tag=p.tag),
+            e2_ack_valid.eq(emit_sack | emit_nack),
+            e2_arr.eq(arr_own),
+            e2_fz.eq(fz),
+        ]
+        trigger = Signal(PSN)
+        m.d.comb += trigger.eq(p.psn - new_cack)
+        ack = {
+            "nack": emit_nack, "qp": p.qp, "cack": new_cack, "mpr": c.mpr_m1 + 1,
+            "ooo_count": Mux(new_ctx.ooo[15], (1 << 15) - 1, new_ctx.ooo[:15]),
+            "rcvd_bytes": new_ctx.bytes[8:], "entropy": p.entropy, "timestamp": p.timestamp,
+        }
+        with m.If(emit_nack):
+            m.d.sync += assign(e2_ack, **ack, reason=nack_reason, psn=p.psn)
+        with m.Else():
+            m.d.sync += assign(
+                e2_ack, **ack, sack_offset=SACK_OFFSET,
+                m=Mux(p.ce, SackMode.SKIP_ONCE, SackMode.NONE), pr=is_probe,
+                psn=Mux(is_probe, 0, p.psn),
+                ack_psn_offset=Mux(is_probe | ~signed_fits(trigger, 16), 0, trigger[:16]))
+
+        # --- Stage E2 -----------------------------------------------------------------------
+        bitmap = Signal(BITMAP_BITS)
+        m.d.comb += bitmap.eq((e2_arr >> e2_fz)[:BITMAP_BITS])
+        ack_out = Signal(ACK_DESC)
+        m.d.comb += [ack_out.eq(e2_ack), ack_out.bitmap.eq(Mux(e2_ack.nack, 0, bitmap))]
+        m.d.comb += [
+            fifos["verdict"].w_data.eq(e2_verdict), fifos["verdict"].w_en.eq(e2_verdict_valid),
+            fifos["ack"].w_data.eq(ack_out), fifos["ack"].w_en.eq(e2_ack_valid),
+        ]
+
+        # --- Release of held completions, oldest PSN first -----------------------------------
+        cpl_fifo = fifos["cpl"]
+        best = Signal(range(max(N, 2)))
+        keys = [Signal(lap + 1, name=f"drain_key{i}") for i in range(N)]
+        for i in range(N):
+            m.d.comb += keys[i].eq((drain_ref - pool[i].psn)[:lap + 1])
+        # Linear scan over N entries (N <= 32): the release is off the packet path.
+        # All entries of one release belong to one QP and differ in PSN: the oldest is the
+        # one further behind drain_ref than every other.
+        for i in range(N):
+            older = Cat(*(~drain_mask[j] | (keys[j] < keys[i]) for j in range(N) if j != i))
+            with m.If(drain_mask[i] & (older.all() if N > 1 else 1)):
+                m.d.comb += best.eq(i)
+        drain_go = drain_busy & ~e2_cpl_valid & cpl_fifo.w_rdy & drain_mask.any()
+        with m.If(e2_cpl_valid):
+            m.d.comb += [cpl_fifo.w_data.eq(e2_cpl), cpl_fifo.w_en.eq(1)]
+        with m.Elif(drain_go):
+            entry = pool[best]
+            cpl_rec = Signal(COMPLETION)
+            m.d.comb += [*assign(cpl_rec, qp=entry.qp, psn=entry.psn, imm=entry.imm,
+                                 tag=entry.tag),
+                         cpl_fifo.w_data.eq(cpl_rec), cpl_fifo.w_en.eq(1)]
+            m.d.sync += [drain_mask.bit_select(best, 1).eq(0),
+                         pool[best].valid.eq(0)]
+        with m.If(drain_busy & ~drain_mask.any()):
+            m.d.sync += drain_busy.eq(0)
+
+        # --- QP commands: open / close rewrite the QP's ring and context ---------------------
+        sel_qp = f["qp_select"]["qp"]
+        req_mpr = f["qp_mpr"]["mpr"]
+        start_cmd = f["qp_command"]["open"] | f["qp_command"]["close"]
+        m.d.comb += [
+            f["error"]["bad_qp_set"].eq(start_cmd & (sel_qp >= qps)),
+            f["error"]["bad_mpr_set"].eq(f["qp_command"]["open"] & (sel_qp < qps) &
+                                         (req_mpr > mpr_max)),
+        ]
+        with m.If(start_cmd & ~cmd_busy & (sel_qp < qps) &
+                  ~(f["qp_command"]["open"] & (req_mpr > mpr_max))):
+            m.d.sync += [cmd_busy.eq(1), cmd_open.eq(f["qp_command"]["open"]),
+                         cmd_qp.eq(sel_qp), cmd_start.eq(f["qp_start"]["psn"]),
+                         cmd_mpr_m1.eq(Mux(req_mpr == 0, mpr_max - 1, req_mpr - 1)),
+                         cmd_j.eq(0)]
+        idle = ~e_valid & ~cont_valid & ~replay_valid & ~drain_busy & ~i_valid
+        cmd_run = cmd_busy & idle
+        # A chunk of a fresh ring reads "not arrived" for every PSN of the first window:
+        # positions at or after the start's belong to its lap, those before to the next.
+        r0 = cmd_start[:lap] if lap else Const(0, 1)
+        fresh = Signal(CHUNK)
+        for k in range(CHUNK):
+            pos = Cat(Const(k, 7), cmd_j[:cbits]) if cbits else Const(k, 7)
+            m.d.comb += fresh[k].eq(Mux(pos >= r0, parity(cmd_start), ~parity(cmd_start)))
+        with m.If(cmd_run):
+            with m.If(cmd_j < mpr_max):
+                m.d.comb += [ring_w.addr.eq(ring_addr(cmd_qp, cmd_j)), ring_w.data.eq(fresh),
+                             ring_w.en.eq(1)]
+                m.d.sync += cmd_j.eq(cmd_j + 1)
+            with m.Else():
+                start_m1 = (cmd_start - 1)[:PSN]
+                m.d.comb += [ctx_w.addr.eq(cmd_qp), ctx_w.en.eq(1),
+                             *assign(ctx_w.data, cack=start_m1, hi=start_m1,
+                                     mpr_m1=cmd_mpr_m1, open=cmd_open)]
+                for i in range(N):
+                    with m.If(pool[i].qp == cmd_qp):
+                        m.d.sync += pool[i].valid.eq(0)
+                m.d.sync += cmd_busy.eq(0)
+        m.d.comb += [f["status"]["busy"].eq(cmd_busy),
+                     f["status"]["held"].eq(sum(pool[i].valid for i in range(N)))]
+
+        # --- Counters -------------------------------------------------------------------------
+        ev = Signal(data.StructLayout({n: 1 for n in COUNTERS}))
+        m.d.comb += [
+            ev.packets.eq(pkt_op),
+            *[getattr(ev, name).eq(sig) for name, sig in v.items()],
+            ev.sacks.eq(emit_sack),
+            ev.nacks.eq(emit_nack),
+            ev.completions.eq(cpl_fifo.w_en),
+            ev.continuations.eq(need_cont),
+            ev.stall_cycles.eq(self.pkt.valid & ~self.pkt.ready),
+        ]
+        event_counters(m, f, ev, COUNTERS, f["control"]["clear"])
+        return m
+
+
+@registry.register("psn-tracker", "RX PSN tracker: per-QP CACK and bitmap window, verdicts, "
+                   "SACK/NACK descriptors, in-order WRITE-with-immediate completions",
+                   defaults={"qps": 64, "mpr_max": 8, "max_wimm_dest": 8})
+def _psn_tracker_block(qps, mpr_max, max_wimm_dest):
+    return PsnTracker(qps, mpr_max, max_wimm_dest)
