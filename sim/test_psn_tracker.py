@@ -3,8 +3,12 @@
 import random
 
 import pytest
+from amaranth.asserts import AnyConst
+from amaranth.hdl import Assert, Assume, Module, Signal
+from amaranth.lib import wiring
 
 from mrcnic import proto
+from mrcnic.formal import prove
 from mrcnic.ack_desc import ACK_DESC
 from mrcnic.csr import RegisterDriver
 from mrcnic.model import packet as pk
@@ -29,15 +33,19 @@ def data_packet(qp, psn, opcode=Opcode.WRITE_MIDDLE, **kw):
 
 
 class Source:
-    """Feeds PKT_IN records (None = one idle cycle), records the cycle of each handshake."""
+    """Feeds PKT_IN records (None = one idle cycle) once ``go`` is set, and records the cycle
+    of each handshake, counted from the start like the sinks' cycles."""
 
     def __init__(self, port, records, rng=None, idle=0.0):
         self.port, self.records, self.rng, self.idle = port, records, rng, idle
         self.cycles = []
-        self.done = False
+        self.go = self.done = False
 
     async def run(self, ctx):
         cycle = 0
+        while not self.go:
+            await ctx.tick()
+            cycle += 1
         for rec in self.records:
             while rec is None or (self.idle and self.rng.random() < self.idle):
                 ctx.set(self.port.valid, 0)
@@ -85,6 +93,8 @@ def run_tracker(records, *, qps=4, mpr_max=8, max_wimm_dest=8, sack_every=8, rng
         regs = RegisterDriver(TRACKER_REGS, master.read, master.write)
         await regs.write_fields("config", sack_every=sack_every)
         for action, args in setup or ():
+            while (await regs.read_fields("status"))["busy"]:
+                pass
             await regs.write_fields("qp_select", qp=args[0])
             if action == "open":
                 start = args[1] if len(args) > 1 else 0
@@ -96,14 +106,14 @@ def run_tracker(records, *, qps=4, mpr_max=8, max_wimm_dest=8, sack_every=8, rng
                 await regs.write_fields("qp_command", close=1)
             while (await regs.read_fields("status"))["busy"]:
                 pass
-        await src.run(ctx)
-        while not all(len(s.records) == s.count for s in sinks.values()):
+        src.go = True
+        while not src.done or not all(len(s.records) == s.count for s in sinks.values()):
             await ctx.tick()
         await ctx.tick().repeat(4)
         for reg in TRACKER_REGS:
             regs_out[reg.name] = await regs.read_fields(reg.name)
 
-    run(dut, driver, *(s.run for s in sinks.values()))
+    run(dut, driver, src.run, *(s.run for s in sinks.values()))
     got = {name: [fields(layout, v) for v in sinks[name].records]
            for name, layout in (("verdict", VERDICT), ("ack", ACK_DESC), ("cpl", COMPLETION))}
     return want, got, src, sinks, regs_out, model
@@ -153,7 +163,8 @@ def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, mpr_max,
 def test_psn_wrap_and_qp_commands():
     rng = seeded()
     start = {0: 0xFFFF80, 1: 0xFFFFFF, 2: 5}
-    recs = random_arrivals(rng, soak(500), qp_list=[0, 1, 2], qps=4, start=start, spread=30)
+    recs = random_arrivals(rng, soak(500), qp_list=[0, 1, 2], qps=4, start=start, spread=30,
+                           imm=0.1)
     setup = [("open", (0, 0xFFFF80)), ("open", (1, 0xFFFFFF, 2)), ("open", (2, 5, 1)),
              ("close", (3,))]
     recs += [data_packet(3, 0)]
@@ -161,8 +172,8 @@ def test_psn_wrap_and_qp_commands():
                                                      idle=0.1, backpressure=0.1)
     check(want, got, model, regs)
     assert got["verdict"][-1]["verdict"] == Verdict.NO_QP
-    assert any(proto.psn_after(a["cack"], 0x10) and a["cack"] < 0x1000 for a in got["ack"]
-               if a["qp"] == 0), "QP 0 never crossed the PSN wrap"
+    assert any(v["qp"] == 0 and v["psn"] < 0x1000 and v["verdict"] == Verdict.PLACE
+               for v in got["verdict"]), "QP 0 never placed a PSN past the wrap"
 
 
 def test_bad_commands_are_refused():
@@ -172,6 +183,11 @@ def test_bad_commands_are_refused():
     async def tb(ctx):
         master = AxiLiteSimMaster(ctx, dut.s_axil)
         regs = RegisterDriver(TRACKER_REGS, master.read, master.write)
+        await regs.write_fields("qp_command", close=1)       # during the reset sweep
+        got_regs["sweep"] = await regs.read_fields("error")
+        await regs.write_fields("error", busy=1)
+        while (await regs.read_fields("status"))["busy"]:
+            pass
         await regs.write_fields("qp_select", qp=4)
         await regs.write_fields("qp_command", open=1)
         got_regs["a"] = await regs.read_fields("error")
@@ -183,9 +199,10 @@ def test_bad_commands_are_refused():
         got_regs["busy"] = await regs.read_fields("status")
 
     run(dut, tb)
-    assert got_regs["a"] == {"bad_qp": 1, "bad_mpr": 0}
-    assert got_regs["b"] == {"bad_qp": 0, "bad_mpr": 1}
+    assert got_regs["a"] == {"bad_qp": 1, "bad_mpr": 0, "busy": 0}
+    assert got_regs["b"] == {"bad_qp": 0, "bad_mpr": 1, "busy": 0}
     assert got_regs["busy"]["busy"] == 0
+    assert got_regs["sweep"]["busy"] == 1
 
 
 def test_one_qp_streams_one_packet_per_cycle():
@@ -196,6 +213,10 @@ def test_one_qp_streams_one_packet_per_cycle():
     assert src.cycles[-1] - src.cycles[0] == n - 1, "bubbles between back-to-back packets"
     vc = sinks["verdict"].cycles
     assert vc[-1] - vc[0] == n - 1
+    latency = vc[0] - src.cycles[0]
+    print(f"latency: record accepted to verdict out: {latency} cycles")
+    assert latency == PsnTracker.latency
+    assert sinks["ack"].cycles[0] - src.cycles[7] == PsnTracker.latency     # 8th: sack_every
 
 
 def test_random_qps_and_permutations_within_the_window():
@@ -265,3 +286,79 @@ def test_full_completion_store_refuses_but_never_deadlocks():
 def test_bad_parameters_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         PsnTracker(**kwargs)
+
+
+class CackNeverPassesAHole(wiring.Component):
+    """PsnTracker with the check: a SACK whose CACK is at or past PSN ``x`` (any constant)
+    leaves only after a packet with PSN ``x`` was placed (its PLACE verdict seen; the
+    verdict stream is always taken, so a verdict never trails its SACK). With
+    ``claim_unreachable``, it asserts instead that no SACK ever reports CACK >= 1: that one
+    must fail, which shows the first is not vacuous within the depth."""
+
+    def __init__(self, claim_unreachable=False):
+        self.dut = PsnTracker(1, 1, 1)
+        self.claim_unreachable = claim_unreachable
+        super().__init__(self.dut.signature)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        for name in ("pkt", "s_axil"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(dut, name))
+        for name in ("verdict", "ack", "cpl"):
+            wiring.connect(m, getattr(dut, name), wiring.flipped(getattr(self, name)))
+        x = AnyConst(proto.PSN_BITS)
+        placed = Signal()
+        v = self.verdict
+        with m.If(v.valid & v.ready & (v.payload.psn == x) &
+                  (v.payload.verdict == Verdict.PLACE)):
+            m.d.sync += placed.eq(1)
+        m.d.comb += Assume(v.ready)
+        a = self.ack
+        # From reset CACK is 2^24 - 1; within the depth it cannot wrap back, so "at or past
+        # x" is cack >= x with cack below 2^23.
+        passed = a.valid & ~a.payload.nack & (a.payload.cack < (1 << 23)) & \
+            (a.payload.cack >= x)
+        if self.claim_unreachable:
+            m.d.comb += Assert(~(a.valid & (a.payload.cack >= 1) & (a.payload.cack < 100)))
+        else:
+            with m.If(passed):
+                m.d.comb += Assert(placed | (v.valid & (v.payload.psn == x) &
+                                             (v.payload.verdict == Verdict.PLACE)))
+        return m
+
+
+# Depth 9 (about 40 s): reset sweep, then up to four packets through to their SACKs. Each
+# further cycle costs about four times the last; make soak runs depth 11.
+@pytest.mark.formal
+@pytest.mark.parametrize("depth", [9, pytest.param(11, marks=pytest.mark.soak)])
+def test_formal_cack_never_passes_a_psn_that_has_not_arrived(tmp_path, depth):
+    log = prove(CackNeverPassesAHole(), "psn_tracker_cack", depth, tmp_path / "pass")
+    assert "DONE (PASS" in log
+    with pytest.raises(AssertionError, match=r"DONE \(FAIL"):
+        prove(CackNeverPassesAHole(claim_unreachable=True), "psn_tracker_reach", depth,
+              tmp_path / "reach")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 384])
+def test_first_set_finds_the_lowest_set_bit(n):
+    from amaranth.sim import Simulator
+    from mrcnic.psn_tracker import first_set
+    rng = seeded()
+    vec = Signal(n)
+    found, index = first_set(vec)
+    m = Module()
+    f, i = Signal(), Signal(max(1, len(index)))
+    m.d.comb += [f.eq(found), i.eq(index)]
+
+    async def tb(ctx):
+        for _ in range(300):
+            x = rng.getrandbits(n) & rng.getrandbits(n) & rng.getrandbits(n)
+            ctx.set(vec, x)
+            assert ctx.get(f) == (x != 0)
+            if x:
+                assert ctx.get(i) == (x & -x).bit_length() - 1
+
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()

@@ -34,7 +34,9 @@ Operation
     log2(``mpr_max`` x 128) of p), and placing p writes the complement of that parity. So a
     bit need never be cleared as CACK passes it: the next PSN to use the position has the
     other parity and reads "not arrived". Opening a QP rewrites its ring (``mpr_max``
-    cycles).
+    cycles); after reset a sweep opens every QP at PSN 0 with MPR = ``mpr_max`` (``qps`` x
+    (``mpr_max`` + 1) cycles, the input held), since block RAM keeps its contents through
+    a reset.
 
     Pipeline. I: the record is chosen (a pending continuation, then a replayed record,
     then the input) and the block RAM is read at the packet's chunk and at the three chunks
@@ -62,7 +64,8 @@ Ports
 
 Latency, throughput
     A record accepted in cycle t has its verdict (and SACK/NACK, own completion) written
-    into the output FIFOs at the end of cycle t + 2, out at t + 3 (:attr:`latency`).
+    into the output FIFOs at the end of cycle t + 2, out at t + 4 (:attr:`latency`, 4
+    cycles; the FIFOs register their outputs).
     One packet per cycle, any mix of QPs, back-to-back packets of one QP included; the
     exceptions cost 2 cycles each: a CACK advance that runs past the window (at least 257
     PSNs per continuation), and a release of held completions (plus one cycle per
@@ -144,12 +147,14 @@ TRACKER_REGS = RegisterMap("psn_tracker", [
         Field("close", 1, "w1p", desc="Close qp_select: its packets get verdict NO_QP"),
     ]),
     Register("status", [
-        Field("busy", 1, "ro", desc="A QP command is in progress"),
+        Field("busy", 1, "ro", desc="A QP command, or the sweep that opens every QP after "
+                                    "reset, is in progress (the input waits)"),
         Field("held", 8, "ro", desc="WRITE-with-immediate completions held"),
     ]),
     Register("error", [
         Field("bad_qp", 1, "w1c", desc="A command named a QP >= qps; it was refused"),
         Field("bad_mpr", 1, "w1c", desc="An open asked for MPR > mpr_max; it was refused"),
+        Field("busy", 1, "w1c", desc="A command came while status.busy; it was refused"),
     ]),
     Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
     *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
@@ -172,15 +177,19 @@ TRACKER_REGS = RegisterMap("psn_tracker", [
 
 
 def first_set(vec):
-    """``(found, index)`` of the lowest set bit of ``vec``: a binary tree of muxes."""
+    """``(found, index)`` of the lowest set bit of ``vec``: a binary tree of 2:1 muxes (the
+    left half of each node is a power of two, so the right half's index just gains its top
+    bit: no adder on the path)."""
     def tree(lo, hi):
         if hi - lo == 1:
-            return vec[lo], Const(0, 1)
-        mid = lo + (1 << ceil_log2(hi - lo) - 1)
+            return vec[lo], Const(0, 0)
+        k = ceil_log2(hi - lo) - 1
+        mid = lo + (1 << k)
         fl, il = tree(lo, mid)
         fh, ih = tree(mid, hi)
-        bits = ceil_log2(hi - lo)
-        return fl | fh, Mux(fl, il, (mid - lo) + ih)[:bits]
+        left = Cat(il, Const(0, k - len(il)), Const(0, 1))
+        right = Cat(ih, Const(0, k - len(ih)), Const(1, 1))
+        return fl | fh, Mux(fl, left, right)
     found, index = tree(0, len(vec))
     return found, index
 
@@ -204,7 +213,7 @@ def signed_fits(value, bits):
 class PsnTracker(wiring.Component):
     """See the module docstring: the receive PSN tracker, ``psn-tracker``."""
 
-    latency = 3
+    latency = 4
 
     def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8):
         if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
@@ -248,7 +257,8 @@ class PsnTracker(wiring.Component):
         ctx_ri = ctx.read_port(domain="comb")     # stage I: CACK for the window address
         ctx_re = ctx.read_port(domain="comb")     # stage E: the whole context
 
-        m.submodules.ring = ring = Memory(shape=unsigned(CHUNK), depth=qps * mpr_max, init=[])
+        m.submodules.ring = ring = Memory(shape=unsigned(CHUNK), depth=qps * mpr_max,
+                                          init=[0] * (qps * mpr_max))
         ring_w = ring.write_port()
         rd_p = ring.read_port(transparent_for=(ring_w,))
         rd_w = [ring.read_port(transparent_for=(ring_w,)) for _ in range(WINDOW_CHUNKS)]
@@ -279,13 +289,20 @@ class PsnTracker(wiring.Component):
         m.d.comb += room.eq(Cat(*(fi.level <= FIFO_DEPTH - 4 for fi in fifos.values())).all())
 
         # --- Control registers: continuation, replay, drain, QP command ----------------------
-        cont_valid, cont_op = Signal(), Signal(OP)
-        replay_valid, replay_op = Signal(), Signal(OP)
-        drain_busy, drain_mask, drain_ref = Signal(), Signal(N), Signal(PSN)
-        cmd_busy, cmd_open, cmd_qp = Signal(), Signal(), Signal(qbits)
-        cmd_start, cmd_mpr_m1, cmd_j = Signal(PSN), Signal(mbits), Signal(cbits + 1)
+        cont_valid, cont_op = Signal(name="cont_valid"), Signal(OP, name="cont_op")
+        replay_valid, replay_op = Signal(name="replay_valid"), Signal(OP, name="replay_op")
+        drain_busy = Signal(name="drain_busy")
+        drain_mask, drain_ref = Signal(N, name="drain_mask"), Signal(PSN, name="drain_ref")
+        # After reset, a sweep opens every QP at PSN 0 with MPR mpr_max (block RAM keeps its
+        # contents through a reset): qps x (mpr_max + 1) cycles with the input held.
+        sweep = Signal(init=1)
+        cmd_busy = Signal(init=1, name="cmd_busy")
+        cmd_open = Signal(init=1, name="cmd_open")
+        cmd_qp = Signal(qbits, name="cmd_qp")
+        cmd_start, cmd_j = Signal(PSN, name="cmd_start"), Signal(cbits + 1, name="cmd_j")
+        cmd_mpr_m1 = Signal(mbits, init=mpr_max - 1)
 
-        e_valid, e_op = Signal(), Signal(OP)
+        e_valid, e_op = Signal(name="e_valid"), Signal(OP, name="e_op")
 
         # --- Stage I -----------------------------------------------------------------------
         i_op = Signal(OP)
@@ -296,12 +313,12 @@ class PsnTracker(wiring.Component):
             self.pkt.ready.eq(in_ok),
             take_in.eq(self.pkt.valid & in_ok),
         ]
-        with m.If(cont_valid & ~drain_busy):
-            m.d.comb += [i_op.eq(cont_op), i_valid.eq(1)]
-        with m.Elif(replay_valid & ~drain_busy):
-            m.d.comb += [i_op.eq(replay_op), i_valid.eq(1)]
-        with m.Else():
-            m.d.comb += [i_op.pkt.eq(self.pkt.payload), i_valid.eq(take_in)]
+        pkt_op_in = Signal(OP)
+        m.d.comb += [
+            pkt_op_in.pkt.eq(self.pkt.payload),
+            i_op.eq(Mux(cont_valid, cont_op, Mux(replay_valid, replay_op, pkt_op_in))),
+            i_valid.eq(((cont_valid | replay_valid) & ~drain_busy) | take_in),
+        ]
         i_qp = Signal(qbits)
         m.d.comb += i_qp.eq(Mux(i_op.pkt.qp < qps, i_op.pkt.qp, 0))
         m.d.comb += ctx_ri.addr.eq(i_qp)
@@ -461,10 +478,11 @@ class PsnTracker(wiring.Component):
             m.d.sync += [drain_busy.eq(1), drain_mask.eq(release), drain_ref.eq(new_cack)]
 
         # To E2.
-        e2_verdict_valid, e2_verdict = Signal(), Signal(VERDICT)
-        e2_ack_valid, e2_ack, e2_arr, e2_fz = Signal(), Signal(ACK_DESC), Signal(WINDOW), \
-            Signal(range(WINDOW + 1))
-        e2_cpl_valid, e2_cpl = Signal(), Signal(COMPLETION)
+        e2_verdict_valid = Signal(name="e2_verdict_valid")
+        e2_verdict = Signal(VERDICT, name="e2_verdict")
+        e2_ack_valid, e2_ack = Signal(name="e2_ack_valid"), Signal(ACK_DESC, name="e2_ack")
+        e2_arr, e2_fz = Signal(WINDOW, name="e2_arr"), Signal(range(WINDOW + 1), name="e2_fz")
+        e2_cpl_valid, e2_cpl = Signal(name="e2_cpl_valid"), Signal(COMPLETION, name="e2_cpl")
         verdict_code = Signal(3)
         for name, sig in v.items():
             with m.If(sig):
@@ -539,6 +557,7 @@ class PsnTracker(wiring.Component):
             f["error"]["bad_qp_set"].eq(start_cmd & (sel_qp >= qps)),
             f["error"]["bad_mpr_set"].eq(f["qp_command"]["open"] & (sel_qp < qps) &
                                          (req_mpr > mpr_max)),
+            f["error"]["busy_set"].eq(start_cmd & cmd_busy),
         ]
         with m.If(start_cmd & ~cmd_busy & (sel_qp < qps) &
                   ~(f["qp_command"]["open"] & (req_mpr > mpr_max))):
@@ -568,7 +587,10 @@ class PsnTracker(wiring.Component):
                 for i in range(N):
                     with m.If(pool[i].qp == cmd_qp):
                         m.d.sync += pool[i].valid.eq(0)
-                m.d.sync += cmd_busy.eq(0)
+                with m.If(sweep & (cmd_qp != qps - 1)):
+                    m.d.sync += [cmd_qp.eq(cmd_qp + 1), cmd_j.eq(0)]
+                with m.Else():
+                    m.d.sync += [cmd_busy.eq(0), sweep.eq(0)]
         m.d.comb += [f["status"]["busy"].eq(cmd_busy),
                      f["status"]["held"].eq(sum(pool[i].valid for i in range(N)))]
 
