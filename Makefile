@@ -69,7 +69,9 @@ demo: setup lint
 	@echo "expansion of the spec's example, the packet model on the spec's SACK example,"
 	@echo "the skid buffer at 512 bits in cocotb on Icarus Verilog and Verilator, and the"
 	@echo "SRv6 encapsulator and decapsulator at 64 bits in cocotb on Verilator (thousands"
-	@echo "of frames checked against the reference model, the packet model and scapy)."
+	@echo "of frames checked against the reference model, the packet model and scapy), and"
+	@echo "the PSN tracker on Verilator: sprayed arrivals with loss, duplication and trimming,"
+	@echo "every verdict, SACK/NACK and completion matched against its model."
 	@echo
 	$(BIN)/mrcnic ev-expand --format-widths 16,16 \
 	  --field width=16,init=0x1000,min=0,max=0,mask=0x0f0f \
@@ -78,6 +80,8 @@ demo: setup lint
 	$(PY) -m pytest -q -n $(JOBS) -p no:warnings cocotb_tests/test_skid_buffer.py -k 512
 	$(PY) -m pytest -q -n $(JOBS) -p no:warnings -k "64-verilator" \
 	  cocotb_tests/test_srv6_encap.py cocotb_tests/test_srv6_decap.py
+	$(PY) -m pytest -q -n $(JOBS) -p no:warnings -k "verilator-default" \
+	  cocotb_tests/test_psn_tracker.py
 	@echo "== demo done: Verilog in $(DEMO)/, simulation builds in build/cocotb/ ==="
 
 clean:
