@@ -19,6 +19,7 @@ BLOCK_MODULES = [
     "mrcnic.srv6",
     "mrcnic.srv6_decap",
     "mrcnic.psn_tracker",
+    "mrcnic.ack_generator",
 ]
 
 _BLOCKS = {}

@@ -1,0 +1,19 @@
+import pytest
+
+from harness import SIMULATORS, run_cocotb
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("data_width", [64, 512])
+def test_ack_generator(simulator, data_width):
+    run_cocotb("ack-generator", {"data_width": data_width}, "tb_ack_generator", simulator)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("data_width,qps", [(128, 64), (256, 5), (1024, 64), (2048, 256)])
+def test_ack_generator_more_widths(data_width, qps):
+    """Other widths and table sizes on Verilator, the faster simulator for long runs."""
+    if "verilator" not in SIMULATORS:
+        pytest.skip("Verilator not selected (COCOTB_SIMS)")
+    run_cocotb("ack-generator", {"data_width": data_width, "qps": qps}, "tb_ack_generator",
+               "verilator")
