@@ -103,8 +103,6 @@ class MetaSource:
         self.pause = None
         self.sent = 0
         getattr(dut, f"{prefix}_valid").value = 0
-        for name in self.fields:        # defined inputs while idle (Icarus starts at X)
-            getattr(dut, f"{prefix}_{name}").value = 0
         cocotb.start_soon(self._run())
 
     def set_pause_generator(self, gen):
