@@ -14,6 +14,8 @@ from mrcnic.stream import SkidBuffer
     ("skid_buffer", lambda: SkidBuffer(64), 12),
     ("srv6_encap", lambda: Srv6Encap(64), 14),      # about 2 minutes
     ("srv6_decap", lambda: Srv6Decap(64), 14),      # about 30 seconds
+    ("reorder_buffer", lambda: __import__("mrcnic.reorder_buffer", fromlist=["_"])
+     .ReorderBuffer(64, 4, 64), 10),                # about 25 seconds
 ])
 def test_output_streams_keep_the_rules(tmp_path, name, make, depth):
     log = prove(make(), name, depth, tmp_path)

@@ -18,8 +18,9 @@ BLOCK_MODULES = [
     "mrcnic.stream",
     "mrcnic.srv6",
     "mrcnic.srv6_decap",
-    "mrcnic.psn_tracker",
     "mrcnic.ack_generator",
+    "mrcnic.psn_tracker",
+    "mrcnic.reorder_buffer",
 ]
 
 _BLOCKS = {}
