@@ -17,6 +17,7 @@ from scapy.layers.l2 import Ether
 from mrcnic import proto
 from mrcnic.ack_desc import ACK_DESC, ack_desc_fields
 from mrcnic.ack_generator import ACK_REGS, LATENCY
+from mrcnic.model import ack_generator as ack_model
 from mrcnic.model import packet as pk
 from tbutil import TB, BeatCounter, MetaSource, long_runs, random_pauses, soak
 
@@ -46,27 +47,7 @@ def random_ctx():
             "remote_qp": random.getrandbits(24)}
 
 
-def _s16(x):
-    return x - 0x10000 if x & 0x8000 else x
-
-
-def model_frame(d, ctx, cfg):
-    net = dict(src_mac=cfg["mac"], dst_mac=ctx["mac"], src_ip=cfg["ip"], dst_ip=ctx["ip"],
-               ev=d["entropy"], dscp=cfg["dscp"], ecn=cfg["ecn"],
-               hop_limit=cfg["hop_limit"], udp_dport=cfg["dport"], pkey=cfg["pkey"])
-    rqp = ctx["remote_qp"]
-    if d["nack"]:
-        pkt = pk.nack_packet(rqp, d["psn"], d["reason"], entropy=d["entropy"], src_id=d["qp"],
-                             dst_id=rqp & 0xFFFF, timestamp=d["timestamp"], psn=d["psn"],
-                             **net)
-    else:
-        pkt = pk.sack_packet(rqp, d["cack"], d["bitmap"], sack_offset=_s16(d["sack_offset"]),
-                             ack_psn_offset=_s16(d["ack_psn_offset"]), m=d["m"], pr=d["pr"],
-                             entropy=d["entropy"], src_id=d["qp"], dst_id=rqp & 0xFFFF,
-                             mpr=d["mpr"], cc_timestamp=d["timestamp"],
-                             ooo_count=d["ooo_count"], rcvd_bytes=d["rcvd_bytes"],
-                             psn=d["cack"], **net)
-    return pk.encode(pkt)
+model_frame = ack_model.frame
 
 
 def check_with_scapy(frame, d, ctx, cfg):
