@@ -138,6 +138,21 @@ def traffic(rng, depth, max_packet, width, count, start, **rates):
     return model, items
 
 
+async def send_packet(ctx, dut, psn, data):
+    """One packet: its s_psn record, then its beats (no idle cycles, tuser 0)."""
+    ctx.set(dut.s_psn.payload.psn, psn)
+    ctx.set(dut.s_psn.valid, 1)
+    await ctx.tick().until(dut.s_psn.ready)
+    ctx.set(dut.s_psn.valid, 0)
+    for tdata, tkeep, tlast, tuser in frame_to_beats(data, len(dut.s_axis.tkeep)):
+        ctx.set(dut.s_axis.tdata, tdata)
+        ctx.set(dut.s_axis.tkeep, tkeep)
+        ctx.set(dut.s_axis.tlast, tlast)
+        ctx.set(dut.s_axis.tvalid, 1)
+        await ctx.tick().until(dut.s_axis.tready)
+    ctx.set(dut.s_axis.tvalid, 0)
+
+
 @pytest.mark.parametrize("width,depth,max_packet", [
     (64, 4, 128), (64, 32, 256), (128, 4, 256), (128, 32, 128), (512, 4, 256),
     (512, 32, 512),
@@ -238,17 +253,7 @@ def test_restart_empties_the_buffer():
         ctx.set(dut.m_psn.ready, 1)
 
         async def send(psn, data):
-            ctx.set(dut.s_psn.payload.psn, psn)
-            ctx.set(dut.s_psn.valid, 1)
-            await ctx.tick().until(dut.s_psn.ready)
-            ctx.set(dut.s_psn.valid, 0)
-            for tdata, tkeep, tlast, tuser in frame_to_beats(data, W // 8):
-                ctx.set(dut.s_axis.tdata, tdata)
-                ctx.set(dut.s_axis.tkeep, tkeep)
-                ctx.set(dut.s_axis.tlast, tlast)
-                ctx.set(dut.s_axis.tvalid, 1)
-                await ctx.tick().until(dut.s_axis.tready)
-            ctx.set(dut.s_axis.tvalid, 0)
+            await send_packet(ctx, dut, psn, data)
 
         for psn, data in held:
             await send(psn, data)
@@ -293,17 +298,7 @@ def test_restart_waits_for_the_packet_being_read():
         regs = RegisterDriver(REORDER_REGS, bus.read, bus.write)
         ctx.set(dut.m_psn.ready, 1)
         for psn, data in [(1, rng.randbytes(30)), (0, first)]:
-            ctx.set(dut.s_psn.payload.psn, psn)
-            ctx.set(dut.s_psn.valid, 1)
-            await ctx.tick().until(dut.s_psn.ready)
-            ctx.set(dut.s_psn.valid, 0)
-            for tdata, tkeep, tlast, tuser in frame_to_beats(data, W // 8):
-                ctx.set(dut.s_axis.tdata, tdata)
-                ctx.set(dut.s_axis.tkeep, tkeep)
-                ctx.set(dut.s_axis.tlast, tlast)
-                ctx.set(dut.s_axis.tvalid, 1)
-                await ctx.tick().until(dut.s_axis.tready)
-            ctx.set(dut.s_axis.tvalid, 0)
+            await send_packet(ctx, dut, psn, data)
         await ctx.tick()
         await regs.write_fields("expected", psn=100)
         await regs.write_fields("control", restart=1)
