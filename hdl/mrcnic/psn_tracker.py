@@ -254,8 +254,10 @@ class PsnTracker(wiring.Component):
                     "open": 1}
         m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[ctx_init] * qps)
         ctx_w = ctx.write_port()
-        ctx_ri = ctx.read_port(domain="comb")     # stage I: CACK for the window address
-        ctx_re = ctx.read_port(domain="comb")     # stage E: the whole context
+        # Read once, in stage I; stage E takes the registered copy, or the context the record
+        # ahead wrote in the cycle of that read when it is the same QP (the only write the
+        # read can miss). No memory read sits on stage E's path.
+        ctx_ri = ctx.read_port(domain="comb")
 
         m.submodules.ring = ring = Memory(shape=unsigned(CHUNK), depth=qps * mpr_max,
                                           init=[0] * (qps * mpr_max))
@@ -330,15 +332,26 @@ class PsnTracker(wiring.Component):
             *[rd_w[j].addr.eq(ring_addr(i_qp, (wbase[7:] + j)[:max(cbits, 1)]))
               for j in range(WINDOW_CHUNKS)],
         ]
-        squash = Signal()               # E defers: the record in I goes to the replay register
-        m.d.sync += [e_valid.eq(i_valid & ~squash), e_op.eq(i_op), e_op.wbase.eq(wbase)]
+        e_wbm1 = Signal(PSN, name="e_wbm1")
+        e_ctx_read = Signal(CTX, name="e_ctx_read")
+        m.d.sync += [e_valid.eq(i_valid), e_op.eq(i_op), e_op.wbase.eq(wbase),
+                     e_wbm1.eq(wbase - 1), e_ctx_read.eq(ctx_ri.data)]
 
         # --- Stage E -----------------------------------------------------------------------
+        # When the record ahead deferred (a continuation or a release), the record in E read
+        # a stale window: it is killed and replayed. `kill` is a register so that the long
+        # window search ends at a few flip-flops, not at the replay register's enables.
+        kill = Signal(name="kill")
+        e_live = Signal(name="e_live")
+        m.d.comb += e_live.eq(e_valid & ~kill)
         op = e_op
         p = op.pkt
         e_qp = Signal(qbits)
-        m.d.comb += [e_qp.eq(Mux(p.qp < qps, p.qp, 0)), ctx_re.addr.eq(e_qp)]
-        c = ctx_re.data
+        m.d.comb += e_qp.eq(Mux(p.qp < qps, p.qp, 0))
+        fwd_valid, fwd_qp = Signal(name="fwd_valid"), Signal(qbits, name="fwd_qp")
+        fwd_ctx = Signal(CTX, name="fwd_ctx")
+        c = Signal(CTX, name="e_ctx")
+        m.d.comb += c.eq(Mux(fwd_valid & (fwd_qp == e_qp), fwd_ctx, e_ctx_read))
         cack, hi = c.cack, c.hi
         d = Signal(PSN)
         m.d.comb += d.eq(p.psn - cack)
@@ -355,7 +368,7 @@ class PsnTracker(wiring.Component):
         immediate = d == 1
 
         qp_ok = (p.qp < qps) & c.open
-        pkt_op = e_valid & ~op.cont
+        pkt_op = e_live & ~op.cont
         v = {name: Signal(name=f"v_{name}") for name in
              ("no_qp", "probe", "trimmed", "bad_opcode", "duplicate", "out_of_window",
               "no_resource", "place")}
@@ -380,8 +393,12 @@ class PsnTracker(wiring.Component):
                                  for j in range(WINDOW_CHUNKS))))
         rel_p = Signal(PSN)
         m.d.comb += rel_p.eq(p.psn - wb)
+        # The packet's own bit, set whenever it may be placed: for a duplicate the bit is set
+        # already, so the condition need not wait for the block RAM's read of it.
+        may_place = Signal()
+        m.d.comb += may_place.eq(pkt_op & data_ok & in_win & ~(wimm & ~immediate & pool_full))
         own = Signal(WINDOW)
-        m.d.comb += own.eq(Mux(place & (rel_p < WINDOW), Const(1, WINDOW) << rel_p[:9], 0))
+        m.d.comb += own.eq(Mux(may_place & (rel_p < WINDOW), Const(1, WINDOW) << rel_p[:9], 0))
         arr_own = Signal(WINDOW)
         m.d.comb += arr_own.eq(arr | own)
         o = Signal(PSN)
@@ -392,9 +409,9 @@ class PsnTracker(wiring.Component):
         found, first = first_set(holes)
         fz = Signal(range(WINDOW + 1))        # window position of the new CACK + 1
         m.d.comb += fz.eq(Mux(found, first, WINDOW))
-        adv_ok = e_valid & qp_ok & (op.cont | place) & o_ok
+        adv_ok = e_live & qp_ok & (op.cont | place) & o_ok
         new_cack = Signal(PSN)
-        m.d.comb += new_cack.eq(Mux(adv_ok, wb + fz - 1, cack))
+        m.d.comb += new_cack.eq(Mux(adv_ok, e_wbm1 + fz, cack))
 
         # SACK triggers.
         rel_hi = Signal(PSN)
@@ -409,10 +426,10 @@ class PsnTracker(wiring.Component):
                                v["probe"] | v["duplicate"] |
                                (place & (p.ack_req | p.rtx | p.ce | new_hole | every))))
         need_cont = Signal()
-        m.d.comb += need_cont.eq(e_valid & qp_ok & ~v["no_qp"] &
+        m.d.comb += need_cont.eq(e_live & qp_ok & ~v["no_qp"] &
                                  (op.cont | place | v["duplicate"] | v["probe"]) &
                                  (~o_ok | ~found | (due & (fz > WINDOW - BITMAP_BITS))))
-        emit_sack = e_valid & due & ~need_cont
+        emit_sack = e_live & due & ~need_cont
         nack_reason = Signal(8)
         with m.If(v["trimmed"]):
             m.d.comb += nack_reason.eq(Mux(p.lasthop, NackCode.TRIMMED_LASTHOP,
@@ -424,8 +441,8 @@ class PsnTracker(wiring.Component):
         emit_nack = v["trimmed"] | v["out_of_window"] | v["no_resource"]
 
         # New context.
-        advance = Signal(PSN)
-        m.d.comb += advance.eq(new_cack - cack)
+        advance = Signal(range(WINDOW + 1))     # new_cack - cack, without the 24-bit adders
+        m.d.comb += advance.eq(Mux(adv_ok, fz - o[:9], 0))
         new_ctx = Signal(CTX)
         m.d.comb += [
             new_ctx.eq(c),
@@ -444,38 +461,49 @@ class PsnTracker(wiring.Component):
         # Completions: the packet's own, and the held ones the new CACK passes.
         own_cpl = place & wimm & immediate
         admit = place & wimm & ~immediate
+        # A held completion of the QP is past CACK and so at or after the window base: it is
+        # released when its window position is below the new CACK's (fz), a 9-bit compare
+        # on the search result instead of a 24-bit one after the new CACK's adder.
         release = Signal(N)
         for i in range(N):
-            dist = Signal(PSN, name=f"rel_dist{i}")
-            m.d.comb += dist.eq(pool[i].psn - new_cack)
-            m.d.comb += release[i].eq(e_valid & qp_ok & (advance != 0) & pool[i].valid &
-                                      (pool[i].qp == p.qp) & ((dist == 0) | dist[-1]))
+            pos = Signal(PSN, name=f"rel_pos{i}")
+            m.d.comb += pos.eq(pool[i].psn - wb)
+            m.d.comb += release[i].eq(adv_ok & pool[i].valid & (pool[i].qp == p.qp) &
+                                      (pos[9:] == 0) & (pos[:9] < fz))
         free_found, free_idx = first_set(Cat(*(~pool[i].valid for i in range(N))))
         drain_start = release.any()
-        m.d.comb += squash.eq(e_valid & (need_cont | drain_start))
+        m.d.sync += kill.eq(e_live & (need_cont | drain_start))
 
         # --- Stage E outputs and state writes -----------------------------------------------
-        with m.If(e_valid & qp_ok):
+        with m.If(e_live & qp_ok):
             m.d.comb += [ctx_w.addr.eq(e_qp), ctx_w.data.eq(new_ctx), ctx_w.en.eq(1)]
-        with m.If(place):
+        m.d.sync += [fwd_valid.eq(e_live & qp_ok), fwd_qp.eq(e_qp), fwd_ctx.eq(new_ctx)]
+        with m.If(may_place):
+            # Idempotent for a duplicate: the bit is forced to "arrived", not flipped.
             m.d.comb += [ring_w.addr.eq(ring_addr(e_qp, p.psn[7:])),
-                         ring_w.data.eq(rd_p.data ^ (Const(1, CHUNK) << kp)),
+                         ring_w.data.eq((rd_p.data & ~(Const(1, CHUNK) << kp)) |
+                                        ((~parity(p.psn)).as_unsigned() << kp)),
                          ring_w.en.eq(1)]
         with m.If(admit):
             m.d.sync += assign(pool[free_idx], valid=1, qp=p.qp, psn=p.psn, imm=p.imm,
                                tag=p.tag)
-        with m.If(squash):
-            with m.If(i_valid & ~cont_valid):
-                m.d.sync += [replay_valid.eq(1), replay_op.eq(i_op)]
+        # A killed record is always a packet (input or replay), never a continuation: nothing
+        # live enters E between a deferral and its continuation.
+        with m.If(kill & e_valid):
+            m.d.sync += [replay_valid.eq(1), replay_op.eq(e_op)]
         with m.Elif(i_valid & ~cont_valid & replay_valid):
             m.d.sync += replay_valid.eq(0)
+        # The continuation and release registers load on every live record (enables from
+        # registers); only their valid flags depend on this cycle's search.
+        with m.If(e_live):
+            m.d.sync += [cont_op.eq(op), cont_op.cont.eq(1), cont_op.due.eq(due),
+                         drain_mask.eq(release), drain_ref.eq(new_cack)]
         with m.If(need_cont):
-            m.d.sync += [cont_valid.eq(1), cont_op.eq(op), cont_op.cont.eq(1),
-                         cont_op.due.eq(due)]
+            m.d.sync += cont_valid.eq(1)
         with m.Elif(i_valid & cont_valid):
             m.d.sync += cont_valid.eq(0)
         with m.If(drain_start):
-            m.d.sync += [drain_busy.eq(1), drain_mask.eq(release), drain_ref.eq(new_cack)]
+            m.d.sync += drain_busy.eq(1)
 
         # To E2.
         e2_verdict_valid = Signal(name="e2_verdict_valid")
@@ -496,8 +524,6 @@ class PsnTracker(wiring.Component):
             e2_arr.eq(arr_own),
             e2_fz.eq(fz),
         ]
-        trigger = Signal(PSN)
-        m.d.comb += trigger.eq(p.psn - new_cack)
         ack = {
             "nack": emit_nack, "qp": p.qp, "cack": new_cack, "mpr": c.mpr_m1 + 1,
             "ooo_count": Mux(new_ctx.ooo[15], (1 << 15) - 1, new_ctx.ooo[:15]),
@@ -509,14 +535,20 @@ class PsnTracker(wiring.Component):
             m.d.sync += assign(
                 e2_ack, **ack, sack_offset=SACK_OFFSET,
                 m=Mux(p.ce, SackMode.SKIP_ONCE, SackMode.NONE), pr=is_probe,
-                psn=Mux(is_probe, 0, p.psn),
-                ack_psn_offset=Mux(is_probe | ~signed_fits(trigger, 16), 0, trigger[:16]))
+                psn=Mux(is_probe, 0, p.psn))
 
         # --- Stage E2 -----------------------------------------------------------------------
         bitmap = Signal(BITMAP_BITS)
         m.d.comb += bitmap.eq((e2_arr >> e2_fz)[:BITMAP_BITS])
+        # ack_psn_offset: the triggering PSN less the new CACK (0 for a probe, or when it does
+        # not fit 16 signed bits); computed here, off stage E's path.
+        trigger = Signal(PSN)
+        m.d.comb += trigger.eq(e2_ack.psn - e2_ack.cack)
         ack_out = Signal(ACK_DESC)
-        m.d.comb += [ack_out.eq(e2_ack), ack_out.bitmap.eq(Mux(e2_ack.nack, 0, bitmap))]
+        m.d.comb += [ack_out.eq(e2_ack), ack_out.bitmap.eq(Mux(e2_ack.nack, 0, bitmap)),
+                     ack_out.ack_psn_offset.eq(
+                         Mux(e2_ack.nack | e2_ack.pr | ~signed_fits(trigger, 16), 0,
+                             trigger[:16]))]
         m.d.comb += [
             fifos["verdict"].w_data.eq(e2_verdict), fifos["verdict"].w_en.eq(e2_verdict_valid),
             fifos["ack"].w_data.eq(ack_out), fifos["ack"].w_en.eq(e2_ack_valid),
@@ -535,15 +567,17 @@ class PsnTracker(wiring.Component):
             older = Cat(*(~drain_mask[j] | (keys[j] < keys[i]) for j in range(N) if j != i))
             with m.If(drain_mask[i] & (older.all() if N > 1 else 1)):
                 m.d.comb += best.eq(i)
-        drain_go = drain_busy & ~e2_cpl_valid & cpl_fifo.w_rdy & drain_mask.any()
-        with m.If(e2_cpl_valid):
-            m.d.comb += [cpl_fifo.w_data.eq(e2_cpl), cpl_fifo.w_en.eq(1)]
-        with m.Elif(drain_go):
-            entry = pool[best]
-            cpl_rec = Signal(COMPLETION)
-            m.d.comb += [*assign(cpl_rec, qp=entry.qp, psn=entry.psn, imm=entry.imm,
-                                 tag=entry.tag),
-                         cpl_fifo.w_data.eq(cpl_rec), cpl_fifo.w_en.eq(1)]
+        drain_go = Signal()
+        m.d.comb += drain_go.eq(drain_busy & ~e2_cpl_valid & cpl_fifo.w_rdy & drain_mask.any())
+        entry = pool[best]
+        cpl_rec = Signal(COMPLETION)
+        # Plain expressions, not an If chain: an Icarus always-block that no input has woken
+        # yet stays X after reset, and an X write enable would poison the counter.
+        m.d.comb += [*assign(cpl_rec, qp=entry.qp, psn=entry.psn, imm=entry.imm,
+                             tag=entry.tag),
+                     cpl_fifo.w_data.eq(Mux(e2_cpl_valid, e2_cpl, cpl_rec)),
+                     cpl_fifo.w_en.eq(e2_cpl_valid | drain_go)]
+        with m.If(drain_go):
             m.d.sync += [drain_mask.bit_select(best, 1).eq(0),
                          pool[best].valid.eq(0)]
         with m.If(drain_busy & ~drain_mask.any()):
