@@ -21,6 +21,7 @@ BLOCK_MODULES = [
     "mrcnic.ack_generator",
     "mrcnic.psn_tracker",
     "mrcnic.reorder_buffer",
+    "mrcnic.retransmit_tracker",
 ]
 
 _BLOCKS = {}
