@@ -39,18 +39,21 @@ Operation
     a reset.
 
     Pipeline. I: the record is chosen (a pending continuation, then a replayed record,
-    then the input) and the block RAM is read at the packet's chunk and at the three chunks
-    from CACK + 1 (the window); the read ports are transparent to the write port, so the
-    data includes the write of the packet ahead. E: everything is decided with the QP
-    context read in the same cycle, the chunk written back, CACK advanced to the first
-    PSN after it not arrived in the window (a 384-bit first-zero search), the context
-    written. E2: the SACK bitmap is cut from the window and the records go to the output
-    FIFOs. The window was addressed from the CACK before the packet ahead updated it; when
-    it does not reach far enough (CACK moved past it, the run fills it, or the SACK's 64
-    bits leave it), the packet's SACK and the rest of the advance go to a continuation
-    that re-reads the window, and the record behind is replayed after it (2 cycles). The
-    input waits while a continuation, a replay, a release of more than the packet's own
-    completion, or a QP command runs.
+    then the input), its QP context read (registered into E) and the block RAM read at the
+    packet's chunk and at the three chunks from CACK + 1 (the window); the read ports are
+    transparent to the write port, so the data includes the write of the packet ahead. E:
+    the context is the registered one, or the one the record ahead just wrote for the same
+    QP; everything is decided, the chunk written back, CACK advanced to the first PSN after
+    it not arrived in the window (two 384-bit first-zero searches, with and without the
+    packet's bit, chosen when its window check is known), the context written. E2: the SACK
+    bitmap is cut from the window, ack_psn_offset and the out-of-order count worked out, and
+    the records go to the output FIFOs. The window was addressed from the CACK before the
+    packet ahead updated it; when it does not reach far enough (CACK moved past it, the run
+    fills it, or the SACK's 64 bits leave it), the packet's SACK and the rest of the advance
+    go to a continuation that re-reads the window, and the record behind, killed in E by a
+    registered flag, is replayed after it (2 cycles). The input waits while a
+    continuation, a replay, a release of more than the packet's own completion, or a QP
+    command runs.
 
 Parameters
     ``qps``: QPs, 1 .. 65536 (default 64). ``mpr_max``: the largest receive window in 128-PSN
@@ -179,7 +182,8 @@ TRACKER_REGS = RegisterMap("psn_tracker", [
 def first_set(vec):
     """``(found, index)`` of the lowest set bit of ``vec``: a binary tree of 2:1 muxes (the
     left half of each node is a power of two, so the right half's index just gains its top
-    bit: no adder on the path)."""
+    bit: no adder on the path). Pass a Signal: every node slices ``vec``, and a slice of an
+    expression repeats the whole expression in the exported Verilog."""
     def tree(lo, hi):
         if hi - lo == 1:
             return vec[lo], Const(0, 0)
@@ -247,11 +251,14 @@ class PsnTracker(wiring.Component):
         f = csr.fields
 
         # --- State -------------------------------------------------------------------------
+        # `placed` counts placed packets (mod 2^24) and `start_m1` is the CACK at open: the
+        # out-of-order count is placed - (CACK - start_m1), worked out after stage E so that
+        # nothing but the new CACK itself waits for the window search.
         CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mpr_m1": mbits, "open": 1,
-                                 "since": 8, "ooo": 16, "bytes": 32})
+                                 "since": 8, "placed": PSN, "start_m1": PSN, "bytes": 32})
         # Reset: every QP open, CACK = 2^24 - 1 (PSN 0 expected), MPR = mpr_max.
         ctx_init = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1, "mpr_m1": mpr_max - 1,
-                    "open": 1}
+                    "open": 1, "start_m1": (1 << PSN) - 1}
         m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[ctx_init] * qps)
         ctx_w = ctx.write_port()
         # Read once, in stage I; stage E takes the registered copy, or the context the record
@@ -398,17 +405,27 @@ class PsnTracker(wiring.Component):
         may_place = Signal()
         m.d.comb += may_place.eq(pkt_op & data_ok & in_win & ~(wimm & ~immediate & pool_full))
         own = Signal(WINDOW)
-        m.d.comb += own.eq(Mux(may_place & (rel_p < WINDOW), Const(1, WINDOW) << rel_p[:9], 0))
-        arr_own = Signal(WINDOW)
-        m.d.comb += arr_own.eq(arr | own)
+        m.d.comb += own.eq(Mux(rel_p < WINDOW, Const(1, WINDOW) << rel_p[:9], 0))
         o = Signal(PSN)
         m.d.comb += o.eq(cack + 1 - wb)
         o_ok = o < WINDOW
-        holes = Signal(WINDOW)
-        m.d.comb += holes.eq(~arr_own & Cat(*(o[:9] <= i for i in range(WINDOW))))
-        found, first = first_set(holes)
+        # Two searches, with and without the packet's own bit, chosen afterwards: whether the
+        # packet may be placed (its window check on the context) then runs beside the
+        # searches instead of in front of them.
+        from_o = Signal(WINDOW)
+        m.d.comb += from_o.eq(Cat(*(o[:9] <= i for i in range(WINDOW))))
+        holes0, holes1 = Signal(WINDOW, name="holes0"), Signal(WINDOW, name="holes1")
+        m.d.comb += [holes0.eq(~arr & from_o), holes1.eq(~(arr | own) & from_o)]
+        found0, first0 = first_set(holes0)
+        found1, first1 = first_set(holes1)
+        found = Signal()
         fz = Signal(range(WINDOW + 1))        # window position of the new CACK + 1
-        m.d.comb += fz.eq(Mux(found, first, WINDOW))
+        m.d.comb += [
+            found.eq(Mux(may_place, found1, found0)),
+            fz.eq(Mux(may_place, Mux(found1, first1, WINDOW), Mux(found0, first0, WINDOW))),
+        ]
+        arr_own = Signal(WINDOW)
+        m.d.comb += arr_own.eq(Mux(may_place, arr | own, arr))
         adv_ok = e_live & qp_ok & (op.cont | place) & o_ok
         new_cack = Signal(PSN)
         m.d.comb += new_cack.eq(Mux(adv_ok, e_wbm1 + fz, cack))
@@ -441,13 +458,11 @@ class PsnTracker(wiring.Component):
         emit_nack = v["trimmed"] | v["out_of_window"] | v["no_resource"]
 
         # New context.
-        advance = Signal(range(WINDOW + 1))     # new_cack - cack, without the 24-bit adders
-        m.d.comb += advance.eq(Mux(adv_ok, fz - o[:9], 0))
         new_ctx = Signal(CTX)
         m.d.comb += [
             new_ctx.eq(c),
             new_ctx.cack.eq(new_cack),
-            new_ctx.ooo.eq(c.ooo + place - advance[:16]),
+            new_ctx.placed.eq(c.placed + place),
         ]
         with m.If(place):
             m.d.comb += new_ctx.bytes.eq(c.bytes + p.length)
@@ -510,6 +525,7 @@ class PsnTracker(wiring.Component):
         e2_verdict = Signal(VERDICT, name="e2_verdict")
         e2_ack_valid, e2_ack = Signal(name="e2_ack_valid"), Signal(ACK_DESC, name="e2_ack")
         e2_arr, e2_fz = Signal(WINDOW, name="e2_arr"), Signal(range(WINDOW + 1), name="e2_fz")
+        e2_placed, e2_start_m1 = Signal(PSN, name="e2_placed"), Signal(PSN, name="e2_start_m1")
         e2_cpl_valid, e2_cpl = Signal(name="e2_cpl_valid"), Signal(COMPLETION, name="e2_cpl")
         verdict_code = Signal(3)
         for name, sig in v.items():
@@ -523,10 +539,11 @@ class PsnTracker(wiring.Component):
             e2_ack_valid.eq(emit_sack | emit_nack),
             e2_arr.eq(arr_own),
             e2_fz.eq(fz),
+            e2_placed.eq(new_ctx.placed),
+            e2_start_m1.eq(c.start_m1),
         ]
         ack = {
             "nack": emit_nack, "qp": p.qp, "cack": new_cack, "mpr": c.mpr_m1 + 1,
-            "ooo_count": Mux(new_ctx.ooo[15], (1 << 15) - 1, new_ctx.ooo[:15]),
             "rcvd_bytes": new_ctx.bytes[8:], "entropy": p.entropy, "timestamp": p.timestamp,
         }
         with m.If(emit_nack):
@@ -544,8 +561,12 @@ class PsnTracker(wiring.Component):
         # not fit 16 signed bits); computed here, off stage E's path.
         trigger = Signal(PSN)
         m.d.comb += trigger.eq(e2_ack.psn - e2_ack.cack)
+        # ooo_count: placed packets above the new CACK (saturating at 15 bits).
+        ooo = Signal(PSN)
+        m.d.comb += ooo.eq(e2_placed - (e2_ack.cack - e2_start_m1))
         ack_out = Signal(ACK_DESC)
         m.d.comb += [ack_out.eq(e2_ack), ack_out.bitmap.eq(Mux(e2_ack.nack, 0, bitmap)),
+                     ack_out.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
                      ack_out.ack_psn_offset.eq(
                          Mux(e2_ack.nack | e2_ack.pr | ~signed_fits(trigger, 16), 0,
                              trigger[:16]))]
@@ -616,7 +637,7 @@ class PsnTracker(wiring.Component):
             with m.Else():
                 start_m1 = (cmd_start - 1)[:PSN]
                 m.d.comb += [ctx_w.addr.eq(cmd_qp), ctx_w.en.eq(1),
-                             *assign(ctx_w.data, cack=start_m1, hi=start_m1,
+                             *assign(ctx_w.data, cack=start_m1, hi=start_m1, start_m1=start_m1,
                                      mpr_m1=cmd_mpr_m1, open=cmd_open)]
                 for i in range(N):
                     with m.If(pool[i].qp == cmd_qp):
