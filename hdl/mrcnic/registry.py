@@ -21,6 +21,7 @@ BLOCK_MODULES = [
     "mrcnic.ack_generator",
     "mrcnic.psn_tracker",
     "mrcnic.reorder_buffer",
+    "mrcnic.path_selector",
     "mrcnic.retransmit_tracker",
 ]
 
