@@ -44,10 +44,9 @@ Operation
     transparent to the write port, so the data includes the write of the packet ahead. E:
     the context is the registered one, or the one the record ahead just wrote for the same
     QP; everything is decided, the chunk written back, CACK advanced to the first PSN after
-    it not arrived in the window (two 384-bit first-zero searches, with and without the
-    packet's bit, chosen when its window check is known), the context written. E2: the SACK
-    bitmap is cut from the window, ack_psn_offset and the out-of-order count worked out, and
-    the records go to the output FIFOs. The window was addressed from the CACK before the
+    it not arrived in the window (a 384-bit first-zero search), the context written. E2:
+    the SACK bitmap is cut from the window, ack_psn_offset and the out-of-order count
+    worked out, and the records go to the output FIFOs. The window was addressed from the CACK before the
     packet ahead updated it; when it does not reach far enough (CACK moved past it, the run
     fills it, or the SACK's 64 bits leave it), the packet's SACK and the rest of the advance
     go to a continuation that re-reads the window, and the record behind, killed in E by a
@@ -405,27 +404,17 @@ class PsnTracker(wiring.Component):
         may_place = Signal()
         m.d.comb += may_place.eq(pkt_op & data_ok & in_win & ~(wimm & ~immediate & pool_full))
         own = Signal(WINDOW)
-        m.d.comb += own.eq(Mux(rel_p < WINDOW, Const(1, WINDOW) << rel_p[:9], 0))
+        m.d.comb += own.eq(Mux(may_place & (rel_p < WINDOW), Const(1, WINDOW) << rel_p[:9], 0))
+        arr_own = Signal(WINDOW)
+        m.d.comb += arr_own.eq(arr | own)
         o = Signal(PSN)
         m.d.comb += o.eq(cack + 1 - wb)
         o_ok = o < WINDOW
-        # Two searches, with and without the packet's own bit, chosen afterwards: whether the
-        # packet may be placed (its window check on the context) then runs beside the
-        # searches instead of in front of them.
-        from_o = Signal(WINDOW)
-        m.d.comb += from_o.eq(Cat(*(o[:9] <= i for i in range(WINDOW))))
-        holes0, holes1 = Signal(WINDOW, name="holes0"), Signal(WINDOW, name="holes1")
-        m.d.comb += [holes0.eq(~arr & from_o), holes1.eq(~(arr | own) & from_o)]
-        found0, first0 = first_set(holes0)
-        found1, first1 = first_set(holes1)
-        found = Signal()
+        holes = Signal(WINDOW)
+        m.d.comb += holes.eq(~arr_own & Cat(*(o[:9] <= i for i in range(WINDOW))))
+        found, first = first_set(holes)
         fz = Signal(range(WINDOW + 1))        # window position of the new CACK + 1
-        m.d.comb += [
-            found.eq(Mux(may_place, found1, found0)),
-            fz.eq(Mux(may_place, Mux(found1, first1, WINDOW), Mux(found0, first0, WINDOW))),
-        ]
-        arr_own = Signal(WINDOW)
-        m.d.comb += arr_own.eq(Mux(may_place, arr | own, arr))
+        m.d.comb += fz.eq(Mux(found, first, WINDOW))
         adv_ok = e_live & qp_ok & (op.cont | place) & o_ok
         new_cack = Signal(PSN)
         m.d.comb += new_cack.eq(Mux(adv_ok, e_wbm1 + fz, cack))
