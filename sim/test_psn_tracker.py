@@ -241,6 +241,35 @@ def test_random_qps_and_permutations_within_the_window():
     assert rate > 0.95
 
 
+@pytest.mark.parametrize("sack_every", [0, 1, 4, 8, 16])
+def test_sacks_per_data_packet_with_coalescing(sack_every):
+    """SACK descriptors per placed packet: in PSN order with no A bit, exactly one per
+    `sack_every` packets (none with 0); with the same PSNs sprayed (random order within
+    blocks of 64), more, since each new hole asks for one (except with `sack_every` 1,
+    where every packet has its SACK already). Reports both."""
+    n = 256
+    rng = seeded()
+    figures = {}
+    for order in ("in order", "sprayed"):
+        psns = list(range(n))
+        if order == "sprayed":
+            for i in range(0, n, 64):
+                block = psns[i:i + 64]
+                rng.shuffle(block)
+                psns[i:i + 64] = block
+        recs = [data_packet(0, p) for p in psns]
+        want, got, src, sinks, regs, model = run_tracker(recs, qps=1, sack_every=sack_every)
+        check(want, got, model, regs)
+        figures[order] = regs["sacks"]["count"] / regs["place"]["count"]
+    print(f"SACKs per data packet, sack_every={sack_every}: in order "
+          f"{figures['in order']:.3f}, sprayed in blocks of 64 {figures['sprayed']:.3f}")
+    assert figures["in order"] == (n // sack_every / n if sack_every else 0)
+    if sack_every == 1:
+        assert figures["sprayed"] == 1          # every placed packet SACKed either way
+    else:
+        assert figures["sprayed"] > figures["in order"]
+
+
 def test_cack_runs_over_a_filled_hole_fast():
     """PSNs 1..1000 arrive, then 0: CACK jumps by 1001. Measures PSNs per cycle of advance."""
     recs = [data_packet(0, p) for p in range(1, 1001)] + [data_packet(0, 0, ack_req=1)]
