@@ -544,6 +544,16 @@ def test_denied_forced_good_during_traffic_and_min_active_promotion():
                                                             EvState.GOOD]   # mask G|AB
 
 
+async def one_qp_every_event(b, rng):
+    """Profile 0 (STEV, random raw EVs, every state change an event) on QP 0; returns the
+    EV count."""
+    n = b.model.n
+    await b.profile(0, stev_profile(), event_mask=0b1111,
+                    raws=[rand_raw(rng) for _ in range(n)])
+    await b.qp(0, 0, 0)
+    return n
+
+
 def test_feedback_one_per_cycle_and_events_in_order():
     """128 feedback records back to back: accepted one per cycle; every state change
     reported in order (event mask: all states)."""
@@ -551,10 +561,7 @@ def test_feedback_one_per_cycle_and_events_in_order():
     params = dict(SMALL, qps=1, profiles=1)
 
     async def scenario(b):
-        n = b.model.n
-        await b.profile(0, stev_profile(), event_mask=0b1111,
-                        raws=[rand_raw(rng) for _ in range(n)])
-        await b.qp(0, 0, 0)
+        n = await one_qp_every_event(b, rng)
         fbs = []
         for r in range(4):
             fbs += [fb(0, e, FeedbackKind.SKIP_ONCE) for e in range(n)]
@@ -582,10 +589,7 @@ def test_event_fifo_full_drops_with_counts():
     params = dict(SMALL, qps=1, profiles=1)
 
     async def scenario(b):
-        n = b.model.n
-        await b.profile(0, stev_profile(), event_mask=0b1111,
-                        raws=[rand_raw(rng) for _ in range(n)])
-        await b.qp(0, 0, 0)
+        n = await one_qp_every_event(b, rng)
         fbs = []
         for e in range(n):
             fbs += [fb(0, e, FeedbackKind.SKIP_ONCE), fb(0, e, FeedbackKind.TIMEOUT)]

@@ -372,7 +372,7 @@ def test_formal_cack_never_passes_a_psn_that_has_not_arrived(tmp_path, depth):
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 384])
 def test_first_set_finds_the_lowest_set_bit(n):
     from amaranth.sim import Simulator
-    from mrcnic.psn_tracker import first_set
+    from mrcnic.gates import first_set
     rng = seeded()
     vec = Signal(n)
     found, index = first_set(vec)

@@ -139,6 +139,7 @@ from . import proto, registry
 from .ack_desc import QP_INDEX_BITS
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, FeedbackKind
+from .gates import first_set_of
 from .model.ev import MAX_FIELD_WIDTH, MAX_FORMAT_FIELDS
 from .proto import EvMode, EvState
 from .stream import meta_stream
@@ -165,30 +166,6 @@ SKIP_CLEARED_BY = "wrap of any QP of the profile"
 BACKUP_RULE = "lowest-index healthy backup of the same plane"
 EVENT_MASK_DEFAULT = (1 << EvState.GOOD) | (1 << EvState.ASSUMED_BAD)
 RESEED_MULT = 5                # seed' = 5 x seed + stride: full period for an odd stride
-
-
-def first_set(vec):
-    """``(found, index)`` of the lowest set bit of ``vec``: a binary tree of 2:1 muxes whose
-    left halves are powers of two, so an index only gains its top bit (no adders)."""
-    def tree(lo, hi):
-        if hi - lo == 1:
-            return vec[lo], Const(0, 0)
-        k = ceil_log2(hi - lo) - 1
-        mid = lo + (1 << k)
-        fl, il = tree(lo, mid)
-        fh, ih = tree(mid, hi)
-        left = Cat(il, Const(0, k - len(il)), Const(0, 1))
-        right = Cat(ih, Const(0, k - len(ih)), Const(1, 1))
-        return fl | fh, Mux(fl, left, right)
-    return tree(0, len(vec))
-
-
-def first_set_of(m, vec, name):
-    """:func:`first_set` of ``vec`` held in a Signal first: the tree reads each bit several
-    times, and an expression would be copied at every read."""
-    held = Signal(len(vec), name=name)
-    m.d.comb += held.eq(vec)
-    return first_set(held)
 
 
 def at_or_after(ptr, n):

@@ -86,6 +86,7 @@ from amaranth.utils import ceil_log2
 from . import proto, registry
 from .ack_desc import ACK_DESC, QP_INDEX_BITS
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .gates import assign, first_set, signed_fits
 from .proto import NackCode, Opcode, SackMode
 from .stream import meta_stream
 
@@ -176,41 +177,6 @@ TRACKER_REGS = RegisterMap("psn_tracker", [
         ("stall_cycles", "Cycles a record waited at the input"),
     ]],
 ])
-
-
-def first_set(vec):
-    """``(found, index)`` of the lowest set bit of ``vec``: a binary tree of 2:1 muxes (the
-    left half of each node is a power of two, so the right half's index just gains its top
-    bit: no adder on the path). Pass a Signal: every node slices ``vec``, and a slice of an
-    expression repeats the whole expression in the exported Verilog."""
-    def tree(lo, hi):
-        if hi - lo == 1:
-            return vec[lo], Const(0, 0)
-        k = ceil_log2(hi - lo) - 1
-        mid = lo + (1 << k)
-        fl, il = tree(lo, mid)
-        fh, ih = tree(mid, hi)
-        left = Cat(il, Const(0, k - len(il)), Const(0, 1))
-        right = Cat(ih, Const(0, k - len(ih)), Const(1, 1))
-        return fl | fh, Mux(fl, left, right)
-    found, index = tree(0, len(vec))
-    return found, index
-
-
-def assign(view, **fields):
-    """Statements setting the named fields of a struct view; the other fields to 0."""
-    stmts = []
-    for name, _ in view.shape():
-        stmts.append(getattr(view, name).eq(fields.pop(name, 0)))
-    if fields:
-        raise ValueError(f"no fields {', '.join(fields)} in {view.shape()!r}")
-    return stmts
-
-
-def signed_fits(value, bits):
-    """``value`` (two's complement) fits a signed ``bits``-bit field."""
-    top = value[bits - 1:]
-    return (top == 0) | (top == (1 << len(top)) - 1)
 
 
 class PsnTracker(wiring.Component):

@@ -141,8 +141,8 @@ from . import proto, registry
 from .ack_desc import ACK_DESC, QP_INDEX_BITS
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
 from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, RESOURCE_NACKS, FeedbackKind
+from .gates import assign
 from .proto import NackCode, SackMode
-from .psn_tracker import assign
 from .stream import meta_stream
 
 __all__ = ["RetransmitTracker", "RtxCause", "ErrorCause", "sent_layout", "rtx_layout",
