@@ -8,7 +8,7 @@ from amaranth.hdl import Assert, Assume, Module, Signal
 from amaranth.lib import wiring
 
 from mrcnic import proto
-from mrcnic.formal import prove
+from mrcnic.formal import prove_not_vacuous
 from mrcnic.ack_desc import ACK_DESC
 from mrcnic.csr import RegisterDriver
 from mrcnic.model import packet as pk
@@ -362,11 +362,7 @@ class CackNeverPassesAHole(wiring.Component):
 @pytest.mark.formal
 @pytest.mark.parametrize("depth", [9, pytest.param(11, marks=pytest.mark.soak)])
 def test_formal_cack_never_passes_a_psn_that_has_not_arrived(tmp_path, depth):
-    log = prove(CackNeverPassesAHole(), "psn_tracker_cack", depth, tmp_path / "pass")
-    assert "DONE (PASS" in log
-    with pytest.raises(AssertionError, match=r"DONE \(FAIL"):
-        prove(CackNeverPassesAHole(claim_unreachable=True), "psn_tracker_reach", depth,
-              tmp_path / "reach")
+    prove_not_vacuous(CackNeverPassesAHole, "psn_tracker_cack", depth, tmp_path)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 384])

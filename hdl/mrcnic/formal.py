@@ -20,7 +20,7 @@ from amaranth.lib import data, stream, wiring
 from .csr import AxiLiteSignature
 from .stream import AxiStreamSignature
 
-__all__ = ["stream_rule", "StreamRules", "prove"]
+__all__ = ["stream_rule", "StreamRules", "prove", "prove_not_vacuous"]
 
 
 def stream_rule(m, valid, ready, payload, *, assume, name):
@@ -104,3 +104,19 @@ prep -top {name}
     if proc.returncode != 0 or "DONE (PASS" not in log:
         raise AssertionError(f"formal check {name} failed:\n{log[-4000:]}")
     return log
+
+
+def prove_not_vacuous(make, name, depth, work_dir):
+    """Prove ``make()`` for ``depth`` cycles, then show the check is not vacuous:
+    ``make(claim_unreachable=True)`` claims that the situation the property speaks of never
+    happens, and that claim must fail within the same depth. Returns the first log."""
+    work = Path(work_dir)
+    log = prove(make(), name, depth, work / "pass")
+    try:
+        prove(make(claim_unreachable=True), f"{name}_reach", depth, work / "reach")
+    except AssertionError as failed:
+        if "DONE (FAIL" not in str(failed):
+            raise                       # the tools failed, not the claim
+        return log
+    raise AssertionError(f"formal check {name} is vacuous: the situation it checks is not "
+                         f"reached within {depth} cycles")
