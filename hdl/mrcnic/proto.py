@@ -162,6 +162,20 @@ ENDPOINT_QP         = 0x2      # destination QP of endpoint requests/responses
 ICRC_LEN            = 4
 AETH_SYNDROME_ACCESS_ERROR = 0x62
 
+# Traffic classes. The spec leaves the codepoints to the operator: these are defaults of the
+# registers that write or recognise them (a NIC, and the switches of mrcnic.fabric).
+DSCP_DATA           = 0x0A     # first transmissions of data packets
+DSCP_RTX            = 0x0C     # retransmissions (spec §4: "a retransmit DSCP")
+DSCP_CONTROL        = 0x30     # SACK, NACK, probes
+DSCP_TRIMMED        = 0x2C     # set by a switch that trimmed the packet
+DSCP_TRIMMED_LASTHOP = 0x2D    # ... when that switch was the packet's last hop
+ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = 0, 1, 2, 3   # RFC 3168; NICs send ECT(0)
+# Decision (trimming): a switch keeps the frame up to the end of the inner RETH (Ethernet,
+# outer IPv6 and SRH if any, inner IPv6, UDP, BTH, METH, [TSETH], RETH) and drops the rest,
+# payload and ICRC; it rewrites the outermost IPv6 header's DSCP and payload length only.
+# The receiver recognises the DSCP before any other check and never checks the ICRC or the
+# inner lengths of a trimmed packet.
+
 
 class Opcode(enum.IntEnum):
     WRITE_FIRST     = 0xC6
