@@ -18,7 +18,7 @@ from mrcnic import proto
 from mrcnic.proto import BTH, CC_STATE, ETH, IPV6, NETH, SETH, UDP
 from mrcnic.ack_desc import ack_desc_fields
 from mrcnic.ack_generator import (ACK_REGS, FRAME_LEN, HOP_LIMIT_DEFAULT, LATENCY, VARIABLES,
-                                  AckGenerator, _assemble, affine_icrc)
+                                  AckGenerator, affine_icrc)
 from mrcnic.csr import RegisterDriver
 from mrcnic.model import ack_generator as ack_model
 from mrcnic.model import packet as pk
@@ -185,25 +185,6 @@ def test_icrc_is_an_affine_map_of_the_fields():
                                              "sack_offset", "bitmap", "ooo_count",
                                              "rcvd_bytes"}}[nack]
         assert set(changed) == set(VARIABLES) - unused
-
-
-def test_assemble_is_header_assemble():
-    """The block's run-length assembly of headers against proto's bit by bit one."""
-    rng = seeded()
-    for header in (ETH, IPV6, UDP, BTH, SETH, CC_STATE, NETH):
-        fields = {f: Signal(w, name=f) for f, (_, w) in header.fields.items()
-                  if not f.startswith("_")}
-        m = Module()
-        ours, ref = Signal(8 * header.size), Signal(8 * header.size)
-        m.d.comb += [ours.eq(_assemble(header, fields)), ref.eq(header.assemble(fields))]
-
-        async def tb(ctx):
-            for _ in range(20):
-                for sig in fields.values():
-                    ctx.set(sig, rng.getrandbits(len(sig)))
-                assert ctx.get(ours) == ctx.get(ref), header.name
-
-        run(m, tb, clock=None)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -282,37 +282,6 @@ def _rows(nack, names):
     return tuple(rows)
 
 
-def _assemble(header, values):
-    """What :meth:`Header.assemble <mrcnic.proto.Header.assemble>` gives (bit places from
-    :meth:`~mrcnic.proto.Header.wire_bit`), built of runs (a byte of a field, a run of zero
-    bits) instead of single bits: the same value, a fraction of the terms for the simulator
-    to compile."""
-    src = [None] * header.bits                 # bus bit -> (Value, bit) or None for 0
-    for field, value in values.items():
-        width = header.width(field)
-        value = Const(value, width) if isinstance(value, int) else Value.cast(value)
-        if len(value) > width:
-            raise ValueError(f"{header.name}.{field}: {len(value)}-bit value for a "
-                             f"{width}-bit field")
-        for k in range(len(value)):
-            src[header.wire_bit(field, k)] = (value, k)
-    runs, p = [], 0
-    while p < header.bits:
-        q = p + 1
-        if src[p] is None:
-            while q < header.bits and src[q] is None:
-                q += 1
-            runs.append(Const(0, q - p))
-        else:
-            value, k = src[p]
-            while q < header.bits and src[q] is not None and src[q][0] is value \
-                    and src[q][1] == k + q - p:
-                q += 1
-            runs.append(value[k:k + q - p])
-        p = q
-    return Cat(*runs)
-
-
 def _gf2(rows, x):
     """Gateware: matrix ``rows`` applied to ``x``, each bit the parity of ``x`` AND a
     constant (the same XOR tree as :func:`mrcnic.crc.gf2_apply` once synthesised, and one
@@ -370,10 +339,10 @@ def _variable_bytes(values):
     """``{byte index: 8-bit Value}`` of the covered bytes that ``values`` (a ``{variable:
     Value}`` dict of :data:`SERIAL_VARS`) make non-zero, in the gateware's own bus order."""
     v = {n: values.get(n, 0) for n in SERIAL_VARS}
-    bus = Cat(_assemble(IPV6, {"src": v["src_ip"], "dst": v["dst_ip"]}),
-              _assemble(UDP, {"dst_port": v["dport"]}),
-              _assemble(BTH, {"pkey": v["pkey"], "dest_qp": v["dest_qp"]}),
-              _assemble(NETH, {"dst_id": v["dst_id"]}))
+    bus = Cat(IPV6.assemble({"src": v["src_ip"], "dst": v["dst_ip"]}),
+              UDP.assemble({"dst_port": v["dport"]}),
+              BTH.assemble({"pkey": v["pkey"], "dest_qp": v["dest_qp"]}),
+              NETH.assemble({"dst_id": v["dst_id"]}))
     return {i: bus[8 * i:8 * i + 8] for i in _positions(tuple(values))}
 
 
@@ -564,13 +533,13 @@ class AckGenerator(wiring.Component):
             for p in part[t]:
                 rest[t] = rest[t] ^ p
         dst_id = c1.remote_qp[:16]
-        seth = _assemble(SETH, {"m": d1.m, "pr": d1.pr, "ack_psn_offset": d1.ack_psn_offset,
+        seth = SETH.assemble({"m": d1.m, "pr": d1.pr, "ack_psn_offset": d1.ack_psn_offset,
                                 "entropy": d1.entropy, "src_id": d1.qp, "dst_id": dst_id,
                                 "cack_psn": d1.cack, "mpr": d1.mpr,
                                 "sack_offset": d1.sack_offset, "bitmap": d1.bitmap})
-        cc = _assemble(CC_STATE, {"timestamp": d1.timestamp, "ooo_count": d1.ooo_count,
+        cc = CC_STATE.assemble({"timestamp": d1.timestamp, "ooo_count": d1.ooo_count,
                                   "rcvd_bytes": d1.rcvd_bytes})
-        neth = _assemble(NETH, {"reason": d1.reason, "entropy": d1.entropy, "src_id": d1.qp,
+        neth = NETH.assemble({"reason": d1.reason, "entropy": d1.entropy, "src_id": d1.qp,
                                 "dst_id": dst_id, "nack_psn": d1.psn,
                                 "timestamp": d1.timestamp})
         sack_tail = Cat(seth, cc)
@@ -600,13 +569,13 @@ class AckGenerator(wiring.Component):
         sport = fr.entropy[:proto.STEV_PORT_BITS]
         flow = fr.entropy[proto.STEV_PORT_BITS:proto.STEV_PORT_BITS + proto.STEV_FLOW_BITS]
         head = Cat(
-            _assemble(ETH, {"dst": fr.mac, "src": fc.mac, "ethertype": proto.ETHERTYPE_IPV6}),
-            _assemble(IPV6, {"version": proto.IPV6_VERSION, "dscp": fc.dscp, "ecn": fc.ecn,
+            ETH.assemble({"dst": fr.mac, "src": fc.mac, "ethertype": proto.ETHERTYPE_IPV6}),
+            IPV6.assemble({"version": proto.IPV6_VERSION, "dscp": fc.dscp, "ecn": fc.ecn,
                              "flow_label": flow, "payload_length": length,
                              "next_header": proto.IPPROTO_UDP, "hop_limit": fc.hop_limit,
                              "src": fc.ip, "dst": fr.ip}),
-            _assemble(UDP, {"src_port": sport, "dst_port": fc.dport, "length": length}),
-            _assemble(BTH, {"opcode": Mux(nack, int(OPCODE[1]), int(OPCODE[0])),
+            UDP.assemble({"src_port": sport, "dst_port": fc.dport, "length": length}),
+            BTH.assemble({"opcode": Mux(nack, int(OPCODE[1]), int(OPCODE[0])),
                             "tver": proto.BTH_TVER, "pkey": fc.pkey,
                             "dest_qp": fr.remote_qp, "psn": fr.psn}),
         )

@@ -113,18 +113,35 @@ class Header:
         return Cat(*(bus[base + self.wire_bit(field, k)] for k in range(width)))
 
     def assemble(self, values):
-        """AXI-ordered value of ``size`` bytes from a ``{field: Value or int}`` mapping."""
-        bits = [Const(0, 1)] * self.bits
+        """AXI-ordered value of ``size`` bytes from a ``{field: Value or int}`` mapping.
+
+        Built of runs (a byte of a field, a run of zero bits) rather than single bits: the
+        same value, a fraction of the terms for the simulators to compile."""
+        src = [None] * self.bits                 # bus bit -> (Value, bit) or None for 0
         for field, value in values.items():
             width = self.width(field)
-            value = Value.cast(value)
+            value = Const(value, width) if isinstance(value, int) else Value.cast(value)
             if len(value) > width:
                 raise ValueError(f"{self.name}.{field}: {len(value)}-bit value for a "
                                  f"{width}-bit field")
             value = value.as_unsigned()
-            for k in range(width):
-                bits[self.wire_bit(field, k)] = value[k] if k < len(value) else Const(0, 1)
-        return Cat(*bits)
+            for k in range(len(value)):
+                src[self.wire_bit(field, k)] = (value, k)
+        runs, p = [], 0
+        while p < self.bits:
+            q = p + 1
+            if src[p] is None:
+                while q < self.bits and src[q] is None:
+                    q += 1
+                runs.append(Const(0, q - p))
+            else:
+                value, k = src[p]
+                while q < self.bits and src[q] is not None and src[q][0] is value \
+                        and src[q][1] == k + q - p:
+                    q += 1
+                runs.append(value[k:k + q - p])
+            p = q
+        return Cat(*runs)
 
     @property
     def layout(self):
