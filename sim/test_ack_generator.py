@@ -12,7 +12,6 @@ from scapy.contrib.roce import BTH as ScapyBTH
 from scapy.layers.inet import UDP as ScapyUDP
 from scapy.layers.inet6 import IPv6 as ScapyIPv6
 from scapy.layers.l2 import Ether
-from scapy.utils import wrpcap
 
 from mrcnic import proto
 from mrcnic.proto import BTH, CC_STATE, ETH, IPV6, NETH, SETH, UDP
@@ -20,6 +19,7 @@ from mrcnic.ack_desc import ack_desc_fields
 from mrcnic.ack_generator import (ACK_REGS, FRAME_LEN, HOP_LIMIT_DEFAULT, LATENCY, VARIABLES,
                                   AckGenerator, affine_icrc)
 from mrcnic.csr import RegisterDriver
+from mrcnic.pcap import write_pcap
 from mrcnic.model import ack_generator as ack_model
 from mrcnic.model import packet as pk
 from axil import AxiLiteSimMaster
@@ -469,7 +469,7 @@ def test_tshark_reads_the_frames(tmp_path):
     sink, _, _ = run_traffic(256, descs, qps=4, cfg=cfg, contexts=contexts, rng=rng,
                              idle=0.2, backpressure=0.2)
     pcap = tmp_path / "ack.pcap"
-    wrpcap(str(pcap), [Ether(f) for f in sink.frames])
+    write_pcap(pcap, [(1000 * i, f) for i, f in enumerate(sink.frames)])
     fields = ["frame.len", "ipv6.nxt", "udp.srcport", "udp.dstport", "infiniband.bth.opcode",
               "infiniband.bth.destqp", "infiniband.bth.psn"]
     out = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-E", "separator=,",
