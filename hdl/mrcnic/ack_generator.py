@@ -115,7 +115,8 @@ from amaranth.lib.wiring import In, Out
 from . import proto, registry
 from .ack_desc import ACK_DESC, QP_INDEX_BITS
 from .crc import crc32_raw, matrix_of
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
+                  ipv6_registers, mac_registers)
 from .proto import BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
 from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, meta_stream)
@@ -147,27 +148,9 @@ ACK_CTX = data.StructLayout({
 ACK_COUNTERS = ["sacks", "nacks", "bad_qp"]
 
 
-def _mac_regs(prefix, what):
-    return [
-        Register(f"{prefix}_mac_hi", [Field("mac", 16, "rw",
-                                            desc=f"{what} MAC address, bits 47:32 (its "
-                                                 f"first two bytes on the wire)")]),
-        Register(f"{prefix}_mac_lo", [Field("mac", 32, "rw",
-                                            desc=f"{what} MAC address, bits 31:0")]),
-    ]
-
-
-def _ip_regs(prefix, what):
-    return [Register(f"{prefix}_ip{i}", [Field("ip", 32, "rw",
-                                               desc=f"{what} IPv6 address, bits "
-                                                    f"{127 - 32 * i}:{96 - 32 * i} (bytes "
-                                                    f"{4 * i}-{4 * i + 3} on the wire)")])
-            for i in range(4)]
-
-
 ACK_REGS = RegisterMap("ack_generator", [
-    *_mac_regs("local", "Source (this NIC)"),
-    *_ip_regs("local", "Source (this NIC)"),
+    *mac_registers("local", "Source (this NIC)"),
+    *ipv6_registers("local", "Source (this NIC)"),
     Register("config", [
         Field("udp_dport", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
               desc="UDP destination port of every control frame"),
@@ -180,8 +163,8 @@ ACK_REGS = RegisterMap("ack_generator", [
     ]),
     Register("ctx_qp", [Field("qp", QP_INDEX_BITS, "rw",
                               desc="Local QP index of the context entry ctx_write writes")]),
-    *_mac_regs("ctx", "Context: destination (the peer)"),
-    *_ip_regs("ctx", "Context: destination (the peer)"),
+    *mac_registers("ctx", "Context: destination (the peer)"),
+    *ipv6_registers("ctx", "Context: destination (the peer)"),
     Register("ctx_remote_qp", [Field("qpn", proto.PSN_BITS, "rw",
                                      desc="Context: remote QP number (BTH dest_qp; its low "
                                           "16 bits are SETH/NETH dst_id)")]),

@@ -233,12 +233,17 @@ class CrcStream(wiring.Component):
         self.skip = skip
         self.ones = bytes(ones)
         self.k_bits = (self.B - 1).bit_length()
-        self.latency = 3 + (self.k_bits + 1) // 2
+        self.latency = self.latency_of(data_width)
         super().__init__({
             "en": In(1), "valid": In(1), "data": In(data_width), "keep": In(self.B),
             "first": In(1), "last": In(1), "tag": In(tag_width),
             "done": Out(1), "crc": Out(32), "residue_ok": Out(1), "out_tag": Out(tag_width),
         })
+
+    @staticmethod
+    def latency_of(data_width):
+        """:attr:`latency` of a CrcStream of ``data_width`` bits, without building one."""
+        return 3 + ((data_width // 8 - 1).bit_length() + 1) // 2
 
     def _beat_masks(self):
         """Per beat index k of the frame's head: ``(and_mask, or_mask)`` as ints."""

@@ -33,7 +33,7 @@ from amaranth.lib.wiring import In, Out
 __all__ = [
     "CsrError", "ACCESS", "RESP_OKAY", "RESP_SLVERR",
     "AxiLiteSignature", "Field", "Register", "RegisterMap", "CsrBlock", "RegisterDriver",
-    "event_counters",
+    "event_counters", "mac_registers", "ipv6_registers",
 ]
 
 
@@ -562,3 +562,24 @@ def event_counters(m, fields, events, names, clear, width=32):
         with m.Else():
             m.d.sync += count.eq(count + getattr(registered, name))
         m.d.comb += fields[name]["count"].eq(count)
+
+
+def mac_registers(prefix, what):
+    """Two registers, ``<prefix>_mac_hi`` and ``_lo``, holding one 48-bit MAC address."""
+    return [
+        Register(f"{prefix}_mac_hi", [Field("mac", 16, "rw",
+                                            desc=f"{what} MAC address, bits 47:32 (its "
+                                                 f"first two bytes on the wire)")]),
+        Register(f"{prefix}_mac_lo", [Field("mac", 32, "rw",
+                                            desc=f"{what} MAC address, bits 31:0")]),
+    ]
+
+
+def ipv6_registers(prefix, what):
+    """Four registers, ``<prefix>_ip0`` .. ``_ip3``, holding one IPv6 address (ip0 first on the
+    wire)."""
+    return [Register(f"{prefix}_ip{i}", [Field("ip", 32, "rw",
+                                               desc=f"{what} IPv6 address, bits "
+                                                    f"{127 - 32 * i}:{96 - 32 * i} (bytes "
+                                                    f"{4 * i}-{4 * i + 3} on the wire)")])
+            for i in range(4)]

@@ -23,6 +23,9 @@ BLOCK_MODULES = [
     "mrcnic.reorder_buffer",
     "mrcnic.path_selector",
     "mrcnic.retransmit_tracker",
+    "mrcnic.roce_rx",
+    "mrcnic.roce_tx",
+    "mrcnic.tx_segmenter",
 ]
 
 _BLOCKS = {}

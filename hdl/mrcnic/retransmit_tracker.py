@@ -144,6 +144,7 @@ from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, RESOURCE_NACKS, FeedbackKin
 from .gates import assign
 from .proto import NackCode, SackMode
 from .stream import meta_stream
+from .tx_desc import TICK_NS, TIME_BITS, release_layout, rtx_layout, sent_layout
 
 __all__ = ["RetransmitTracker", "RtxCause", "ErrorCause", "sent_layout", "rtx_layout",
            "release_layout", "CWND_IN", "QP_ERROR", "RT_REGS", "TIME_BITS", "TICK_NS",
@@ -151,8 +152,6 @@ __all__ = ["RetransmitTracker", "RtxCause", "ErrorCause", "sent_layout", "rtx_la
 
 PSN = proto.PSN_BITS
 HALF = 1 << (PSN - 1)
-TIME_BITS = 32              # time base and send times, in ticks
-TICK_NS = 1024              # decision: one tick of ``now`` is 1.024 us, the unit of §4
 MAX_TIMEOUT_EXP = TIME_BITS - 2     # backoff stops doubling at 2^30 ticks
 RETRY_FOREVER = 25          # retry_max = 25: retransmit without end (§4)
 WORD = 64                   # PSNs per bitmap word; a SACK's 64 bits straddle two
@@ -173,22 +172,6 @@ class RtxCause(enum.IntEnum):
 class ErrorCause(enum.IntEnum):
     NACK_FATAL = 0  # NACK 0x19 UNEXPECTED_EVENT
     RETRIES = 1     # retries exhausted
-
-
-def sent_layout(tag_width=32):
-    return data.StructLayout({"qp": QP_INDEX_BITS, "psn": PSN, "ev": EV_INDEX_BITS,
-                              "time": TIME_BITS, "tag": tag_width, "rtx": 1})
-
-
-def rtx_layout(tag_width=32):
-    return data.StructLayout({"qp": QP_INDEX_BITS, "psn": PSN, "tag": tag_width,
-                              "ev": EV_INDEX_BITS,      # the EV that failed: avoid it
-                              "cause": 2})              # RtxCause
-
-
-def release_layout(tag_width=32):
-    return data.StructLayout({"qp": QP_INDEX_BITS, "first": PSN, "last": PSN,
-                              "tag": tag_width})        # tag of ``last``
 
 
 CWND_IN = data.StructLayout({"qp": QP_INDEX_BITS, "cwnd": 32})

@@ -1,0 +1,363 @@
+"""RoCEv2 data frames from packet descriptors and payloads: :class:`RoceTx` (``roce-tx``).
+
+Operation
+    Each record on ``desc`` (:data:`mrcnic.tx_desc.TX_DESC`) becomes one frame on ``m_axis``:
+
+        Eth | IPv6 | UDP | BTH | METH | RETH | [ImmDt] | payload | pad | ICRC
+
+    94 header bytes, 98 with the ImmDt of WRITE_LAST_IMM / WRITE_ONLY_IMM; ``length``
+    payload bytes taken from ``s_axis`` (one payload frame per descriptor with a non-zero
+    length; a descriptor of length 0 takes none); BTH pad = (-length) mod 4 zero bytes; the
+    ICRC (spec §2.1), computed while the frame streams (:class:`mrcnic.crc.CrcStream`) and
+    written into its last 4 bytes. No FCS.
+
+    Where each field comes from: the descriptor (opcode, A, rtx, PSN, METH, RETH, ImmDt, the
+    STEV ``entropy`` in the flow label and UDP source port); the QP's context (a table
+    written through the registers: Ethernet and IPv6 destination, remote QP number for BTH
+    dest_qp); the registers (:data:`TX_REGS`: sources, UDP port, P_Key, DSCP of first
+    transmissions and of retransmissions, ECN, hop limit); constants for the rest.
+
+    Pipeline: ``desc`` -> :class:`~mrcnic.stream.MetaSkidBuffer` (its output addresses the
+    context table) -> S1 (descriptor and context) -> G, the beat generator, which holds one
+    frame's header and counters and makes one beat a cycle: header bytes from a register
+    that shifts down a beat at a time, payload bytes from the current and the previous
+    payload beat (the header ends mid-beat, at 94 or 98 mod B: one 2:1 choice per lane),
+    zeros past the payload. Then :class:`~mrcnic.crc.CrcStream` and, beside it, a delay line
+    of the same length, at whose end the ICRC is written into the frame's last bytes (which
+    may straddle two beats), then a :class:`~mrcnic.stream.SkidBuffer` to ``m_axis``.
+    Everything after S1 is one stall-all pipeline that moves when the output slice has
+    room; G loads the next frame in the cycle it makes the last beat of the one before.
+
+Bad input (the frame still leaves, with ``tuser[0]`` on its last beat, and is counted; the
+frames after it are not affected):
+
+* ``bad_qp``: ``qp`` not below ``qps`` (sent with a zero context);
+* ``bad_opcode``: not a WRITE opcode (sent as given);
+* ``too_long``: ``length`` above :data:`~mrcnic.tx_desc.MAX_PAYLOAD` (sent as given);
+* ``payload``: the payload frame is shorter or longer than ``length``, or arrived with
+  ``tuser[0]``: missing bytes are sent as zeros, extra beats are dropped up to the
+  payload frame's ``tlast``.
+
+Parameters
+    ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 contexts
+    (default 64).
+
+Ports
+    ``desc`` (in, :data:`~mrcnic.tx_desc.TX_DESC`), ``s_axis`` (in, payload frames),
+    ``m_axis`` (out, frames), ``s_axil`` (:data:`TX_REGS`). Every ready is a register.
+
+Latency, throughput
+    :attr:`RoceTx.latency` cycles from a descriptor's handshake to the frame's first beat
+    when idle and the payload is there (10 at 64 bits, 11 at 512, 12 at 2048: S1, G, the
+    CRC's length, the output slice; measured in ``sim/test_roce_tx.py``). One beat a cycle
+    with no idle cycle between frames: a frame of ``n`` bytes takes ceil(n / B) beats.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from . import proto, registry
+from .ack_desc import QP_INDEX_BITS
+from .crc import CrcStream
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
+                  ipv6_registers, mac_registers)
+from .proto import BTH, ETH, IMMDT, IPV6, METH, RETH, UDP
+from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
+                     drive_axis, keep_count, meta_stream)
+from .tx_desc import MAX_PAYLOAD, TX_DESC
+
+__all__ = ["RoceTx", "TX_REGS", "HEADER_LEN", "HOP_LIMIT_DEFAULT"]
+
+# Header bytes before the payload, without and with ImmDt.
+HEADER_LEN = {0: ETH.size + IPV6.size + UDP.size + BTH.size + METH.size + RETH.size}
+HEADER_LEN[1] = HEADER_LEN[0] + IMMDT.size
+# Bytes the UDP and IPv6 length fields count besides the payload and pad.
+_L4_FIXED = UDP.size + BTH.size + METH.size + RETH.size + proto.ICRC_LEN
+HOP_LIMIT_DEFAULT = 64
+TX_COUNTERS = ["frames", "retransmissions", "bad_qp", "bad_opcode", "too_long", "payload"]
+
+TX_REGS = RegisterMap("roce_tx", [
+    *mac_registers("local", "Source (this NIC)"),
+    *ipv6_registers("local", "Source (this NIC)"),
+    Register("config", [
+        Field("udp_dport", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
+              desc="UDP destination port"),
+        Field("pkey", 16, "rw", reset=proto.PKEY_DEFAULT, desc="BTH P_Key"),
+    ]),
+    Register("ipv6", [
+        Field("dscp_data", 6, "rw", reset=proto.DSCP_DATA,
+              desc="DSCP of first transmissions"),
+        Field("dscp_rtx", 6, "rw", reset=proto.DSCP_RTX,
+              desc="DSCP of retransmissions (descriptor rtx = 1)"),
+        Field("ecn", 2, "rw", reset=proto.ECN_ECT0, desc="ECN codepoint sent"),
+        Field("hop_limit", 8, "rw", reset=HOP_LIMIT_DEFAULT, desc="IPv6 hop limit"),
+    ]),
+    Register("ctx_qp", [Field("qp", QP_INDEX_BITS, "rw",
+                              desc="Local QP index of the context entry ctx_write writes")]),
+    *mac_registers("ctx", "Context: destination (the peer)"),
+    *ipv6_registers("ctx", "Context: destination (the peer)"),
+    Register("ctx_remote_qp", [Field("qpn", proto.PSN_BITS, "rw",
+                                     desc="Context: remote QP number (BTH dest_qp)")]),
+    Register("control", [
+        Field("ctx_write", 1, "w1p",
+              desc="Write the ctx_* registers into the context of QP ctx_qp (the next "
+                   "cycle); nothing when ctx_qp is not below qps"),
+        Field("clear", 1, "w1p", desc="Zero every counter"),
+    ]),
+    Register("info", [Field("qps", 17, "ro", desc="QP contexts (the qps parameter)")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("frames", "Frames sent"),
+        ("retransmissions", "Frames sent with rtx = 1"),
+        ("bad_qp", "Frames sent bad: qp not below qps"),
+        ("bad_opcode", "Frames sent bad: not a WRITE opcode"),
+        ("too_long", f"Frames sent bad: length above {MAX_PAYLOAD}"),
+        ("payload", "Frames sent bad: payload frame shorter or longer than length, or bad"),
+    ]],
+])
+
+_CTX = data.StructLayout({"mac": 48, "ip": 128, "remote_qp": 24})
+
+
+class RoceTx(wiring.Component):
+    """Data frames from descriptors and payloads (module docstring: operation, ports,
+    latency)."""
+
+    def __init__(self, data_width=512, qps=64):
+        check_data_width(data_width, minimum=64, maximum=2048, power_of_two=True)
+        if not isinstance(qps, int) or not 1 <= qps <= 1 << QP_INDEX_BITS:
+            raise ValueError(f"qps = {qps!r} is outside 1 .. {1 << QP_INDEX_BITS}")
+        self.data_width = data_width
+        self.qps = qps
+        self.B = data_width // 8
+        self.crc_latency = CrcStream.latency_of(data_width)
+        # The descriptor slice, S1 (the table read), G, the CRC's stages, the output slice,
+        # counted from the descriptor's handshake to the output beat's.
+        self.latency = 5 + self.crc_latency
+        super().__init__({
+            "desc": In(meta_stream(TX_DESC)),
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "s_axil": In(AxiLiteSignature(TX_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B, W = self.B, self.data_width
+        qps = self.qps
+
+        m.submodules.csr = csr = CsrBlock(TX_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+        m.d.comb += f["info"]["qps"].eq(qps)
+
+        def ip(prefix):            # register 0 holds the address's first bytes
+            return Cat(*(f[f"{prefix}{i}"]["ip"] for i in reversed(range(4))))
+
+        def below_qps(qp):
+            return Const(1, 1) if qps == 1 << QP_INDEX_BITS else qp < qps
+
+        # --- Context table -------------------------------------------------------------
+        m.submodules.ctx = ctx = Memory(shape=_CTX, depth=max(qps, 2), init=[])
+        wr = ctx.write_port()
+        rd = ctx.read_port()
+        ctx_qp = f["ctx_qp"]["qp"]
+        m.d.comb += [
+            wr.addr.eq(ctx_qp),
+            wr.data.mac.eq(Cat(f["ctx_mac_lo"]["mac"], f["ctx_mac_hi"]["mac"])),
+            wr.data.ip.eq(ip("ctx_ip")),
+            wr.data.remote_qp.eq(f["ctx_remote_qp"]["qpn"]),
+            wr.en.eq(f["control"]["ctx_write"] & below_qps(ctx_qp)),
+        ]
+
+        # --- R0 (descriptor slice, addresses the table) and S1 -----------------------------
+        m.submodules.desc_skid = r0 = MetaSkidBuffer(TX_DESC)
+        wiring.connect(m, wiring.flipped(self.desc), r0.i)
+        s1 = Signal(TX_DESC)
+        s1_valid = Signal()
+        s1_take = Signal()                 # G takes S1 this cycle
+        s1_load = ~s1_valid | s1_take
+        m.d.comb += [r0.o.ready.eq(s1_load), rd.addr.eq(r0.o.payload.qp), rd.en.eq(s1_load)]
+        with m.If(s1_load):
+            m.d.sync += [s1.eq(r0.o.payload), s1_valid.eq(r0.o.valid)]
+
+        # --- The header of S1's frame and its counters ---------------------------------------
+        op = s1.opcode
+        is_write = (op >= int(proto.Opcode.WRITE_FIRST)) & (op <= int(proto.Opcode.WRITE_ONLY_IMM))
+        has_imm = (op == int(proto.Opcode.WRITE_LAST_IMM)) | \
+                  (op == int(proto.Opcode.WRITE_ONLY_IMM))
+        length = s1.length
+        pad = (-length)[:2]
+        l4_len = Signal(16)
+        m.d.comb += l4_len.eq(_L4_FIXED + Mux(has_imm, IMMDT.size, 0) + length + pad)
+        ctx_ok = below_qps(s1.qp)
+        c = rd.data
+        ipv6 = f["ipv6"]
+        sport, flow = s1.entropy[:proto.STEV_PORT_BITS], s1.entropy[proto.STEV_PORT_BITS:]
+        header = Cat(
+            ETH.assemble({"dst": Mux(ctx_ok, c.mac, 0),
+                          "src": Cat(f["local_mac_lo"]["mac"], f["local_mac_hi"]["mac"]),
+                          "ethertype": proto.ETHERTYPE_IPV6}),
+            IPV6.assemble({"version": proto.IPV6_VERSION,
+                           "dscp": Mux(s1.rtx, ipv6["dscp_rtx"], ipv6["dscp_data"]),
+                           "ecn": ipv6["ecn"], "flow_label": flow,
+                           "payload_length": l4_len, "next_header": proto.IPPROTO_UDP,
+                           "hop_limit": ipv6["hop_limit"], "src": ip("local_ip"),
+                           "dst": Mux(ctx_ok, c.ip, 0)}),
+            UDP.assemble({"src_port": sport, "dst_port": f["config"]["udp_dport"],
+                          "length": l4_len}),
+            BTH.assemble({"opcode": op, "pad": pad, "tver": proto.BTH_TVER,
+                          "pkey": f["config"]["pkey"],
+                          "dest_qp": Mux(ctx_ok, c.remote_qp, 0), "ack_req": s1.ack_req,
+                          "rtx": s1.rtx, "psn": s1.psn}),
+            METH.assemble({"rqmsn": s1.rqmsn, "msn": s1.msn}),
+            RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),
+            IMMDT.assemble({"imm": s1.imm}),
+        )
+        hlen = Mux(has_imm, HEADER_LEN[1], HEADER_LEN[0])
+
+        # --- G: the beat generator ---------------------------------------------------------
+        en = Signal()                       # the pipeline after S1 moves (output has room)
+        g_active = Signal()                 # G holds a frame
+        hdr = Signal(len(header))           # header bytes still to send, from byte 0
+        imm = Signal()                      # the frame's header is 98 bytes
+        # Bytes from this beat's first one to the end of: the header; the payload; the pad
+        # (where the ICRC starts). Counted down a beat at a time, so that every lane's
+        # choice is a compare of a register with a constant.
+        rem_hdr = Signal(range(-B, HEADER_LEN[1] + 1))
+        rem_data = Signal(range(-2 * B, 1 << 18))
+        rem_crc = Signal(range(-2 * B, 1 << 18))
+        pay_left = Signal(range((1 << 16) // B + 2))         # payload beats still to take
+        last_keep = Signal(range(B + 1))    # bytes of the last payload beat
+        first = Signal()
+        short = Signal()                    # the payload frame ended early: zeros follow
+        drain = Signal()                    # the payload frame is longer: drop up to tlast
+        pbad = Signal()                     # the payload did not match the descriptor
+        prev = Signal(W)
+        cause = Signal(data.StructLayout({"bad_qp": 1, "bad_opcode": 1, "too_long": 1,
+                                           "rtx": 1}))
+
+        m.submodules.pay_skid = pay = SkidBuffer(W)
+        wiring.connect(m, wiring.flipped(self.s_axis), pay.s_axis)
+        p = pay.m_axis
+
+        need = g_active & (rem_hdr < B) & (pay_left != 0) & ~short
+        # The frame's last beat, as a register: it steers S1, the descriptor slice and the
+        # counters, so it must not be an adder and a compare deep.
+        g_last = Signal()
+        fire = en & g_active & (~need | (p.tvalid & ~drain))
+        take = fire & need
+        m.d.comb += s1_take.eq(en & (~g_active | (fire & g_last)))
+        m.d.comb += p.tready.eq(take | drain)
+        with m.If(drain & p.tvalid & p.tlast):
+            m.d.sync += drain.eq(0)
+
+        last_pay = pay_left == 1
+        pay_wrong = p.tuser[0] | (p.tlast != last_pay) | Mux(
+            last_pay, keep_count(p.tkeep) != last_keep, ~p.tkeep.all())
+        pbad_now = pbad | (take & pay_wrong)
+
+        # The lanes: header bytes, then payload bytes from the current and previous payload
+        # beats (the header ends at 94 or 98 mod B), then zeros.
+        off = {k: HEADER_LEN[k] % B for k in (0, 1)}
+        cur = Mux(need, p.tdata, 0)
+        lanes = []
+        for i in range(B):
+            def src(o, i=i):
+                return cur.word_select(i - o, 8) if i >= o else prev.word_select(i - o + B, 8)
+            pay_byte = Mux(imm, src(off[1]), src(off[0])) if off[0] != off[1] else src(off[0])
+            hdr_byte = hdr.word_select(i, 8) if 8 * i < len(hdr) else Const(0, 8)
+            lanes.append(Mux(rem_hdr > i, hdr_byte, Mux(rem_data > i, pay_byte, 0)))
+
+        def therm(n):
+            return Cat(*[n > i for i in range(B)])
+
+        o1 = {"valid": Signal(name="o1_valid"), "data": Signal(W, name="o1_data"),
+              "keep": Signal(B, name="o1_keep"), "last": Signal(name="o1_last"),
+              "crc_keep": Signal(B, name="o1_crc_keep"), "crc_valid": Signal(name="o1_crc_v"),
+              "crc_first": Signal(name="o1_crc_first"), "crc_last": Signal(name="o1_crc_last"),
+              "icrc": Signal(range(-proto.ICRC_LEN, B + 1), name="o1_icrc"),
+              "cause": Signal(5, name="o1_cause")}
+        with m.If(en):
+            m.d.sync += [
+                o1["valid"].eq(fire), o1["data"].eq(Cat(*lanes)),
+                o1["keep"].eq(therm(rem_crc + proto.ICRC_LEN)), o1["last"].eq(g_last),
+                o1["crc_keep"].eq(therm(rem_crc)), o1["crc_valid"].eq(fire & (rem_crc > 0)),
+                o1["crc_first"].eq(first), o1["crc_last"].eq(rem_crc <= B),
+                o1["icrc"].eq(Mux(rem_crc >= B, B, rem_crc)),
+                o1["cause"].eq(Cat(cause, pbad_now)),
+            ]
+        with m.If(fire):
+            # rem_hdr stops once past the header, so that it never wraps on long frames.
+            m.d.sync += [rem_hdr.eq(Mux(rem_hdr < 0, rem_hdr, rem_hdr - B)), rem_data.eq(rem_data - B),
+                         g_last.eq(rem_crc <= 2 * B - proto.ICRC_LEN),
+                         rem_crc.eq(rem_crc - B), hdr.eq(hdr >> W), first.eq(0),
+                         pbad.eq(pbad_now)]
+        with m.If(take):
+            m.d.sync += [prev.eq(p.tdata), pay_left.eq(pay_left - 1)]
+            with m.If(p.tlast & ~last_pay):
+                m.d.sync += short.eq(1)
+            with m.If(last_pay & ~p.tlast):
+                m.d.sync += drain.eq(1)
+        with m.If(s1_take):
+            m.d.sync += [
+                g_active.eq(s1_valid), hdr.eq(header), imm.eq(has_imm), first.eq(1),
+                rem_hdr.eq(hlen), rem_data.eq(hlen + length),
+                rem_crc.eq(hlen + length + pad),
+                g_last.eq(hlen + length + pad + proto.ICRC_LEN <= B),
+                pay_left.eq((length + B - 1) >> (B.bit_length() - 1)),
+                last_keep.eq(((length - 1) & (B - 1)) + 1),
+                short.eq(0), pbad.eq(0),
+                cause.bad_qp.eq(~ctx_ok), cause.bad_opcode.eq(~is_write),
+                cause.too_long.eq(length > MAX_PAYLOAD), cause.rtx.eq(s1.rtx),
+            ]
+
+        # --- The ICRC beside a delay line of its length ----------------------------------------
+        m.submodules.crc = crc = CrcStream(W)
+        m.d.comb += [crc.en.eq(en), crc.valid.eq(o1["crc_valid"]), crc.data.eq(o1["data"]),
+                     crc.keep.eq(o1["crc_keep"]), crc.first.eq(o1["crc_first"]),
+                     crc.last.eq(o1["crc_last"])]
+        stage = o1
+        for i in range(crc.latency):
+            nxt = {n: Signal.like(v, name=f"d{i + 1}_{n}") for n, v in stage.items()
+                   if not n.startswith("crc_")}
+            with m.If(en):
+                m.d.sync += [nxt[n].eq(stage[n]) for n in nxt]
+            stage = nxt
+        crc_hold = Signal(32)
+        with m.If(crc.done):
+            m.d.sync += crc_hold.eq(crc.crc)
+        icrc = Mux(crc.done, crc.crc, crc_hold)
+        out_lanes = []
+        for i in range(B):
+            byte = stage["data"].word_select(i, 8)
+            for b in range(proto.ICRC_LEN):           # the ICRC goes out LSB first
+                if -proto.ICRC_LEN < i - b <= B:
+                    byte = Mux(stage["icrc"] == i - b, icrc.word_select(b, 8), byte)
+            out_lanes.append(byte)
+        cause_out = stage["cause"]
+        bad_out = cause_out[0] | cause_out[1] | cause_out[2] | cause_out[4]
+
+        m.submodules.out_skid = out = SkidBuffer(W)
+        wiring.connect(m, out.m_axis, wiring.flipped(self.m_axis))
+        drive_axis(m, out.s_axis, valid=stage["valid"], data=Cat(*out_lanes),
+                   keep=stage["keep"], last=stage["last"], user=stage["last"] & bad_out)
+        m.d.comb += en.eq(out.s_axis.tready)
+
+        handed = en & stage["valid"] & stage["last"]
+        events = Signal(data.StructLayout({n: 1 for n in TX_COUNTERS}))
+        m.d.comb += [
+            events.frames.eq(handed), events.retransmissions.eq(handed & cause_out[3]),
+            events.bad_qp.eq(handed & cause_out[0]), events.bad_opcode.eq(handed & cause_out[1]),
+            events.too_long.eq(handed & cause_out[2]), events.payload.eq(handed & cause_out[4]),
+        ]
+        event_counters(m, f, events, TX_COUNTERS, f["control"]["clear"])
+        return m
+
+
+@registry.register("roce-tx", "RoCEv2 data frames (TX side): one frame per packet "
+                   "descriptor, METH and RETH on every packet, payload from a stream, ICRC "
+                   "computed in line", defaults={"data_width": 512, "qps": 64})
+def _roce_tx_block(data_width, qps):
+    return RoceTx(data_width, qps)

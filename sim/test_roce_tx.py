@@ -1,0 +1,247 @@
+"""RoceTx on Amaranth's simulator: frames byte for byte against the packet model (through
+mrcnic.model.roce_tx), at several widths, with idle and backpressure; throughput, latency;
+payload frames that disagree with their descriptor."""
+
+import random
+import struct
+
+import pytest
+
+from mrcnic import proto
+from mrcnic.csr import RegisterDriver
+from mrcnic.model import packet as pk
+from mrcnic.model.roce_tx import RoceTxModel
+from mrcnic.proto import Opcode
+from mrcnic.roce_tx import TX_REGS, RoceTx
+from axil import AxiLiteSimMaster
+from simtools import run, seeded, soak
+from streams import AxisSink, AxisSource, MetaSource
+
+WRITES = [op for op in Opcode if op.is_write]
+
+
+def random_desc(rng, qps, *, max_len=300, opcode=None):
+    op = opcode if opcode is not None else rng.choice(WRITES)
+    return {"qp": rng.randrange(qps), "psn": rng.getrandbits(24), "opcode": int(op),
+            "ack_req": rng.getrandbits(1), "rtx": rng.getrandbits(1),
+            "va": rng.getrandbits(64), "rkey": rng.getrandbits(32),
+            "dma_length": rng.getrandbits(32), "length": rng.randrange(max_len + 1),
+            "imm": rng.getrandbits(32), "rqmsn": rng.getrandbits(16), "msn": rng.getrandbits(16),
+            "entropy": rng.getrandbits(32)}
+
+
+async def configure(regs, model, rng, qps):
+    r = {"local_mac": rng.getrandbits(48), "local_ip": rng.getrandbits(128),
+         "udp_dport": rng.getrandbits(16), "pkey": rng.getrandbits(16),
+         "dscp_data": rng.getrandbits(6), "dscp_rtx": rng.getrandbits(6),
+         "ecn": rng.getrandbits(2), "hop_limit": rng.getrandbits(8)}
+    model.regs.update(r)
+    await regs.write("local_mac_hi", r["local_mac"] >> 32)
+    await regs.write("local_mac_lo", r["local_mac"] & 0xFFFFFFFF)
+    for i in range(4):
+        await regs.write(f"local_ip{i}", (r["local_ip"] >> (96 - 32 * i)) & 0xFFFFFFFF)
+    await regs.write_fields("config", udp_dport=r["udp_dport"], pkey=r["pkey"])
+    await regs.write_fields("ipv6", dscp_data=r["dscp_data"], dscp_rtx=r["dscp_rtx"],
+                            ecn=r["ecn"], hop_limit=r["hop_limit"])
+    for qp in range(qps):
+        mac, ip, rqp = rng.getrandbits(48), rng.getrandbits(128), rng.getrandbits(24)
+        model.write_ctx(qp, mac, ip, rqp)
+        await regs.write("ctx_qp", qp)
+        await regs.write("ctx_mac_hi", mac >> 32)
+        await regs.write("ctx_mac_lo", mac & 0xFFFFFFFF)
+        for i in range(4):
+            await regs.write(f"ctx_ip{i}", (ip >> (96 - 32 * i)) & 0xFFFFFFFF)
+        await regs.write("ctx_remote_qp", rqp)
+        await regs.write_fields("control", ctx_write=1)
+
+
+def run_tx(width, descs, payloads, *, qps=4, rng, idle=0.0, backpressure=0.0,
+           pay_users=None, configure_regs=True):
+    """Returns (sink, model, counters, desc handshake cycles)."""
+    dut = RoceTx(width, qps)
+    model = RoceTxModel(qps)
+    frames = [p for p in payloads if p is not None]
+    users = None
+    if pay_users is not None:
+        users = [u for p, u in zip(payloads, pay_users) if p is not None]
+    psrc = AxisSource(dut.s_axis, frames, rng=rng, idle=idle, users=users)
+    dsrc = MetaSource(dut.desc, descs, rng=rng, idle=idle)
+    sink = AxisSink(dut.m_axis, len(descs), rng=rng, backpressure=backpressure,
+                    max_cycles=20_000)
+    started, done, counters, hs = [], [], {}, []
+
+    async def control(ctx):
+        regs = RegisterDriver(TX_REGS, AxiLiteSimMaster(ctx, dut.s_axil).read,
+                              AxiLiteSimMaster(ctx, dut.s_axil).write)
+        if configure_regs:
+            await configure(regs, model, rng, qps)
+        started.append(True)
+        while not done:
+            await ctx.tick()
+        for _ in range(3 * dut.latency):
+            assert not ctx.get(dut.m_axis.tvalid), "a frame more than expected"
+            await ctx.tick()
+        # A source still waiting would keep the simulation running for ever.
+        assert psrc.done, "payload beats left that the block never took"
+        assert dsrc_done, "descriptors left that the block never took"
+        for name in ("frames", "retransmissions", "bad_qp", "bad_opcode", "too_long",
+                     "payload"):
+            counters[name] = await regs.read(name)
+
+    dsrc_done = []
+
+    async def dsource(ctx):
+        while not started:
+            await ctx.tick()
+        await dsrc.run(ctx)
+        dsrc_done.append(True)
+
+    async def psource(ctx):
+        while not started:
+            await ctx.tick()
+        await psrc.run(ctx)
+
+    async def sinker(ctx):
+        await sink.run(ctx)
+        done.append(True)
+
+    async def watch(ctx):
+        cycle = 0
+        while not done:
+            _, _, v, r = await ctx.tick().sample(dut.desc.valid, dut.desc.ready)
+            if v and r:
+                hs.append(cycle)
+            cycle += 1
+
+    run(dut, control, dsource, psource, sinker, watch)
+    return dut, sink, model, counters, hs
+
+
+def payloads_for(rng, descs):
+    return [bytes(rng.getrandbits(8) for _ in range(d["length"])) if d["length"] else None
+            for d in descs]
+
+
+@pytest.mark.parametrize("width", [64, 128, 512, 2048])
+def test_frames_match_the_packet_model(width):
+    rng = seeded()
+    qps = 4
+    descs = [random_desc(rng, qps) for _ in range(soak(40))]
+    payloads = payloads_for(rng, descs)
+    _, sink, model, counters, _ = run_tx(width, descs, payloads, qps=qps, rng=rng, idle=0.2,
+                                         backpressure=0.3)
+    for i, (d, got, user) in enumerate(zip(descs, sink.frames, sink.users)):
+        want, causes = model.frame(d, payloads[i] or b"")
+        assert not causes and user == 0, f"frame {i}: {causes}, tuser {user}"
+        assert got == want, f"frame {i} ({Opcode(d['opcode']).name}, {d['length']} bytes) " \
+                            f"differs at byte " \
+                            f"{next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), 'length')}"
+        pk.decode(got, check_icrc=True, udp_dport=None)
+    assert counters["frames"] == len(descs)
+    assert counters["retransmissions"] == sum(d["rtx"] for d in descs)
+
+
+def test_scapy_reads_the_frames():
+    """scapy (an independent RoCEv2 implementation) reads the BTH and finds its own ICRC."""
+    roce = pytest.importorskip("scapy.contrib.roce")
+    from scapy.layers.l2 import Ether
+    from scapy.layers.inet import UDP as ScapyUDP
+    rng = seeded()
+    descs = [random_desc(rng, 2, max_len=64) for _ in range(6)]
+    payloads = payloads_for(rng, descs)
+    # Registers at their reset values: UDP port 4791, where scapy binds BTH.
+    _, sink, _, _, _ = run_tx(64, descs, payloads, qps=2, rng=rng, configure_regs=False)
+    for d, got in zip(descs, sink.frames):
+        s = Ether(got)
+        b = s[roce.BTH]
+        assert (b.opcode, b.psn, b.ackreq) == (d["opcode"], d["psn"], d["ack_req"])
+        assert b.compute_icrc(b"") == got[-4:]
+        assert s[ScapyUDP].sport == d["entropy"] & 0xFFFF and s[ScapyUDP].len == len(got) - 54
+
+
+@pytest.mark.parametrize("width", [64, 512, 2048])
+def test_back_to_back_one_beat_a_cycle_and_latency(width):
+    """Payload and descriptors always there, sink always ready: the output carries one beat
+    every cycle from the first frame's first beat to the last frame's last, with exactly
+    ceil(len / B) beats a frame; the first frame's first beat comes ``latency`` cycles
+    after its descriptor's handshake."""
+    rng = seeded()
+    B = width // 8
+    descs = [random_desc(rng, 4, max_len=600) for _ in range(soak(30))]
+    payloads = payloads_for(rng, descs)
+    dut, sink, model, _, hs = run_tx(width, descs, payloads, qps=4, rng=rng)
+    beats = sink.beat_cycles
+    assert beats[-1] - beats[0] + 1 == len(beats), "an idle cycle on the output"
+    want_beats = sum(-(-len(model.frame(d, p or b"")[0]) // B) for d, p in zip(descs, payloads))
+    assert len(beats) == want_beats
+    assert beats[0] - hs[0] == dut.latency
+
+
+def test_payload_frames_that_disagree_are_marked_and_do_not_disturb_the_next():
+    rng = seeded()
+    width, qps = 64, 2
+    descs, payloads, users, expect_bad = [], [], [], []
+    for i in range(24):
+        d = random_desc(rng, qps, max_len=100, opcode=Opcode.WRITE_MIDDLE)
+        d["length"] = rng.randrange(1, 100)
+        good = bytes(rng.getrandbits(8) for _ in range(d["length"]))
+        kind = i % 4
+        if kind == 0:
+            pay, user, bad = good, 0, False
+        elif kind == 1:                    # shorter than the descriptor
+            pay, user, bad = good[:rng.randrange(0, d["length"])] or b"\x01", 0, True
+            if len(pay) == d["length"]:
+                bad = False
+        elif kind == 2:                    # longer
+            pay, user, bad = good + bytes(rng.randrange(1, 30)), 0, True
+        else:                              # marked bad on input
+            pay, user, bad = good, 1, True
+        descs.append(d)
+        payloads.append(pay)
+        users.append(user)
+        expect_bad.append((bad, good))
+    _, sink, model, counters, _ = run_tx(width, descs, payloads, qps=qps, rng=rng, idle=0.1,
+                                         backpressure=0.2, pay_users=users)
+    for i, (d, got, user) in enumerate(zip(descs, sink.frames, sink.users)):
+        bad, good = expect_bad[i]
+        want, _ = model.frame(d, good)
+        assert len(got) == len(want), f"frame {i}: length {len(got)}, want {len(want)}"
+        assert user == int(bad), f"frame {i}: tuser {user}, want {int(bad)}"
+        if not bad:
+            assert got == want
+    assert counters["payload"] == sum(b for b, _ in expect_bad)
+
+
+def test_bad_descriptors_are_sent_marked_and_counted():
+    rng = seeded()
+    qps = 3
+    descs = [random_desc(rng, qps, max_len=40) for _ in range(12)]
+    descs[2]["qp"] = 7
+    descs[5]["opcode"] = int(Opcode.SACK)
+    descs[8]["qp"] = 3
+    payloads = payloads_for(rng, descs)
+    _, sink, model, counters, _ = run_tx(64, descs, payloads, qps=qps, rng=rng,
+                                         backpressure=0.3)
+    for i, (d, got, user) in enumerate(zip(descs, sink.frames, sink.users)):
+        want, causes = model.frame(d, payloads[i] or b"")
+        assert user == int(bool(causes)), f"frame {i}"
+        if want is not None:
+            assert len(got) == len(want)
+            if not causes:
+                assert got == want
+    assert counters["bad_qp"] == 2 and counters["bad_opcode"] == 1
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError):
+        RoceTx(48)
+    with pytest.raises(ValueError):
+        RoceTx(64, qps=0)
+    with pytest.raises(ValueError):
+        RoceTx(4096)
+
+
+def test_docs_page_has_the_register_table():
+    from pathlib import Path
+    page = Path(__file__).parent.parent / "docs" / "blocks" / "roce-tx.md"
+    assert TX_REGS.markdown() in page.read_text()
