@@ -81,10 +81,8 @@ class AckTB(TB):
 
     async def configure(self, cfg):
         r = self.regs
-        await r.write("local_mac_hi", cfg["mac"] >> 32)
-        await r.write("local_mac_lo", cfg["mac"] & 0xFFFFFFFF)
-        for i in range(4):
-            await r.write(f"local_ip{i}", (cfg["ip"] >> (96 - 32 * i)) & 0xFFFFFFFF)
+        await r.write_mac("local", cfg["mac"])
+        await r.write_ipv6("local", cfg["ip"])
         await r.write_fields("config", udp_dport=cfg["dport"], pkey=cfg["pkey"])
         await r.write_fields("ipv6", dscp=cfg["dscp"], ecn=cfg["ecn"],
                              hop_limit=cfg["hop_limit"])
@@ -95,10 +93,8 @@ class AckTB(TB):
     async def set_context(self, qp, ctx):
         r = self.regs
         await r.write("ctx_qp", qp)
-        await r.write("ctx_mac_hi", ctx["mac"] >> 32)
-        await r.write("ctx_mac_lo", ctx["mac"] & 0xFFFFFFFF)
-        for i in range(4):
-            await r.write(f"ctx_ip{i}", (ctx["ip"] >> (96 - 32 * i)) & 0xFFFFFFFF)
+        await r.write_mac("ctx", ctx["mac"])
+        await r.write_ipv6("ctx", ctx["ip"])
         await r.write("ctx_remote_qp", ctx["remote_qp"])
         await r.write_fields("control", ctx_write=1)
         while await r.read_field("status", "ctx_busy"):

@@ -60,10 +60,8 @@ class TxTB(TB):
                     pkey=random.getrandbits(16), dscp_data=random.getrandbits(6),
                     dscp_rtx=random.getrandbits(6), ecn=random.getrandbits(2),
                     hop_limit=random.getrandbits(8))
-        await r.write("local_mac_hi", regs["local_mac"] >> 32)
-        await r.write("local_mac_lo", regs["local_mac"] & 0xFFFFFFFF)
-        for i in range(4):
-            await r.write(f"local_ip{i}", (regs["local_ip"] >> (96 - 32 * i)) & 0xFFFFFFFF)
+        await r.write_mac("local", regs["local_mac"])
+        await r.write_ipv6("local", regs["local_ip"])
         await r.write_fields("config", udp_dport=regs["udp_dport"], pkey=regs["pkey"])
         await r.write_fields("ipv6", dscp_data=regs["dscp_data"], dscp_rtx=regs["dscp_rtx"],
                              ecn=regs["ecn"], hop_limit=regs["hop_limit"])
@@ -71,10 +69,8 @@ class TxTB(TB):
             mac, ip, rqp = random.getrandbits(48), random.getrandbits(128), random.getrandbits(24)
             self.model.write_ctx(qp, mac, ip, rqp)
             await r.write("ctx_qp", qp)
-            await r.write("ctx_mac_hi", mac >> 32)
-            await r.write("ctx_mac_lo", mac & 0xFFFFFFFF)
-            for i in range(4):
-                await r.write(f"ctx_ip{i}", (ip >> (96 - 32 * i)) & 0xFFFFFFFF)
+            await r.write_mac("ctx", mac)
+            await r.write_ipv6("ctx", ip)
             await r.write("ctx_remote_qp", rqp)
             await r.write_fields("control", ctx_write=1)
 

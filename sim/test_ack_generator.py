@@ -65,10 +65,8 @@ model_frame = ack_model.frame
 
 async def write_cfg(regs, cfg, wait=True):
     """Write the registers of ``cfg``; with ``wait``, until frames use them."""
-    await regs.write("local_mac_hi", cfg["mac"] >> 32)
-    await regs.write("local_mac_lo", cfg["mac"] & 0xFFFFFFFF)
-    for i in range(4):
-        await regs.write(f"local_ip{i}", (cfg["ip"] >> (96 - 32 * i)) & 0xFFFFFFFF)
+    await regs.write_mac("local", cfg["mac"])
+    await regs.write_ipv6("local", cfg["ip"])
     await regs.write_fields("config", udp_dport=cfg["dport"], pkey=cfg["pkey"])
     await regs.write_fields("ipv6", dscp=cfg["dscp"], ecn=cfg["ecn"],
                             hop_limit=cfg["hop_limit"])
@@ -79,10 +77,8 @@ async def write_cfg(regs, cfg, wait=True):
 async def write_ctx(regs, qp, ctx):
     """Write the context of ``qp`` and wait until it is in the table."""
     await regs.write("ctx_qp", qp)
-    await regs.write("ctx_mac_hi", ctx["mac"] >> 32)
-    await regs.write("ctx_mac_lo", ctx["mac"] & 0xFFFFFFFF)
-    for i in range(4):
-        await regs.write(f"ctx_ip{i}", (ctx["ip"] >> (96 - 32 * i)) & 0xFFFFFFFF)
+    await regs.write_mac("ctx", ctx["mac"])
+    await regs.write_ipv6("ctx", ctx["ip"])
     await regs.write("ctx_remote_qp", ctx["remote_qp"])
     await regs.write_fields("control", ctx_write=1)
     while await regs.read_field("status", "ctx_busy"):

@@ -36,10 +36,8 @@ async def configure(regs, model, rng, qps):
          "dscp_data": rng.getrandbits(6), "dscp_rtx": rng.getrandbits(6),
          "ecn": rng.getrandbits(2), "hop_limit": rng.getrandbits(8)}
     model.regs.update(r)
-    await regs.write("local_mac_hi", r["local_mac"] >> 32)
-    await regs.write("local_mac_lo", r["local_mac"] & 0xFFFFFFFF)
-    for i in range(4):
-        await regs.write(f"local_ip{i}", (r["local_ip"] >> (96 - 32 * i)) & 0xFFFFFFFF)
+    await regs.write_mac("local", r["local_mac"])
+    await regs.write_ipv6("local", r["local_ip"])
     await regs.write_fields("config", udp_dport=r["udp_dport"], pkey=r["pkey"])
     await regs.write_fields("ipv6", dscp_data=r["dscp_data"], dscp_rtx=r["dscp_rtx"],
                             ecn=r["ecn"], hop_limit=r["hop_limit"])
@@ -47,10 +45,8 @@ async def configure(regs, model, rng, qps):
         mac, ip, rqp = rng.getrandbits(48), rng.getrandbits(128), rng.getrandbits(24)
         model.write_ctx(qp, mac, ip, rqp)
         await regs.write("ctx_qp", qp)
-        await regs.write("ctx_mac_hi", mac >> 32)
-        await regs.write("ctx_mac_lo", mac & 0xFFFFFFFF)
-        for i in range(4):
-            await regs.write(f"ctx_ip{i}", (ip >> (96 - 32 * i)) & 0xFFFFFFFF)
+        await regs.write_mac("ctx", mac)
+        await regs.write_ipv6("ctx", ip)
         await regs.write("ctx_remote_qp", rqp)
         await regs.write_fields("control", ctx_write=1)
 

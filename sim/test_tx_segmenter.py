@@ -55,6 +55,16 @@ class Bench:
             self.cycle += 1
 
 
+async def ready_regs(ctx, dut):
+    """The register driver, once the reset sweep is over, with PMTU 256."""
+    master = AxiLiteSimMaster(ctx, dut.s_axil)
+    regs = RegisterDriver(SEG_REGS, master.read, master.write)
+    while await regs.read_field("status", "busy"):
+        pass
+    await regs.write_fields("config", pmtu_log2=8)
+    return regs
+
+
 def random_wr(rng, qp, max_len):
     return {"qp": qp, "wr_id": rng.getrandbits(16), "va": rng.getrandbits(64),
             "rkey": rng.getrandbits(32), "length": rng.randrange(max_len + 1),
@@ -70,11 +80,7 @@ def test_against_the_model(qps, msgs):
     want_pkts, want_dones, counters = [], [], {}
 
     async def control(ctx):
-        master = AxiLiteSimMaster(ctx, dut.s_axil)
-        regs = RegisterDriver(SEG_REGS, master.read, master.write)
-        while await regs.read_field("status", "busy"):
-            pass
-        await regs.write_fields("config", pmtu_log2=8)
+        regs = await ready_regs(ctx, dut)
         start = 0xFFFFFE                           # QP 0 crosses the PSN wrap
         await regs.write("qp_select", 0)
         await regs.write("qp_start", start)
@@ -145,11 +151,7 @@ def test_full_ring_waits_and_one_packet_a_cycle():
     seen = {}
 
     async def control(ctx):
-        master = AxiLiteSimMaster(ctx, dut.s_axil)
-        regs = RegisterDriver(SEG_REGS, master.read, master.write)
-        while await regs.read_field("status", "busy"):
-            pass
-        await regs.write_fields("config", pmtu_log2=8)
+        await ready_regs(ctx, dut)
         w = random_wr(rng, 1, 0)
         w["length"] = 8 * 256
         ctx.set(dut.wr.payload, w)

@@ -545,6 +545,16 @@ class RegisterDriver:
                 word |= current & f.mask
         await self._write(self._addr(reg), word)
 
+    async def write_mac(self, prefix, mac):
+        """Write the 48-bit ``mac`` into the pair :func:`mac_registers` declares."""
+        await self.write(f"{prefix}_mac_hi", mac >> 32)
+        await self.write(f"{prefix}_mac_lo", mac & 0xFFFFFFFF)
+
+    async def write_ipv6(self, prefix, ip):
+        """Write the 128-bit ``ip`` into the four :func:`ipv6_registers` declares."""
+        for i in range(4):
+            await self.write(f"{prefix}_ip{i}", (ip >> (96 - 32 * i)) & 0xFFFFFFFF)
+
 
 def event_counters(m, fields, events, names, clear, width=32):
     """Count one-cycle ``events`` (a view with one member per name, each 1 bit or a small

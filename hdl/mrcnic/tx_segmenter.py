@@ -29,7 +29,8 @@ Operation
 
     Per QP (a context in distributed RAM): next PSN, RQMSN (WRITE-with-immediate messages),
     MSN (messages), and a ring of ``msgs`` message entries in block RAM (``wr_id``, ``va``,
-    R_Key, length, immediate, first PSN, RQMSN, MSN). After reset a sweep opens every QP at
+    R_Key, length, immediate, first and last PSN, RQMSN, MSN; written when the message's last
+    packet is cut). After reset a sweep opens every QP at
     PSN 0 (``qps`` cycles, inputs held); ``qp_command.open`` opens one at ``qp_start``,
     forgetting its messages.
 
@@ -91,14 +92,16 @@ SEG_PKT = data.StructLayout({
 
 _CTX = data.StructLayout({"psn": PSN, "rqmsn": 16, "msn": 16, "head": 9, "tail": 9})
 _MSG = data.StructLayout({"wr_id": 16, "va": 64, "rkey": 32, "length": 32, "imm": 32,
-                          "with_imm": 1, "psn": PSN, "rqmsn": 16, "msn": 16})
+                          "with_imm": 1, "psn": PSN, "last": PSN, "rqmsn": 16, "msn": 16})
 
 COUNTERS = ["wrs", "packets", "retransmissions", "rtx_bad", "done", "release_bad", "wr_bad"]
 
 SEG_REGS = RegisterMap("tx_segmenter", [
     Register("config", [Field("pmtu_log2", 4, "rw", reset=PMTU_LOG2_DEFAULT,
-                              desc="PMTU = 2^pmtu_log2 payload bytes, 8 .. 14 (values "
-                                   "outside are read as the nearest legal one)")]),
+                              desc="PMTU = 2^pmtu_log2 payload bytes, 8 .. 14 (outside: "
+                                   "the nearest legal value); change it only with no "
+                                   "message in flight, since retransmissions rebuild "
+                                   "packets with it")]),
     Register("qp_select", [Field("qp", QP_INDEX_BITS, "rw", desc="QP the next command acts on")]),
     Register("qp_start", [Field("psn", PSN, "rw", desc="First PSN of the QP after open")]),
     Register("qp_command", [Field("open", 1, "w1p",
@@ -230,7 +233,11 @@ class TxSegmenter(wiring.Component):
                                          int(Opcode.WRITE_LAST)),
                                int(Opcode.WRITE_MIDDLE))))
 
-        used = (c.head - c.tail)[:9]             # messages in flight (9-bit positions)
+        # Decisions read the context as read (``ctx_r.data``), never ``c``, the value being
+        # written: ``c`` is muxed by state, and a path through it would join every state's
+        # arithmetic into one.
+        cr = ctx_r.data
+        used = (cr.head - cr.tail)[:9]           # messages in flight (9-bit positions)
         rtx_k = Signal(PSN)
         rtx_off = Signal(32)
 
@@ -263,18 +270,7 @@ class TxSegmenter(wiring.Component):
                         # Refused whole: a QP that does not exist has no context.
                         m.d.comb += [wr_in.o.ready.eq(1), events.wr_bad.eq(1)]
                     with m.Elif(used != msgs):
-                        m.d.comb += [wr_in.o.ready.eq(1), msg_w.en.eq(1),
-                                     msg_w.addr.eq(slot_addr(qp, c.head)),
-                                     msg_w.data.wr_id.eq(wr_in.o.payload.wr_id),
-                                     msg_w.data.va.eq(wr_in.o.payload.va),
-                                     msg_w.data.rkey.eq(wr_in.o.payload.rkey),
-                                     msg_w.data.length.eq(wr_in.o.payload.length),
-                                     msg_w.data.imm.eq(wr_in.o.payload.imm),
-                                     msg_w.data.with_imm.eq(wr_in.o.payload.with_imm),
-                                     msg_w.data.psn.eq(c.psn),
-                                     msg_w.data.rqmsn.eq(c.rqmsn),
-                                     msg_w.data.msn.eq(c.msn),
-                                     events.wrs.eq(1)]
+                        m.d.comb += [wr_in.o.ready.eq(1), events.wrs.eq(1)]
                         m.d.sync += [wr.eq(wr_in.o.payload), k.eq(0), off.eq(0),
                                      va.eq(wr_in.o.payload.va),
                                      n_last.eq(wr_in.o.payload.length <= pmtu)]
@@ -283,7 +279,6 @@ class TxSegmenter(wiring.Component):
                 m.d.comb += [qp.eq(wr.qp), c.eq(ctx_r.data)]
                 remaining = wr.length - off
                 length = Mux(n_last, remaining, pmtu)
-                cr = ctx_r.data          # as read: ``c`` is what the last packet writes
                 m.d.comb += emit(0, cr.psn + k, opcode_of(k == 0, n_last, wr.with_imm),
                                  length, va, off, wr.wr_id, wr.rkey, wr.length, wr.imm,
                                  cr.rqmsn, cr.msn,
@@ -296,6 +291,16 @@ class TxSegmenter(wiring.Component):
                     m.d.sync += [k.eq(k + 1), off.eq(off + pmtu), va.eq(va + pmtu),
                                  n_last.eq(wr.length - off <= 2 * pmtu)]
                     with m.If(n_last):
+                        # The message's entry, written once its last PSN is known (nothing
+                        # else runs while a message is cut, so nothing reads it before).
+                        m.d.comb += [msg_w.en.eq(1), msg_w.addr.eq(slot_addr(qp, cr.head)),
+                                     msg_w.data.wr_id.eq(wr.wr_id), msg_w.data.va.eq(wr.va),
+                                     msg_w.data.rkey.eq(wr.rkey),
+                                     msg_w.data.length.eq(wr.length),
+                                     msg_w.data.imm.eq(wr.imm),
+                                     msg_w.data.with_imm.eq(wr.with_imm),
+                                     msg_w.data.psn.eq(cr.psn), msg_w.data.last.eq(cr.psn + k),
+                                     msg_w.data.rqmsn.eq(cr.rqmsn), msg_w.data.msn.eq(cr.msn)]
                         m.d.comb += [ctx_w.en.eq(1), c.psn.eq(ctx_r.data.psn + k + 1),
                                      c.msn.eq(ctx_r.data.msn + 1),
                                      c.rqmsn.eq(ctx_r.data.rqmsn + wr.with_imm),
@@ -309,11 +314,9 @@ class TxSegmenter(wiring.Component):
                 m.d.comb += [qp.eq(rtx_req.qp), c.eq(ctx_r.data)]
                 tag_lap = rtx_req.tag[TAG_SLOT_BITS:TAG_SLOT_BITS + 9 - sb]
                 slot = Cat(rtx_req.tag[:sb], tag_lap)     # the 9-bit ring position
-                in_flight = ((slot - c.tail)[:9] < used) & below_qps(rtx_req.qp)
+                in_flight = ((slot - cr.tail)[:9] < used) & below_qps(rtx_req.qp)
                 kk = (rtx_req.psn - ms.psn)[:PSN]
-                # Packets of the message: ceil(length / PMTU), 1 for length 0.
-                npk = Mux(ms.length == 0, 1, ((ms.length - 1) >> plog) + 1)
-                ok = in_flight & (kk < npk)
+                ok = in_flight & (kk <= (ms.last - ms.psn)[:PSN])
                 m.d.sync += [m_e.eq(ms), rtx_k.eq(kk), rtx_off.eq((kk << plog)[:32])]
                 with m.If(ok):
                     m.next = "RTX_EMIT"
@@ -341,10 +344,8 @@ class TxSegmenter(wiring.Component):
                     m.next = "REL_CHECK"
             with m.State("REL_CHECK"):
                 m.d.comb += [qp.eq(rel.qp), c.eq(ctx_r.data)]
-                npk = Mux(ms.length == 0, 1, ((ms.length - 1) >> plog) + 1)
-                last_psn = (ms.psn + npk - 1)[:PSN]
                 # The message is acknowledged when its last PSN is at or before ``last``.
-                acked = (rel.last - last_psn)[:PSN] < (1 << (PSN - 1))
+                acked = (rel.last - ms.last)[:PSN] < (1 << (PSN - 1))
                 with m.If(acked):
                     m.d.comb += [done_w.valid.eq(1), done_w.payload.qp.eq(rel.qp),
                                  done_w.payload.wr_id.eq(ms.wr_id)]
