@@ -242,7 +242,10 @@ class RoceTx(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axis), pay.s_axis)
         p = pay.m_axis
 
-        need = g_active & (rem_hdr < B) & (pay_left != 0) & ~short
+        # This beat takes a payload beat: past the header's first beat, payload beats left,
+        # the payload frame not ended early. A register, worked out a beat ahead, since it
+        # decides whether G moves, and so the descriptor slice's ready.
+        need = Signal()
         # The frame's last beat, as a register: it steers S1, the descriptor slice and the
         # counters, so it must not be an adder and a compare deep.
         g_last = Signal()
@@ -289,6 +292,9 @@ class RoceTx(wiring.Component):
                 o1["cause"].eq(Cat(cause, pbad_now)),
             ]
         with m.If(fire):
+            ends_short = take & p.tlast & ~last_pay
+            left_next = Mux(take, pay_left != 1, pay_left != 0)
+            m.d.sync += need.eq((rem_hdr < 2 * B) & left_next & ~short & ~ends_short)
             # rem_hdr stops once past the header, so that it never wraps on long frames.
             m.d.sync += [rem_hdr.eq(Mux(rem_hdr < 0, rem_hdr, rem_hdr - B)), rem_data.eq(rem_data - B),
                          g_last.eq(rem_crc <= 2 * B - proto.ICRC_LEN),
@@ -302,6 +308,7 @@ class RoceTx(wiring.Component):
                 m.d.sync += drain.eq(1)
         with m.If(s1_take):
             m.d.sync += [
+                need.eq(s1_valid & (hlen < B) & (length != 0)),
                 g_active.eq(s1_valid), hdr.eq(header), imm.eq(has_imm), first.eq(1),
                 rem_hdr.eq(hlen), rem_data.eq(hlen + length),
                 rem_crc.eq(hlen + length + pad),
