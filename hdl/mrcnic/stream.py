@@ -29,7 +29,7 @@ from . import registry
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
            "keep_count", "FrameCursor", "const_lt", "stream_fifo", "skid_chain",
-           "length_countdown", "register_stages", "drive_axis"]
+           "length_countdown", "register_stages", "drive_axis", "MetaArbiter"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -172,6 +172,75 @@ class MetaSkidBuffer(wiring.Component):
         m = Module()
         skid_buffer(m, i_valid=self.i.valid, i_ready=self.i.ready, i_payload=self.i.payload,
                     o_valid=self.o.valid, o_ready=self.o.ready, o_payload=self.o.payload)
+        return m
+
+
+class MetaArbiter(wiring.Component):
+    """Round-robin merge of ``n`` metadata streams of ``layout`` into one, with the source.
+
+    Ports
+        ``i`` (in, an array of ``n`` :func:`meta_stream` of ``layout``); ``o`` (out,
+        ``layout``'s fields then ``src``, the index of the input the record came from).
+    Operation
+        Each cycle the output register is free or being taken, the first input with a
+        record after the one served last (rotating priority) moves into it. Every input
+        with a record waiting is served within ``n`` records; the records of one input keep
+        their order.
+    Latency, throughput
+        2 cycles (the input skid buffer, the output register); one record per cycle.
+        Every ``i[k].ready`` is a register.
+    Parameters
+        ``layout``: a ``data.StructLayout`` (or ``{field: shape}``). ``n``: 2 .. 16.
+    """
+
+    def __init__(self, layout, n):
+        if not isinstance(n, int) or not 2 <= n <= 16:
+            raise ValueError(f"n = {n!r} is outside 2 .. 16")
+        self.layout = meta_stream(layout).members["payload"].shape
+        self.n = n
+        self.src_bits = (n - 1).bit_length()
+        out = data.StructLayout({**{name: f.shape for name, f in self.layout},
+                                 "src": self.src_bits})
+        super().__init__({"i": In(meta_stream(self.layout)).array(n),
+                          "o": Out(meta_stream(out))})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.n
+        skids = []
+        for k in range(n):
+            skid = MetaSkidBuffer(self.layout)
+            m.submodules[f"skid{k}"] = skid
+            wiring.connect(m, wiring.flipped(self.i[k]), skid.i)
+            skids.append(skid.o)
+        last = Signal(range(n), init=n - 1)         # the input served last
+        out_valid = Signal()
+        out = Signal.like(self.o.payload)
+        free = ~out_valid | self.o.ready
+        # Rotating priority: the first valid input after ``last``, built as one choice per
+        # value of ``last`` (n small), so no adder sits on the path.
+        pick = Signal(range(n))
+        any_valid = Cat(*(s.valid for s in skids)).any()
+        with m.Switch(last):
+            for l in range(n):
+                with m.Case(l):
+                    order = [(l + k) % n for k in range(1, n + 1)]
+                    choice = order[-1]
+                    for idx in reversed(order[:-1]):
+                        choice = Mux(skids[idx].valid, idx, choice)
+                    m.d.comb += pick.eq(choice)
+        for k in range(n):
+            m.d.comb += skids[k].ready.eq(free & any_valid & (pick == k))
+        with m.If(free):
+            m.d.sync += out_valid.eq(any_valid)
+            with m.If(any_valid):
+                m.d.sync += last.eq(pick)
+                with m.Switch(pick):
+                    for k in range(n):
+                        with m.Case(k):
+                            m.d.sync += [out.as_value()[:len(skids[k].payload.as_value())]
+                                         .eq(skids[k].payload), out.src.eq(k)]
+        m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
         return m
 
 

@@ -46,8 +46,9 @@ Ports
 Latency, throughput
     A WR's first packet leaves ``pkt`` 5 cycles after the WR's handshake (input slice, the
     IDLE state, the FIFO), then one packet per cycle (measured in
-    ``sim/test_tx_segmenter.py``). A retransmit request takes 3 cycles in the block (read
-    the message, check, emit) and a release 2 cycles per message retired, one operation at a
+    ``sim/test_tx_segmenter.py``). A retransmit request takes 5 cycles in the block (read
+    the message, its register, check, the payload offset, emit) and a release 3 cycles per
+    message retired, one operation at a
     time: a message of one packet costs 2 cycles of the block (IDLE, SEG), so very short
     messages do not reach one packet per cycle.
 """
@@ -201,7 +202,10 @@ class TxSegmenter(wiring.Component):
         rtx_req = Signal(rtx_layout(32))
         rel = Signal(release_layout(32))
         m_e = Signal(_MSG)                       # the message entry read for rtx/release
-        ms = msg_r.data
+        # The message entry, registered after the block RAM: the RAM's clock-to-output is
+        # most of a cycle on ECP5, so nothing is computed on its raw output.
+        ms = Signal(_MSG)
+        m.d.sync += ms.eq(msg_r.data)
 
         # Reset sweep and opens.
         sweep = Signal(init=1)
@@ -309,6 +313,9 @@ class TxSegmenter(wiring.Component):
             with m.State("RTX_READ"):
                 m.d.comb += [qp.eq(rtx_req.qp), c.eq(ctx_r.data),
                              msg_r.addr.eq(slot_addr(rtx_req.qp, rtx_req.tag[:sb]))]
+                m.next = "RTX_HOLD"
+            with m.State("RTX_HOLD"):
+                m.d.comb += [qp.eq(rtx_req.qp), c.eq(ctx_r.data)]
                 m.next = "RTX_CHECK"
             with m.State("RTX_CHECK"):
                 m.d.comb += [qp.eq(rtx_req.qp), c.eq(ctx_r.data)]
@@ -317,12 +324,17 @@ class TxSegmenter(wiring.Component):
                 in_flight = ((slot - cr.tail)[:9] < used) & below_qps(rtx_req.qp)
                 kk = (rtx_req.psn - ms.psn)[:PSN]
                 ok = in_flight & (kk <= (ms.last - ms.psn)[:PSN])
-                m.d.sync += [m_e.eq(ms), rtx_k.eq(kk), rtx_off.eq((kk << plog)[:32])]
+                m.d.sync += [m_e.eq(ms), rtx_k.eq(kk)]
                 with m.If(ok):
-                    m.next = "RTX_EMIT"
+                    m.next = "RTX_SHIFT"
                 with m.Else():
                     m.d.comb += events.rtx_bad.eq(1)
                     m.next = "IDLE"
+            with m.State("RTX_SHIFT"):
+                # The payload offset, a stage of its own: after the block RAM and the check,
+                # a shift by the PMTU would be the block's longest path.
+                m.d.sync += rtx_off.eq((rtx_k << plog)[:32])
+                m.next = "RTX_EMIT"
             with m.State("RTX_EMIT"):
                 m.d.comb += qp.eq(rtx_req.qp)
                 last = m_e.length - rtx_off <= pmtu
@@ -341,7 +353,10 @@ class TxSegmenter(wiring.Component):
                 with m.If(ctx_r.data.head == ctx_r.data.tail):
                     m.next = "IDLE"
                 with m.Else():
-                    m.next = "REL_CHECK"
+                    m.next = "REL_HOLD"
+            with m.State("REL_HOLD"):
+                m.d.comb += [qp.eq(rel.qp), c.eq(ctx_r.data)]
+                m.next = "REL_CHECK"
             with m.State("REL_CHECK"):
                 m.d.comb += [qp.eq(rel.qp), c.eq(ctx_r.data)]
                 # The message is acknowledged when its last PSN is at or before ``last``.
@@ -354,7 +369,6 @@ class TxSegmenter(wiring.Component):
                                      events.done.eq(1)]
                         m.next = "REL_READ"
                     with m.Else():
-                        m.d.comb += msg_r.addr.eq(slot_addr(rel.qp, ctx_r.data.tail))
                         m.next = "REL_READ"
                 with m.Else():
                     m.next = "IDLE"
