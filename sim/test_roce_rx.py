@@ -19,7 +19,7 @@ from mrcnic.ack_desc import ACK_DESC
 from mrcnic.srv6_decap import DECAP_META
 from axil import AxiLiteSimMaster
 from simtools import run, seeded, soak
-from streams import beats_to_frame, frame_to_beats
+from streams import AxisSource, beats_to_frame
 
 
 def pack(layout, d):
@@ -65,20 +65,8 @@ class Run:
             for k, v in self.regs.items():
                 reg, field = names[k]
                 await drv.write_fields(reg, **{field: v})
-        p = dut.s_axis
-        B = self.width // 8
-        for frame, _meta, user in self.frames:
-            for data, keep, last, tuser in frame_to_beats(frame, B, user):
-                while self.idle and self.rng.random() < self.idle:
-                    ctx.set(p.tvalid, 0)
-                    await ctx.tick()
-                ctx.set(p.tdata, data)
-                ctx.set(p.tkeep, keep)
-                ctx.set(p.tlast, last)
-                ctx.set(p.tuser, tuser)
-                ctx.set(p.tvalid, 1)
-                await ctx.tick().until(p.tready)
-        ctx.set(p.tvalid, 0)
+        await AxisSource(dut.s_axis, [f for f, _, _ in self.frames], rng=self.rng,
+                         idle=self.idle, users=[u for _, _, u in self.frames]).run(ctx)
         self.src_done = True
 
     async def meta_source(self, ctx):

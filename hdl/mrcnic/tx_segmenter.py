@@ -311,14 +311,13 @@ class TxSegmenter(wiring.Component):
                                      c.head.eq(ctx_r.data.head + 1)]
                         m.next = "IDLE"
             with m.State("RTX_READ"):
-                m.d.comb += [qp.eq(rtx_req.qp), c.eq(ctx_r.data),
+                m.d.comb += [qp.eq(rtx_req.qp),
                              msg_r.addr.eq(slot_addr(rtx_req.qp, rtx_req.tag[:sb]))]
                 m.next = "RTX_HOLD"
-            with m.State("RTX_HOLD"):
-                m.d.comb += [qp.eq(rtx_req.qp), c.eq(ctx_r.data)]
+            with m.State("RTX_HOLD"):            # the entry into its register
                 m.next = "RTX_CHECK"
             with m.State("RTX_CHECK"):
-                m.d.comb += [qp.eq(rtx_req.qp), c.eq(ctx_r.data)]
+                m.d.comb += qp.eq(rtx_req.qp)
                 tag_lap = rtx_req.tag[TAG_SLOT_BITS:TAG_SLOT_BITS + 9 - sb]
                 slot = Cat(rtx_req.tag[:sb], tag_lap)     # the 9-bit ring position
                 in_flight = ((slot - cr.tail)[:9] < used) & below_qps(rtx_req.qp)
@@ -348,14 +347,12 @@ class TxSegmenter(wiring.Component):
                     m.d.comb += events.retransmissions.eq(1)
                     m.next = "IDLE"
             with m.State("REL_READ"):
-                m.d.comb += [qp.eq(rel.qp), c.eq(ctx_r.data),
-                             msg_r.addr.eq(slot_addr(rel.qp, ctx_r.data.tail))]
+                m.d.comb += [qp.eq(rel.qp), msg_r.addr.eq(slot_addr(rel.qp, cr.tail))]
                 with m.If(ctx_r.data.head == ctx_r.data.tail):
                     m.next = "IDLE"
                 with m.Else():
                     m.next = "REL_HOLD"
-            with m.State("REL_HOLD"):
-                m.d.comb += [qp.eq(rel.qp), c.eq(ctx_r.data)]
+            with m.State("REL_HOLD"):            # the entry into its register
                 m.next = "REL_CHECK"
             with m.State("REL_CHECK"):
                 m.d.comb += [qp.eq(rel.qp), c.eq(ctx_r.data)]
