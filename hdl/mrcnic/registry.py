@@ -26,6 +26,7 @@ BLOCK_MODULES = [
     "mrcnic.roce_rx",
     "mrcnic.roce_tx",
     "mrcnic.tx_segmenter",
+    "mrcnic.mrc_rx",
 ]
 
 _BLOCKS = {}

@@ -1,0 +1,189 @@
+"""The receive half of the NIC: :class:`MrcRx` (``mrc-rx``).
+
+Operation
+    Per plane p, frames from the network on ``s{p}_axis`` pass :class:`~mrcnic.srv6_decap.
+    Srv6Decap` and :class:`~mrcnic.roce_rx.RoceRx`. The planes' packet records meet in a
+    :class:`~mrcnic.stream.MetaArbiter` (round robin) and go to one
+    :class:`~mrcnic.psn_tracker.PsnTracker`; the record's plane and whether it holds a
+    payload ride in the tracker's 16-bit ``tag`` (:data:`TAG_PLANE`, :data:`TAG_SLOT`: the
+    plane in bits 14:12, the slot in bit 15; RoceRx's own tag is the plane's count of slot
+    records, which the verdict router keeps as well). Each verdict of a slot record goes
+    back to its plane: PLACE places the payload (``pl{p}_axis`` with ``place{p}``), any
+    other verdict drops it.
+
+    The tracker's SACK/NACK descriptors become frames in one
+    :class:`~mrcnic.ack_generator.AckGenerator`; **decision:** a control frame leaves on
+    the plane of the EV it answers (the EV index, the low 8 bits of the echoed entropy,
+    mod ``planes``: the path selector's plane of that EV), on ``a{p}_axis``. The tracker
+    writes no descriptor for a QP out of range, so the generator makes one frame per
+    descriptor and the planes of its frames are kept in a FIFO beside it.
+
+    The SACKs and NACKs received from the peer (``ack``: ACK_DESC, for the retransmit
+    tracker) and AETH NAKs (``nak``) of all planes are merged the same way; WRITE-with-
+    immediate completions leave on ``cpl``.
+
+    Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.csr_bus.CsrBus` over the
+    blocks in this order: Srv6Decap and RoceRx of each plane, then the PSN tracker and the
+    ACK generator (the directory names them).
+
+Parameters
+    ``planes`` 1 .. 8 (default 2); ``data_width`` (default 64); ``qps`` (default 8);
+    ``mpr_max`` (default 8); ``buffer_bytes`` per plane (default 16384).
+
+Latency, throughput
+    Each plane takes one beat a cycle; the records of all planes share the tracker, one a
+    cycle. Measured end to end in ``sim/test_mrc_rx.py``.
+"""
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from . import registry
+from .ack_desc import ACK_DESC
+from .ack_generator import ACK_REGS, AckGenerator
+from .csr import AxiLiteSignature
+from .csr_bus import CsrBus
+from .psn_tracker import COMPLETION, PKT_IN, TRACKER_REGS, PsnTracker, Verdict
+from .roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_PKT, RoceRx
+from .srv6_decap import DECAP_REGS, Srv6Decap
+from .stream import AxiStreamSignature, MetaArbiter, meta_stream
+
+__all__ = ["MrcRx", "TAG_PLANE", "TAG_SLOT"]
+
+TAG_PLANE = slice(12, 15)       # the record's plane in the tracker's tag
+TAG_SLOT = 15                   # ... and whether RoceRx holds a payload for it
+MAX_PLANES = 8
+
+
+class MrcRx(wiring.Component):
+    def __init__(self, planes=2, data_width=64, qps=8, mpr_max=8, buffer_bytes=16384):
+        if not isinstance(planes, int) or not 1 <= planes <= MAX_PLANES:
+            raise ValueError(f"planes = {planes!r} is outside 1 .. {MAX_PLANES}")
+        self.planes, self.data_width, self.qps = planes, data_width, qps
+        self.mpr_max, self.buffer_bytes = mpr_max, buffer_bytes
+        blocks = ([("srv6-decap", DECAP_REGS.addr_width)] * planes
+                  + [("roce-rx", ROCE_RX_REGS.addr_width)] * planes
+                  + [("psn-tracker", TRACKER_REGS.addr_width),
+                     ("ack-generator", ACK_REGS.addr_width)])
+        self.bus = CsrBus(blocks)
+        axis = AxiStreamSignature(data_width)
+        members = {"s_axil": In(AxiLiteSignature(self.bus.addr_width))}
+        for p in range(planes):
+            members[f"s{p}_axis"] = In(axis)
+            members[f"a{p}_axis"] = Out(axis)
+            members[f"pl{p}_axis"] = Out(axis)
+            members[f"place{p}"] = Out(meta_stream(PLACE))
+        members["ack"] = Out(meta_stream(ACK_DESC))
+        members["nak"] = Out(meta_stream(NAK))
+        members["cpl"] = Out(meta_stream(COMPLETION))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        P, W = self.planes, self.data_width
+        m.submodules.bus = bus = self.bus
+        wiring.connect(m, wiring.flipped(self.s_axil), bus.s_axil)
+
+        decaps, rxs = [], []
+        for p in range(P):
+            d = Srv6Decap(W)
+            r = RoceRx(W, buffer_bytes=self.buffer_bytes)
+            m.submodules[f"decap{p}"] = d
+            m.submodules[f"rx{p}"] = r
+            wiring.connect(m, wiring.flipped(getattr(self, f"s{p}_axis")), d.s_axis)
+            wiring.connect(m, d.m_axis, r.s_axis)
+            wiring.connect(m, d.meta, r.meta)
+            wiring.connect(m, r.m_axis, wiring.flipped(getattr(self, f"pl{p}_axis")))
+            wiring.connect(m, r.place, wiring.flipped(getattr(self, f"place{p}")))
+            wiring.connect(m, bus.m_axil[p], d.s_axil)
+            wiring.connect(m, bus.m_axil[P + p], r.s_axil)
+            decaps.append(d)
+            rxs.append(r)
+        m.submodules.tracker = trk = PsnTracker(self.qps, self.mpr_max)
+        m.submodules.ackgen = gen = AckGenerator(W, self.qps)
+        wiring.connect(m, bus.m_axil[2 * P], trk.s_axil)
+        wiring.connect(m, bus.m_axil[2 * P + 1], gen.s_axil)
+
+        def merged(name, layout):
+            """The planes' ``name`` streams as one stream with ``src``."""
+            if P == 1:
+                return getattr(rxs[0], name), None
+            arb = MetaArbiter(layout, P)
+            m.submodules[f"{name}_arb"] = arb
+            for p in range(P):
+                wiring.connect(m, getattr(rxs[p], name), arb.i[p])
+            return arb.o, arb.o.payload.src
+
+        # --- Packet records to the tracker, the plane and slot in its tag --------------------
+        pkt, src = merged("pkt", RX_PKT)
+        plane = Signal(3)
+        m.d.comb += plane.eq(src if src is not None else 0)
+        for name, _ in PKT_IN:
+            if name != "tag":
+                m.d.comb += getattr(trk.pkt.payload, name).eq(getattr(pkt.payload, name))
+        m.d.comb += [trk.pkt.payload.tag.eq(Cat(pkt.payload.tag[:TAG_PLANE.start],
+                                                plane,
+                                                pkt.payload.slot)),
+                     trk.pkt.valid.eq(pkt.valid), pkt.ready.eq(trk.pkt.ready)]
+
+        # --- Verdicts back to their planes, in each plane's order ----------------------------
+        v = trk.verdict
+        v_plane = v.payload.tag[TAG_PLANE]
+        v_slot = v.payload.tag[TAG_SLOT]
+        counts = [Signal(16, name=f"verdicts{p}") for p in range(P)]
+        ready = Signal()
+        m.d.comb += ready.eq(1)                     # a verdict with no payload is dropped
+        for p in range(P):
+            port = rxs[p].verdict
+            mine = v.valid & v_slot & (v_plane == p)
+            m.d.comb += [port.valid.eq(mine), port.payload.tag.eq(counts[p]),
+                         port.payload.place.eq(v.payload.verdict == Verdict.PLACE)]
+            with m.If(mine):
+                m.d.comb += ready.eq(port.ready)
+                with m.If(port.ready):
+                    m.d.sync += counts[p].eq(counts[p] + 1)
+        m.d.comb += v.ready.eq(ready)
+
+        # --- SACK/NACK frames, each on the plane of the EV it answers -------------------------
+        plane_fifo = SyncFIFOBuffered(width=3, depth=16)
+        m.submodules.ack_planes = plane_fifo
+        a = trk.ack
+        ev_plane = Signal(3)
+        m.d.comb += ev_plane.eq(a.payload.entropy[:8] % P if P > 1 else 0)
+        go = a.valid & gen.desc.ready & plane_fifo.w_rdy
+        m.d.comb += [gen.desc.payload.eq(a.payload), gen.desc.valid.eq(a.valid & plane_fifo.w_rdy),
+                     a.ready.eq(gen.desc.ready & plane_fifo.w_rdy),
+                     plane_fifo.w_data.eq(ev_plane), plane_fifo.w_en.eq(go)]
+        g = gen.m_axis
+        out_plane = plane_fifo.r_data
+        ready_out = Signal()
+        for p in range(P):
+            port = getattr(self, f"a{p}_axis")
+            sel = plane_fifo.r_rdy & (out_plane == p)
+            m.d.comb += [port.tdata.eq(g.tdata), port.tkeep.eq(g.tkeep),
+                         port.tlast.eq(g.tlast), port.tuser.eq(g.tuser),
+                         port.tvalid.eq(g.tvalid & sel)]
+            with m.If(sel):
+                m.d.comb += ready_out.eq(port.tready)
+        m.d.comb += [g.tready.eq(ready_out & plane_fifo.r_rdy),
+                     plane_fifo.r_en.eq(g.tvalid & g.tready & g.tlast)]
+
+        # --- Received SACK/NACKs and NAKs, completions ---------------------------------------
+        for name, layout in (("ack", ACK_DESC), ("nak", NAK)):
+            stream, _ = merged(name, layout)
+            out = getattr(self, name)
+            for field, _ in layout:
+                m.d.comb += getattr(out.payload, field).eq(getattr(stream.payload, field))
+            m.d.comb += [out.valid.eq(stream.valid), stream.ready.eq(out.ready)]
+        wiring.connect(m, trk.cpl, wiring.flipped(self.cpl))
+        return m
+
+
+@registry.register("mrc-rx", "The receive half of the NIC: per-plane decapsulation and "
+                   "parsing, one PSN tracker, SACK/NACK frames on the planes of their EVs, "
+                   "placement per plane", defaults={"planes": 2, "data_width": 64, "qps": 8,
+                                                   "mpr_max": 8, "buffer_bytes": 16384})
+def _mrc_rx_block(planes, data_width, qps, mpr_max, buffer_bytes):
+    return MrcRx(planes, data_width, qps, mpr_max, buffer_bytes)

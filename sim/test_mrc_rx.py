@@ -1,0 +1,106 @@
+"""MrcRx on Amaranth's simulator: SRv6 data frames of several QPs sprayed over the planes,
+with duplicates, received SACKs and an out-of-window packet; every payload placed once at
+its address, SACK/NACK frames on the planes of their EVs, the peer's SACKs passed on."""
+
+import pytest
+from amaranth.lib import data
+
+from mrcnic import proto
+from mrcnic.ack_desc import ACK_DESC
+from mrcnic.model import packet as pk
+from mrcnic.mrc_rx import MrcRx
+from mrcnic.proto import Opcode
+from mrcnic.roce_rx import PLACE
+from simtools import run, seeded
+from streams import AxisSink, AxisSource, MetaSink
+
+
+def srv6(frame):
+    return pk.encapsulate(frame, outer_src=0xFD00 << 112, outer_dst=0xFC00_0000_1001 << 80,
+                          dscp=proto.DSCP_DATA, ecn=proto.ECN_ECT0)
+
+
+@pytest.mark.parametrize("planes", [2, 3])
+def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
+    rng = seeded()
+    qps = 4
+    frames = {p: [] for p in range(planes)}
+    want = {}                                   # (qp, psn) -> (va, payload)
+    n_data = 0
+    for qp in range(qps):
+        for psn in range(6):
+            payload = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 200)))
+            va = (qp << 20) | psn << 8
+            ev = rng.getrandbits(8)
+            f = srv6(pk.encode(pk.write_packet(Opcode.WRITE_ONLY, qp, psn, va, 0x1234,
+                                               len(payload), payload, ev=ev)))
+            frames[ev % planes].append(f)
+            want[qp, psn] = (va, payload)
+            n_data += 1
+            if rng.random() < 0.2:              # a duplicate, on another plane
+                frames[rng.randrange(planes)].append(f)
+                n_data += 1
+    # A packet far beyond the window (NACK 0x0B) and two SACKs from the peer.
+    far = srv6(pk.encode(pk.write_packet(Opcode.WRITE_ONLY, 1, 5000, 0, 0, 4, b"abcd",
+                                         ev=7)))
+    frames[7 % planes].append(far)
+    sacks = [srv6(pk.encode(pk.sack_packet(q, 10 + q, 0b101))) for q in (0, 2)]
+    frames[0].extend(sacks)
+
+    dut = MrcRx(planes, 64, qps)
+    srcs = [AxisSource(getattr(dut, f"s{p}_axis"), frames[p], rng=rng, idle=0.2)
+            for p in range(planes)]
+    # Every frame on a plane leaves the block as a placement, an answer or a record: the
+    # sinks below wait for what must come, then a quiet period checks nothing more does.
+    # The outputs are collected for a fixed number of cycles, long enough for every frame
+    # (the sinks' cycle limit ends them); then what came out is checked.
+    budget = 2500
+
+    def open_ended(sink):
+        sink.count, sink.max_cycles = 10 ** 9, budget
+
+        async def tb(ctx):
+            try:
+                await sink.run(ctx)
+            except AssertionError as e:
+                if "after" not in str(e):          # the cycle limit: the end of collection
+                    raise
+        return tb
+
+    places = [MetaSink(getattr(dut, f"place{p}"), 0, rng=rng, backpressure=0.2)
+              for p in range(planes)]
+    payloads = [AxisSink(getattr(dut, f"pl{p}_axis"), 0, rng=rng, backpressure=0.2)
+                for p in range(planes)]
+    acks_out = [AxisSink(getattr(dut, f"a{p}_axis"), 0, rng=rng, backpressure=0.2)
+                for p in range(planes)]
+    ack_rx = MetaSink(dut.ack, 0, rng=rng)
+    tbs = [s.run for s in srcs] + [open_ended(s) for s in places + payloads + acks_out + [ack_rx]]
+    run(dut, *tbs)
+    assert all(s.done for s in srcs), "the block stopped taking frames"
+
+    placed = {}
+    for p in range(planes):
+        recs = [data.Const(PLACE, v) for v in places[p].records]
+        bodies = iter(payloads[p].frames)
+        for r in recs:
+            key = (int(r.qp), int(r.psn))
+            body = next(bodies) if int(r.length) else b""
+            assert key not in placed, f"{key} placed twice"
+            placed[key] = (int(r.va), body)
+    assert placed == want
+    # Answers: every control frame decodes, with its ICRC, and left on its EV's plane.
+    n_frames = 0
+    for p in range(planes):
+        for f in acks_out[p].frames:
+            pkt = pk.decode(f, check_icrc=True, udp_dport=None)
+            assert pkt.opcode in (Opcode.SACK, Opcode.NACK)
+            entropy = (pkt.seth or pkt.neth)["entropy"]
+            assert (entropy & 0xFF) % planes == p, "a control frame on another plane"
+            n_frames += 1
+    assert n_frames >= qps, "too few SACKs"
+    nacks = [f for p in range(planes) for f in acks_out[p].frames
+             if pk.decode(f, check_icrc=False, udp_dport=None).opcode == Opcode.NACK]
+    assert len(nacks) == 1
+    # The peer's SACKs reach the ack output as ACK_DESC records.
+    recs = [data.Const(ACK_DESC, v) for v in ack_rx.records]
+    assert sorted((int(r.qp), int(r.cack)) for r in recs) == [(0, 10), (2, 12)]
