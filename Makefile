@@ -81,7 +81,10 @@ demo: setup lint
 	@echo "SRv6 encapsulator and decapsulator at 64 bits in cocotb on Verilator (thousands"
 	@echo "of frames checked against the reference model, the packet model and scapy), and"
 	@echo "the PSN tracker on Verilator: sprayed arrivals with loss, duplication and trimming,"
-	@echo "every verdict, SACK/NACK and completion matched against its model."
+	@echo "every verdict, SACK/NACK and completion matched against its model; then work"
+	@echo "requests through the transmit blocks, the fabric model's SRv6 planes and the"
+	@echo "receive blocks, every byte placed once at its address; and the receive half of"
+	@echo "the NIC (MrcRx) taking writes sprayed over its planes."
 	@echo
 	$(BIN)/mrcnic ev-expand --format-widths 16,16 \
 	  --field width=16,init=0x1000,min=0,max=0,mask=0x0f0f \
@@ -92,6 +95,7 @@ demo: setup lint
 	  cocotb_tests/test_srv6_encap.py cocotb_tests/test_srv6_decap.py
 	$(PY) -m pytest -q -n $(JOBS) -p no:warnings -k "verilator-default" \
 	  cocotb_tests/test_psn_tracker.py
+	$(PY) -m pytest -q -n $(JOBS) -p no:warnings sim/test_chain.py sim/test_mrc_rx.py
 	@echo "== demo done: Verilog in $(DEMO)/, simulation builds in build/cocotb/ ==="
 
 clean:
