@@ -151,3 +151,16 @@ class MetaSink:
                 held = payload
             cycle += 1
         ctx.set(self.port.ready, 0)
+
+
+def handshake_watcher(port, cycles, done):
+    """A testbench that appends to ``cycles`` the cycle of every handshake on metadata
+    stream ``port``, until the list ``done`` is not empty."""
+    async def watch(ctx):
+        cycle = 0
+        while not done:
+            _, _, v, r = await ctx.tick().sample(port.valid, port.ready)
+            if v and r:
+                cycles.append(cycle)
+            cycle += 1
+    return watch

@@ -24,7 +24,7 @@ from mrcnic.model import ack_generator as ack_model
 from mrcnic.model import packet as pk
 from axil import AxiLiteSimMaster
 from simtools import run, seeded, soak
-from streams import AxisSink, MetaSource
+from streams import AxisSink, MetaSource, handshake_watcher
 
 WIDTHS = [64, 128, 256, 512, 2048]
 
@@ -145,15 +145,7 @@ def run_traffic(width, descs, *, qps=64, cfg=None, contexts=None, rng=None, idle
         await sink.run(ctx)
         done.append(True)
 
-    async def watch(ctx):
-        cycle = 0
-        while not done:
-            _, _, v, r = await ctx.tick().sample(dut.desc.valid, dut.desc.ready)
-            if v and r:
-                handshakes.append(cycle)
-            cycle += 1
-
-    run(dut, control, source, sinker, watch)
+    run(dut, control, source, sinker, handshake_watcher(dut.desc, handshakes, done))
     return sink, handshakes, counters
 
 

@@ -15,7 +15,7 @@ from mrcnic.proto import Opcode
 from mrcnic.roce_tx import TX_REGS, RoceTx
 from axil import AxiLiteSimMaster
 from simtools import run, seeded, soak
-from streams import AxisSink, AxisSource, MetaSource
+from streams import AxisSink, AxisSource, MetaSource, handshake_watcher
 
 WRITES = [op for op in Opcode if op.is_write]
 
@@ -101,15 +101,8 @@ def run_tx(width, descs, payloads, *, qps=4, rng, idle=0.0, backpressure=0.0,
         await sink.run(ctx)
         done.append(True)
 
-    async def watch(ctx):
-        cycle = 0
-        while not done:
-            _, _, v, r = await ctx.tick().sample(dut.desc.valid, dut.desc.ready)
-            if v and r:
-                hs.append(cycle)
-            cycle += 1
-
-    run(dut, control, dsource, psource, sinker, watch)
+    run(dut, control, dsource, psource, sinker,
+        handshake_watcher(dut.desc, hs, done))
     return dut, sink, model, counters, hs
 
 
