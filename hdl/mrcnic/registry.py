@@ -27,6 +27,7 @@ BLOCK_MODULES = [
     "mrcnic.roce_tx",
     "mrcnic.tx_segmenter",
     "mrcnic.mrc_rx",
+    "mrcnic.memory_protect",
 ]
 
 _BLOCKS = {}
