@@ -10,7 +10,10 @@ from mrcnic.ack_desc import ACK_DESC
 from mrcnic.model import packet as pk
 from mrcnic.mrc_rx import MrcRx
 from mrcnic.proto import Opcode
-from mrcnic.roce_rx import PLACE
+from mrcnic.csr import RegisterDriver
+from mrcnic.memory_protect import MP_REGS, table_op
+from mrcnic.roce_rx import NAK, PLACE
+from axil import AxiLiteSimMaster
 from simtools import run, seeded
 from streams import AxisSink, AxisSource, MetaSink
 
@@ -25,9 +28,10 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     rng = seeded()
     qps = 4
     frames = {p: [] for p in range(planes)}
+    # QPs 0..2 write into the one memory region; QP 3 sends one WRITE with an unknown R_Key.
     want = {}                                   # (qp, psn) -> (va, payload)
     n_data = 0
-    for qp in range(qps):
+    for qp in range(qps - 1):
         for psn in range(6):
             payload = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 200)))
             va = (qp << 20) | psn << 8
@@ -41,15 +45,32 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
                 frames[rng.randrange(planes)].append(f)
                 n_data += 1
     # A packet far beyond the window (NACK 0x0B) and two SACKs from the peer.
-    far = srv6(pk.encode(pk.write_packet(Opcode.WRITE_ONLY, 1, 5000, 0, 0, 4, b"abcd",
-                                         ev=7)))
+    far = srv6(pk.encode(pk.write_packet(Opcode.WRITE_ONLY, 1, 5000, 0x100, 0x1234, 4,
+                                         b"abcd", ev=7)))
     frames[7 % planes].append(far)
     sacks = [srv6(pk.encode(pk.sack_packet(q, 10 + q, 0b101))) for q in (0, 2)]
     frames[0].extend(sacks)
+    frames[planes - 1].append(srv6(pk.encode(pk.write_packet(
+        Opcode.WRITE_ONLY, 3, 0, 0x40, 0x9999, 4, b"evil", ev=planes - 1))))
 
     dut = MrcRx(planes, 64, qps)
     srcs = [AxisSource(getattr(dut, f"s{p}_axis"), frames[p], rng=rng, idle=0.2)
             for p in range(planes)]
+    started = []
+
+    async def configure(ctx):
+        master = AxiLiteSimMaster(ctx, dut.s_axil)
+        base = (2 * planes + 1) << dut.bus.window_bits     # the memory-protect window
+        drv = RegisterDriver(MP_REGS, master.read, master.write, base=base)
+        await table_op(drv, ("region", 0, 0x1234, 0, 1 << 24, 1, 0))
+        started.append(True)
+
+    def after_configure(src):
+        async def tb(ctx):
+            while not started:
+                await ctx.tick()
+            await src.run(ctx)
+        return tb
     # Every frame on a plane leaves the block as a placement, an answer or a record: the
     # sinks below wait for what must come, then a quiet period checks nothing more does.
     # The outputs are collected for a fixed number of cycles, long enough for every frame
@@ -74,7 +95,9 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     acks_out = [AxisSink(getattr(dut, f"a{p}_axis"), 0, rng=rng, backpressure=0.2)
                 for p in range(planes)]
     ack_rx = MetaSink(dut.ack, 0, rng=rng)
-    tbs = [s.run for s in srcs] + [open_ended(s) for s in places + payloads + acks_out + [ack_rx]]
+    access = MetaSink(dut.access_nak, 0, rng=rng)
+    tbs = [configure] + [after_configure(s) for s in srcs] + \
+        [open_ended(s) for s in places + payloads + acks_out + [ack_rx, access]]
     run(dut, *tbs)
     assert all(s.done for s in srcs), "the block stopped taking frames"
 
@@ -104,3 +127,7 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     # The peer's SACKs reach the ack output as ACK_DESC records.
     recs = [data.Const(ACK_DESC, v) for v in ack_rx.records]
     assert sorted((int(r.qp), int(r.cack)) for r in recs) == [(0, 10), (2, 12)]
+    # The WRITE with an unknown R_Key: not placed, one access-error NAK for its QP.
+    naks = [data.Const(NAK, v) for v in access.records]
+    assert [(int(r.qp), int(r.psn), int(r.syndrome)) for r in naks] == \
+        [(3, 0, proto.AETH_SYNDROME_ACCESS_ERROR)]

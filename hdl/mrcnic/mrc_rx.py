@@ -35,7 +35,7 @@ Latency, throughput
     cycle. Measured end to end in ``sim/test_mrc_rx.py``.
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -45,6 +45,7 @@ from .ack_desc import ACK_DESC
 from .ack_generator import ACK_REGS, AckGenerator
 from .csr import AxiLiteSignature
 from .csr_bus import CsrBus
+from .memory_protect import MP_REGS, MemoryProtect
 from .psn_tracker import COMPLETION, PKT_IN, TRACKER_REGS, PsnTracker, Verdict
 from .roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_PKT, RoceRx
 from .srv6_decap import DECAP_REGS, Srv6Decap
@@ -55,17 +56,23 @@ __all__ = ["MrcRx", "TAG_PLANE", "TAG_SLOT"]
 TAG_PLANE = slice(12, 15)       # the record's plane in the tracker's tag
 TAG_SLOT = 15                   # ... and whether RoceRx holds a payload for it
 MAX_PLANES = 8
+MAX_QPS = 1 << 15               # a denied record goes to the tracker as QP index MAX_QPS
 
 
 class MrcRx(wiring.Component):
-    def __init__(self, planes=2, data_width=64, qps=8, mpr_max=8, buffer_bytes=16384):
+    def __init__(self, planes=2, data_width=64, qps=8, mpr_max=8, buffer_bytes=16384,
+                 regions=16):
         if not isinstance(planes, int) or not 1 <= planes <= MAX_PLANES:
             raise ValueError(f"planes = {planes!r} is outside 1 .. {MAX_PLANES}")
+        if not isinstance(qps, int) or not 1 <= qps <= MAX_QPS:
+            raise ValueError(f"qps = {qps!r} is outside 1 .. {MAX_QPS} (a denied record "
+                             f"goes to the PSN tracker as QP index {MAX_QPS})")
         self.planes, self.data_width, self.qps = planes, data_width, qps
-        self.mpr_max, self.buffer_bytes = mpr_max, buffer_bytes
+        self.mpr_max, self.buffer_bytes, self.regions = mpr_max, buffer_bytes, regions
         blocks = ([("srv6-decap", DECAP_REGS.addr_width)] * planes
                   + [("roce-rx", ROCE_RX_REGS.addr_width)] * planes
-                  + [("psn-tracker", TRACKER_REGS.addr_width),
+                  + [("memory-protect", MP_REGS.addr_width),
+                     ("psn-tracker", TRACKER_REGS.addr_width),
                      ("ack-generator", ACK_REGS.addr_width)])
         self.bus = CsrBus(blocks)
         axis = AxiStreamSignature(data_width)
@@ -77,6 +84,7 @@ class MrcRx(wiring.Component):
             members[f"place{p}"] = Out(meta_stream(PLACE))
         members["ack"] = Out(meta_stream(ACK_DESC))
         members["nak"] = Out(meta_stream(NAK))
+        members["access_nak"] = Out(meta_stream(NAK))
         members["cpl"] = Out(meta_stream(COMPLETION))
         super().__init__(members)
 
@@ -101,10 +109,13 @@ class MrcRx(wiring.Component):
             wiring.connect(m, bus.m_axil[P + p], r.s_axil)
             decaps.append(d)
             rxs.append(r)
+        m.submodules.protect = mp = MemoryProtect(self.regions, self.qps)
         m.submodules.tracker = trk = PsnTracker(self.qps, self.mpr_max)
         m.submodules.ackgen = gen = AckGenerator(W, self.qps)
-        wiring.connect(m, bus.m_axil[2 * P], trk.s_axil)
-        wiring.connect(m, bus.m_axil[2 * P + 1], gen.s_axil)
+        wiring.connect(m, bus.m_axil[2 * P], mp.s_axil)
+        wiring.connect(m, bus.m_axil[2 * P + 1], trk.s_axil)
+        wiring.connect(m, bus.m_axil[2 * P + 2], gen.s_axil)
+        wiring.connect(m, mp.nak, wiring.flipped(self.access_nak))
 
         def merged(name, layout):
             """The planes' ``name`` streams as one stream with ``src``."""
@@ -116,17 +127,27 @@ class MrcRx(wiring.Component):
                 wiring.connect(m, getattr(rxs[p], name), arb.i[p])
             return arb.o, arb.o.payload.src
 
-        # --- Packet records to the tracker, the plane and slot in its tag --------------------
+        # --- Packet records: memory protection, then the tracker, the plane and slot in its
+        # tag. The plane goes into the record's tag before the check (the check passes the
+        # records through in order, tag untouched).
         pkt, src = merged("pkt", RX_PKT)
         plane = Signal(3)
         m.d.comb += plane.eq(src if src is not None else 0)
-        for name, _ in PKT_IN:
+        for name, _ in RX_PKT:
             if name != "tag":
-                m.d.comb += getattr(trk.pkt.payload, name).eq(getattr(pkt.payload, name))
-        m.d.comb += [trk.pkt.payload.tag.eq(Cat(pkt.payload.tag[:TAG_PLANE.start],
-                                                plane,
-                                                pkt.payload.slot)),
-                     trk.pkt.valid.eq(pkt.valid), pkt.ready.eq(trk.pkt.ready)]
+                m.d.comb += getattr(mp.pkt.payload, name).eq(getattr(pkt.payload, name))
+        m.d.comb += [mp.pkt.payload.tag.eq(Cat(pkt.payload.tag[:TAG_PLANE.start], plane,
+                                               pkt.payload.slot)),
+                     mp.pkt.valid.eq(pkt.valid), pkt.ready.eq(mp.pkt.ready)]
+        # Decision: a denied record still goes to the tracker, as QP index MAX_QPS (out of
+        # range), so that its verdict (NO_QP: its payload dropped) keeps its place among its
+        # plane's verdicts and no QP's state changes (the tracker counts it as no_qp).
+        o = mp.out
+        for name, _ in PKT_IN:
+            if name != "qp":
+                m.d.comb += getattr(trk.pkt.payload, name).eq(getattr(o.payload, name))
+        m.d.comb += [trk.pkt.payload.qp.eq(Mux(o.payload.deny, MAX_QPS, o.payload.qp)),
+                     trk.pkt.valid.eq(o.valid), o.ready.eq(trk.pkt.ready)]
 
         # --- Verdicts back to their planes, in each plane's order ----------------------------
         v = trk.verdict
@@ -184,6 +205,7 @@ class MrcRx(wiring.Component):
 @registry.register("mrc-rx", "The receive half of the NIC: per-plane decapsulation and "
                    "parsing, one PSN tracker, SACK/NACK frames on the planes of their EVs, "
                    "placement per plane", defaults={"planes": 2, "data_width": 64, "qps": 8,
-                                                   "mpr_max": 8, "buffer_bytes": 16384})
-def _mrc_rx_block(planes, data_width, qps, mpr_max, buffer_bytes):
-    return MrcRx(planes, data_width, qps, mpr_max, buffer_bytes)
+                                                   "mpr_max": 8, "buffer_bytes": 16384,
+                                                   "regions": 16})
+def _mrc_rx_block(planes, data_width, qps, mpr_max, buffer_bytes, regions):
+    return MrcRx(planes, data_width, qps, mpr_max, buffer_bytes, regions)
