@@ -23,7 +23,7 @@ def srv6(frame):
                           dscp=proto.DSCP_DATA, ecn=proto.ECN_ECT0)
 
 
-@pytest.mark.parametrize("planes", [2, 3])
+@pytest.mark.parametrize("planes", [2, pytest.param(3, marks=pytest.mark.soak)])
 def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     rng = seeded()
     qps = 4

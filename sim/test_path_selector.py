@@ -360,7 +360,10 @@ def test_matches_the_model_under_random_traffic_feedback_and_port_flaps(backpres
             assert r["ev"] != avoid[(r["qp"], r["psn"])], "a retransmission got its avoid EV"
     print("counters:", {k: v for k, v in counts.items() if v})
     assert counts["decisions"] > n_req // 3, "too few decisions: the test says little"
-    assert counts["transitions"] > 10 and counts["wraps"] > 5 and counts["promotions"] > 0
+    # min_active acted: a backup promoted, or none left to promote (some seeds draw no
+    # feedback that leaves a backup; the promotion itself has its directed test below).
+    assert counts["transitions"] > 10 and counts["wraps"] > 5
+    assert counts["promotions"] + counts["no_backup"] > 0
 
 
 def test_one_decision_per_cycle_one_qp_and_random_qps():
