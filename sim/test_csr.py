@@ -753,7 +753,9 @@ def test_random_against_model():
             assert await drv.read(r.name) == model.read(r.offset)[0], r.name
     bench(body, rng=rng, pulses=pulses)
     print(counts)
-    assert counts["read"] > 250 and counts["write"] > 250 and counts["slverr"] > 40
+    # About 1 write in 10 finds no register (mean ~50): a bound far below it, so that the
+    # check says "the error path ran", not "this seed drew its usual share".
+    assert counts["read"] > 250 and counts["write"] > 250 and counts["slverr"] > 20
     assert pulses == model.pulses
     assert sum(pulses.values()) > 20
 
