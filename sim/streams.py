@@ -164,3 +164,15 @@ def handshake_watcher(port, cycles, done):
                 cycles.append(cycle)
             cycle += 1
     return watch
+
+
+def gated(started, body, done=None):
+    """A testbench that waits until the list ``started`` is not empty, runs ``body(ctx)``
+    (a source's ``run``), then appends True to ``done`` if given."""
+    async def tb(ctx):
+        while not started:
+            await ctx.tick()
+        await body(ctx)
+        if done is not None:
+            done.append(True)
+    return tb

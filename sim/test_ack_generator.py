@@ -24,7 +24,7 @@ from mrcnic.model import ack_generator as ack_model
 from mrcnic.model import packet as pk
 from axil import AxiLiteSimMaster
 from simtools import run, seeded, soak
-from streams import AxisSink, MetaSource, handshake_watcher
+from streams import AxisSink, MetaSource, gated, handshake_watcher
 
 WIDTHS = [64, 128, 256, 512, 2048]
 
@@ -135,17 +135,12 @@ def run_traffic(width, descs, *, qps=64, cfg=None, contexts=None, rng=None, idle
 
     started, src_done = [], []
 
-    async def source(ctx):
-        while not started:
-            await ctx.tick()
-        await src.run(ctx)
-        src_done.append(True)
-
     async def sinker(ctx):
         await sink.run(ctx)
         done.append(True)
 
-    run(dut, control, source, sinker, handshake_watcher(dut.desc, handshakes, done))
+    run(dut, control, gated(started, src.run, src_done), sinker,
+        handshake_watcher(dut.desc, handshakes, done))
     return sink, handshakes, counters
 
 

@@ -15,7 +15,7 @@ from mrcnic.proto import Opcode
 from mrcnic.roce_tx import TX_REGS, RoceTx
 from axil import AxiLiteSimMaster
 from simtools import run, seeded, soak
-from streams import AxisSink, AxisSource, MetaSource, handshake_watcher
+from streams import AxisSink, AxisSource, MetaSource, gated, handshake_watcher
 
 WRITES = [op for op in Opcode if op.is_write]
 
@@ -86,22 +86,11 @@ def run_tx(width, descs, payloads, *, qps=4, rng, idle=0.0, backpressure=0.0,
 
     dsrc_done = []
 
-    async def dsource(ctx):
-        while not started:
-            await ctx.tick()
-        await dsrc.run(ctx)
-        dsrc_done.append(True)
-
-    async def psource(ctx):
-        while not started:
-            await ctx.tick()
-        await psrc.run(ctx)
-
     async def sinker(ctx):
         await sink.run(ctx)
         done.append(True)
 
-    run(dut, control, dsource, psource, sinker,
+    run(dut, control, gated(started, dsrc.run, dsrc_done), gated(started, psrc.run), sinker,
         handshake_watcher(dut.desc, hs, done))
     return dut, sink, model, counters, hs
 
