@@ -33,7 +33,7 @@ from amaranth.lib.wiring import In, Out
 __all__ = [
     "CsrError", "ACCESS", "RESP_OKAY", "RESP_SLVERR",
     "AxiLiteSignature", "Field", "Register", "RegisterMap", "CsrBlock", "RegisterDriver",
-    "event_counters", "mac_registers", "ipv6_registers",
+    "event_counters", "mac_registers", "ipv6_registers", "ipv6_value",
 ]
 
 
@@ -593,3 +593,9 @@ def ipv6_registers(prefix, what):
                                                     f"{127 - 32 * i}:{96 - 32 * i} (bytes "
                                                     f"{4 * i}-{4 * i + 3} on the wire)")])
             for i in range(4)]
+
+
+def ipv6_value(fields, prefix):
+    """The 128-bit address held by the registers :func:`ipv6_registers` declared for
+    ``prefix`` (register 0 holds the address's first bytes, the most significant)."""
+    return Cat(*(fields[f"{prefix}_ip{i}"]["ip"] for i in reversed(range(4))))

@@ -57,7 +57,7 @@ BLOCK_TYPES = {
     "skid-buffer": 0x0001, "srv6-encap": 0x0002, "srv6-decap": 0x0003,
     "ack-generator": 0x0004, "psn-tracker": 0x0005, "reorder-buffer": 0x0006,
     "path-selector": 0x0007, "retransmit-tracker": 0x0008, "roce-rx": 0x0009,
-    "roce-tx": 0x000A, "tx-segmenter": 0x000B, "memory-protect": 0x000C,
+    "roce-tx": 0x000A, "tx-segmenter": 0x000B, "memory-protect": 0x000C, "mrc-tx": 0x000D,
 }
 BLOCK_VERSION = 1
 

@@ -28,6 +28,7 @@ BLOCK_MODULES = [
     "mrcnic.tx_segmenter",
     "mrcnic.mrc_rx",
     "mrcnic.memory_protect",
+    "mrcnic.mrc_tx",
 ]
 
 _BLOCKS = {}

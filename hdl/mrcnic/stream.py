@@ -29,7 +29,7 @@ from . import registry
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
            "keep_count", "FrameCursor", "const_lt", "stream_fifo", "skid_chain",
-           "length_countdown", "register_stages", "drive_axis", "MetaArbiter"]
+           "length_countdown", "register_stages", "drive_axis", "MetaArbiter", "frame_demux"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -408,3 +408,21 @@ def wiring_cat(interface, names):
                    defaults={"data_width": 64, "user_width": 1})
 def _skid_buffer_block(data_width, user_width):
     return SkidBuffer(data_width, user_width)
+
+
+def frame_demux(m, src, sel, sel_valid, outs):
+    """Steer each frame of AXI-Stream ``src`` whole to ``outs[sel]``; ``sel`` (with
+    ``sel_valid``) names the port of the frame at ``src``'s head and must hold until its last
+    beat. A frame waits while ``sel_valid`` is low. Returns the signal that is high in the
+    cycle the frame's last beat is taken (when the next ``sel`` may be presented)."""
+    ready = Signal(name="demux_ready")
+    for p, port in enumerate(outs):
+        mine = sel_valid & (sel == p)
+        m.d.comb += [port.tdata.eq(src.tdata), port.tkeep.eq(src.tkeep),
+                     port.tlast.eq(src.tlast), port.tuser.eq(src.tuser),
+                     port.tvalid.eq(src.tvalid & mine)]
+        with m.If(mine):
+            m.d.comb += ready.eq(port.tready)
+    done = Signal(name="demux_done")
+    m.d.comb += [src.tready.eq(ready & sel_valid), done.eq(src.tvalid & src.tready & src.tlast)]
+    return done

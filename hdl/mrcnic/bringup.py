@@ -1,0 +1,154 @@
+"""Bring-up over the registers: what software writes after reset so that the NIC's
+transmit half sends (and, with :mod:`mrcnic.fabric` or a real network, is understood).
+
+The functions take the register port as two coroutines, ``read(addr)`` and
+``write(addr, value)`` (whole 32-bit words), so the same sequence runs in an Amaranth
+testbench, in cocotb and from a board's UART. They find every block by walking the
+:class:`~mrcnic.csr_bus.CsrBus` directory, as any driver would.
+
+:class:`TxConfig` holds what the transmit half needs: addresses, PMTU, time base,
+timeouts, and the EVs: one SRv6 destination (a uSID path) per EV, loaded as explicit raw
+EVs into one path-selector profile whose format is four 32-bit fields, so the expanded
+EV is the address itself (:func:`srv6_address_profile`).
+"""
+
+from dataclasses import dataclass, field
+
+from .csr import RegisterDriver
+from .csr_bus import BLOCK_TYPES, MAGIC
+from .model import ev as evm
+from .proto import EvMode
+
+__all__ = ["TxConfig", "find_blocks", "bring_up_tx", "srv6_address_profile"]
+
+
+def _regmaps():
+    from .ack_generator import ACK_REGS
+    from .memory_protect import MP_REGS
+    from .mrc_tx import MRC_TX_REGS
+    from .path_selector import SELECTOR_REGS
+    from .psn_tracker import TRACKER_REGS
+    from .retransmit_tracker import RT_REGS
+    from .roce_rx import ROCE_RX_REGS
+    from .roce_tx import TX_REGS
+    from .srv6 import ENCAP_REGS
+    from .srv6_decap import DECAP_REGS
+    from .tx_segmenter import SEG_REGS
+    return {"mrc-tx": MRC_TX_REGS, "tx-segmenter": SEG_REGS, "path-selector": SELECTOR_REGS,
+            "retransmit-tracker": RT_REGS, "roce-tx": TX_REGS, "srv6-encap": ENCAP_REGS,
+            "srv6-decap": DECAP_REGS, "roce-rx": ROCE_RX_REGS, "memory-protect": MP_REGS,
+            "psn-tracker": TRACKER_REGS, "ack-generator": ACK_REGS}
+
+
+async def find_blocks(read, write, base=0):
+    """Walk the directory at ``base``: {block name: [RegisterDriver, ...]} in bus order."""
+    if await read(base) != MAGIC:
+        raise RuntimeError(f"no register directory at 0x{base:x} (magic not 'MRCN')")
+    names = {t: n for n, t in BLOCK_TYPES.items()}
+    maps = _regmaps()
+    blocks = {}
+    entry = await read(base + 12)
+    while entry:
+        kind = (await read(base + entry)) >> 16
+        where = await read(base + entry + 4)
+        name = names.get(kind)
+        if name is None:
+            raise RuntimeError(f"unknown block type 0x{kind:04x} at 0x{where:x}")
+        blocks.setdefault(name, []).append(RegisterDriver(maps[name], read, write,
+                                                          base=base + where))
+        entry = await read(base + entry + 12)
+    return blocks
+
+
+def srv6_address_profile():
+    """An explicit SRv6 EV profile whose raw EV is the 16-byte destination address."""
+    fmt = evm.EvFormatProfile(EvMode.SRV6, (32, 32, 32, 32))
+    whole = evm.EvField(32, 0, 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    return evm.EvProfile(fmt, (whole,) * 4, evm.EXPLICIT)
+
+
+@dataclass
+class TxConfig:
+    local_mac: int
+    local_ip: int                   # inner source
+    peer_mac: int
+    peer_ip: int                    # inner destination
+    outer_src: int                  # SRv6 source
+    evs: list                       # 128-bit SRv6 destination of each EV, index order
+    remote_qps: list = field(default_factory=lambda: [0x100])   # per local QP
+    pmtu_log2: int = 12
+    tick_cycles: int = 256
+    timeout_exp: int = 7
+    reorder_guard: int = 3
+    seeds: list = None              # scan-order seed per QP (default: QP index)
+    min_active: int = 0
+    active: int = None              # EVs below this index active, the rest backups
+
+
+async def wait_clear(regs, reg="status", name="busy"):
+    while await regs.read_field(reg, name):
+        pass
+
+
+async def _selector_profile(regs, p, prof, raws, active):
+    fmt = prof.format
+    await regs.write_fields("select", profile=p)
+    await regs.write_fields("profile_cfg", mode=int(fmt.mode), format_fields=len(fmt.widths),
+                            ev_fields=len(prof.fields),
+                            generated=int(prof.mode == evm.GENERATED), active=active)
+    await regs.write_fields("command", write_profile=1)
+    for i, fw in enumerate(fmt.widths):
+        f = prof.fields[i]
+        await regs.write_fields("select", profile=p, field=i)
+        await regs.write_fields("field_widths", format_width=fw, width=f.width)
+        for name, v in (("field_init", f.init_val), ("field_mask", f.mask),
+                        ("field_min", f.min_val), ("field_max", f.max_val)):
+            await regs.write_fields(name, value=v)
+        await regs.write_fields("command", write_field=1)
+    for e, raw in enumerate(raws):
+        await regs.write_fields("select", profile=p, ev=e)
+        raw = raw.ljust(32, b"\0")
+        for i in range(8):
+            await regs.write_fields(f"raw{i}", value=int.from_bytes(raw[4 * i:4 * i + 4],
+                                                                    "big"))
+        await regs.write_fields("command", write_ev=1)
+        await wait_clear(regs)
+    err = await regs.read_fields("error")
+    if err["bad_config"] or err["bad_index"] or err["busy"]:
+        raise RuntimeError(f"path selector refused the EV profile: {err}")
+
+
+async def bring_up_tx(read, write, cfg, base=0):
+    """Configure every transmit block found at ``base`` from ``cfg`` (:class:`TxConfig`).
+    Returns the blocks (:func:`find_blocks`)."""
+    b = await find_blocks(read, write, base)
+    tx, seg, sel = b["mrc-tx"][0], b["tx-segmenter"][0], b["path-selector"][0]
+    trk, roce = b["retransmit-tracker"][0], b["roce-tx"][0]
+    qps = (await tx.read_fields("info"))["qps"]
+    await wait_clear(seg)
+    await wait_clear(trk)
+    await tx.write_ipv6("outer_src", cfg.outer_src)
+    await tx.write_fields("tick", cycles=cfg.tick_cycles)
+    await seg.write_fields("config", pmtu_log2=cfg.pmtu_log2)
+    await trk.write_fields("config", pmtu_log2=cfg.pmtu_log2, timeout_exp=cfg.timeout_exp,
+                           reorder_guard=cfg.reorder_guard)
+    await roce.write_mac("local", cfg.local_mac)
+    await roce.write_ipv6("local", cfg.local_ip)
+    for q in range(qps):
+        await roce.write_fields("ctx_qp", qp=q)
+        await roce.write_mac("ctx", cfg.peer_mac)
+        await roce.write_ipv6("ctx", cfg.peer_ip)
+        await roce.write_fields("ctx_remote_qp", qpn=cfg.remote_qps[q % len(cfg.remote_qps)])
+        await roce.write_fields("control", ctx_write=1)
+    raws = [a.to_bytes(16, "big") for a in cfg.evs]
+    # Every EV listed is active (no backups), unless min_active asks for backups.
+    await _selector_profile(sel, 0, srv6_address_profile(), raws,
+                            cfg.active if cfg.active is not None else len(raws))
+    if cfg.min_active:
+        await sel.write_fields("ev_min_active", count=cfg.min_active)
+    for q in range(qps):
+        seed = cfg.seeds[q] if cfg.seeds else q
+        await sel.write_fields("select_qp", qp=q)
+        await sel.write_fields("qp_cfg", profile=0, seed=seed % len(cfg.evs))
+        await sel.write_fields("command", write_qp=1)
+    return b

@@ -1,0 +1,353 @@
+"""The transmit half of the NIC: :class:`MrcTx` (``mrc-tx``).
+
+Operation
+    Work requests (``wr``, :data:`~mrcnic.tx_segmenter.WR`) are cut into packets by a
+    :class:`~mrcnic.tx_segmenter.TxSegmenter`. Each packet then passes:
+
+    1. **The send gate.** A new packet (``rtx`` = 0) goes only when the
+       :class:`~mrcnic.retransmit_tracker.RetransmitTracker` gives its QP credit
+       (receive window, outstanding PSNs, congestion window). **Decision**
+       (:data:`CREDIT_RULE`, docs/architecture.md): at most one packet per QP is between
+       the credit check and its ``sent`` record, so that the tracker's answer is always
+       about the PSN the packet carries. The gate asks (``credit_qp``) in one cycle and
+       decides in the next: a new packet every two cycles at most. A retransmission needs
+       no credit. A packet of a QP in error (the tracker's ``qp_error``) is dropped and
+       counted (``dropped_error``) until ``qp_command.clear_error``. The gate serves the
+       segmenter's packets in order: a QP without credit holds back the packets behind it
+       (the segmenter emits whole messages one after the other).
+    2. **The path selector.** A :class:`~mrcnic.path_selector.PathSelector` request
+       (QP, PSN, rtx, the EV to avoid) per packet; the packet waits in a FIFO beside the
+       selector for its response. A response ``none`` (no usable EV now: every EV bad or
+       every port down or without credit) sends the packet round again: it is requested
+       anew, after the packets requested before it (counted, ``no_path``). **Decision:**
+       at most :data:`LOOP_PACKETS` packets are in the request loop (the FIFO and the
+       packet waiting to be requested again); so the selector's request port, ready while
+       its response FIFO holds at most three, always takes a packet sent round again, and
+       the loop cannot lock.
+    3. **The fork.** A packet with its EV goes, in one cycle, to: the
+       :class:`~mrcnic.roce_tx.RoceTx` descriptor (entropy = the selector's ``entropy``:
+       the EV's index in SRv6 modes); the payload request ``preq`` (:data:`PAYLOAD_REQ`,
+       packets with a payload only); the :class:`~mrcnic.srv6.Srv6Encap` descriptor
+       (``mode`` register, the expanded EV, the outer source address and hop limit
+       registers, DSCP :data:`~mrcnic.proto.DSCP_DATA` or
+       :data:`~mrcnic.proto.DSCP_RTX` for retransmissions, ECT(0)); the plane FIFO; and
+       the tracker's ``sent`` record (QP, PSN, EV, ``now``, the segmenter's tag, rtx).
+       Each branch has a FIFO; the fork waits until all have room.
+    4. **The frame.** RoceTx builds the frame with the payload that answers ``preq``
+       (``s_axis``, one payload frame per request, in request order); Srv6Encap puts it on
+       its EV's path; each frame leaves whole on the port of its plane, ``m{p}_axis``.
+
+    The tracker's retransmit requests and releases go back to the segmenter (which
+    rebuilds a packet from its message, and gives send completions on ``done`` as
+    messages are acknowledged); its feedback goes to the selector. SACKs and NACKs from
+    the peer (``ack``, :data:`~mrcnic.ack_desc.ACK_DESC`: the receive half's ``ack``)
+    feed the tracker. The selector's EV state changes leave on ``event``.
+
+    Time base: ``now``, in ticks of 1.024 us (:data:`~mrcnic.tx_desc.TICK_NS`), advances
+    every ``tick.cycles`` cycles (256 at 250 MHz); the tracker's send times and timeouts
+    use it.
+
+    Not done here: probe frames. The selector's probe records are counted
+    (``probes_dropped``) and dropped; set its ``probe_interval`` to 0 to make none.
+
+    Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.csr_bus.CsrBus` over:
+    this block's own registers (:data:`MRC_TX_REGS`), the segmenter, the path selector,
+    the retransmit tracker, RoceTx and Srv6Encap (the directory names them).
+
+Parameters
+    ``planes`` 1, 2, 4 or 8 (default 4); ``data_width`` 64 .. 2048 (default 64); ``qps``
+    1 .. 1024 (default 8); ``msgs`` messages in flight per QP (default 16); ``ev_count``
+    EVs per profile (default 32); ``profiles`` (default 2); ``ev_bits`` 128 (SRv6) or
+    256 (SRv6 + SRH) (default 128); ``outstanding`` PSNs per QP (default 1024).
+
+Ports
+    ``wr`` in, ``done`` out (:data:`~mrcnic.tx_segmenter.WR_DONE`); ``preq`` out,
+    ``s_axis`` in (payloads); ``m{p}_axis`` out (frames, one port per plane); ``ack`` in;
+    ``cwnd`` in (:data:`~mrcnic.retransmit_tracker.CWND_IN`, to the tracker); ``port_up``
+    and ``credit`` in (``planes`` bits, to the selector: a plane's port is up, and can
+    take another frame); ``event`` out (:data:`~mrcnic.path_selector.EVENT`); ``s_axil``.
+
+Latency, throughput
+    One beat a cycle out of RoceTx and Srv6Encap (all planes together); at most one new
+    packet every two cycles through the gate and :data:`LOOP_PACKETS` packets per
+    selector round trip (measured in ``sim/test_mrc_tx.py``).
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from . import proto, registry
+from .ack_desc import ACK_DESC, QP_INDEX_BITS
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
+                  ipv6_registers, ipv6_value)
+from .csr_bus import CsrBus
+from .path_selector import EVENT, SELECTOR_REGS, PathSelector
+from .proto import EvMode
+from .retransmit_tracker import CWND_IN, RT_REGS, RetransmitTracker
+from .roce_tx import TX_REGS, RoceTx
+from .srv6 import ENCAP_DESC, ENCAP_REGS, Srv6Encap
+from .stream import AxiStreamSignature, frame_demux, meta_stream, stream_fifo
+from .tx_desc import TIME_BITS, TX_DESC, sent_layout
+from .tx_segmenter import SEG_PKT, SEG_REGS, WR, WR_DONE, TxSegmenter
+
+__all__ = ["MrcTx", "PAYLOAD_REQ", "MRC_TX_REGS", "LOOP_PACKETS", "CREDIT_RULE",
+           "TICK_CYCLES_DEFAULT"]
+
+PAYLOAD_REQ = data.StructLayout({"qp": QP_INDEX_BITS, "wr_id": 16, "offset": 32,
+                                 "length": 16})
+CREDIT_RULE = "one packet per QP between the credit check and its sent record"
+LOOP_PACKETS = 4               # packets in the selector's request loop (see Operation, 2)
+TICK_CYCLES_DEFAULT = 256      # 1.024 us at 250 MHz
+MAX_QPS = 1024                 # error and in-flight bits are flip-flops
+PLANE_CHOICES = (1, 2, 4, 8)
+BRANCH_DEPTH = 16              # each branch of the fork
+
+COUNTERS = ["packets", "retransmissions", "no_path", "credit_wait", "dropped_error",
+            "qp_errors", "probes_dropped", "payload_requests"]
+
+MRC_TX_REGS = RegisterMap("mrc_tx", [
+    Register("info", [Field("planes", 4, "ro", desc="Planes (parameter)"),
+                      Field("qps", 11, "ro", offset=16, desc="QPs (parameter)")]),
+    Register("config", [
+        Field("mode", 3, "rw", reset=EvMode.SRV6, desc="Encapsulation: EvMode 3 SRV6 or 4 "
+                                                       "SRV6_SRH (1 STEV, 2 UDP, 0 PASS)"),
+        Field("hop_limit", 8, "rw", offset=8, reset=64, desc="Outer IPv6 hop limit"),
+    ]),
+    *ipv6_registers("outer_src", "Outer source (this NIC's SRv6 address)"),
+    Register("tick", [Field("cycles", 16, "rw", reset=TICK_CYCLES_DEFAULT,
+                            desc="Clock cycles per 1.024 us tick of the time base (0 or 1: "
+                                 "every cycle)")]),
+    Register("now", [Field("ticks", 32, "ro", desc="The time base")]),
+    Register("qp_select", [Field("qp", 16, "rw", desc="QP qp_command and qp_status act on")]),
+    Register("qp_command", [Field("clear_error", 1, "w1p",
+                                  desc="Let QP qp_select's packets through again (open it "
+                                       "in the segmenter and the tracker too)")]),
+    Register("qp_status", [Field("error", 1, "ro", desc="QP qp_select is in error: its "
+                                                        "packets are dropped")]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("packets", "New packets forked to RoceTx"),
+        ("retransmissions", "Retransmitted packets forked to RoceTx"),
+        ("no_path", "Selector responses 'none': the packet requested again"),
+        ("credit_wait", "Credit checks a new packet failed"),
+        ("dropped_error", "Packets dropped at the gate: their QP in error"),
+        ("qp_errors", "QP error records from the tracker"),
+        ("probes_dropped", "Probe records of the selector (no probe frames are sent)"),
+        ("payload_requests", "Payload requests (preq)"),
+    ]],
+])
+
+
+class MrcTx(wiring.Component):
+    """See the module docstring: the transmit half, ``mrc-tx``."""
+
+    def __init__(self, planes=4, data_width=64, qps=8, msgs=16, ev_count=32, profiles=2,
+                 ev_bits=128, outstanding=1024):
+        if planes not in PLANE_CHOICES:
+            raise ValueError(f"planes = {planes!r} is not one of {PLANE_CHOICES}")
+        if not isinstance(qps, int) or not 1 <= qps <= MAX_QPS:
+            raise ValueError(f"qps = {qps!r} is outside 1 .. {MAX_QPS}")
+        if ev_bits not in (128, 256):
+            raise ValueError(f"ev_bits = {ev_bits!r}: SRv6 needs 128 (address) or 256 "
+                             f"(address and SRH segment)")
+        self.planes, self.data_width, self.qps, self.msgs = planes, data_width, qps, msgs
+        self.ev_count, self.profiles, self.ev_bits = ev_count, profiles, ev_bits
+        self.outstanding = outstanding
+        # The blocks are made here so that a bad parameter fails at construction.
+        self.seg = TxSegmenter(qps, msgs)
+        self.sel = PathSelector(qps, ev_count, planes, profiles, ev_bits)
+        self.trk = RetransmitTracker(qps, outstanding, 32)
+        self.tx = RoceTx(data_width, qps)
+        self.encap = Srv6Encap(data_width)
+        self.bus = CsrBus([("mrc-tx", MRC_TX_REGS.addr_width),
+                           ("tx-segmenter", SEG_REGS.addr_width),
+                           ("path-selector", SELECTOR_REGS.addr_width),
+                           ("retransmit-tracker", RT_REGS.addr_width),
+                           ("roce-tx", TX_REGS.addr_width),
+                           ("srv6-encap", ENCAP_REGS.addr_width)])
+        axis = AxiStreamSignature(data_width)
+        members = {
+            "wr": In(meta_stream(WR)), "done": Out(meta_stream(WR_DONE)),
+            "preq": Out(meta_stream(PAYLOAD_REQ)), "s_axis": In(axis),
+            "ack": In(meta_stream(ACK_DESC)), "cwnd": In(meta_stream(CWND_IN)),
+            "port_up": In(planes), "credit": In(planes),
+            "event": Out(meta_stream(EVENT)),
+            "s_axil": In(AxiLiteSignature(self.bus.addr_width)),
+        }
+        for p in range(planes):
+            members[f"m{p}_axis"] = Out(axis)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        P, Q = self.planes, self.qps
+        m.submodules.bus = bus = self.bus
+        wiring.connect(m, wiring.flipped(self.s_axil), bus.s_axil)
+        m.submodules.csr = csr = CsrBlock(MRC_TX_REGS)
+        m.submodules.seg = seg = self.seg
+        m.submodules.sel = sel = self.sel
+        m.submodules.trk = trk = self.trk
+        m.submodules.tx = tx = self.tx
+        m.submodules.encap = encap = self.encap
+        for k, block in enumerate((csr, seg, sel, trk, tx, encap)):
+            wiring.connect(m, bus.m_axil[k], block.s_axil)
+        f = csr.fields
+        m.d.comb += [f["info"]["planes"].eq(P), f["info"]["qps"].eq(Q)]
+        events = Signal(data.StructLayout({name: 1 for name in COUNTERS}))
+
+        # --- Time base -------------------------------------------------------------------------
+        now = Signal(TIME_BITS)
+        div = Signal(16)
+        with m.If(div + 1 >= f["tick"]["cycles"]):
+            m.d.sync += [div.eq(0), now.eq(now + 1)]
+        with m.Else():
+            m.d.sync += div.eq(div + 1)
+        m.d.comb += [trk.now.eq(now), f["now"]["ticks"].eq(now)]
+
+        # --- Around the blocks -----------------------------------------------------------------
+        wiring.connect(m, wiring.flipped(self.wr), seg.wr)
+        wiring.connect(m, seg.done, wiring.flipped(self.done))
+        wiring.connect(m, trk.rtx, seg.rtx)
+        wiring.connect(m, trk.release, seg.release)
+        wiring.connect(m, trk.feedback, sel.fb)
+        wiring.connect(m, wiring.flipped(self.ack), trk.ack)
+        wiring.connect(m, wiring.flipped(self.cwnd), trk.cwnd)
+        wiring.connect(m, sel.event, wiring.flipped(self.event))
+        m.d.comb += [sel.port_up.eq(self.port_up), sel.credit.eq(self.credit),
+                     sel.probe.ready.eq(1), events.probes_dropped.eq(sel.probe.valid)]
+
+        # QPs in error (flip-flops): set by the tracker, cleared by a register command.
+        error = Signal(Q)
+        qsel = f["qp_select"]["qp"]
+        m.d.comb += [trk.qp_error.ready.eq(1), events.qp_errors.eq(trk.qp_error.valid),
+                     f["qp_status"]["error"].eq(Mux(qsel < Q, error.bit_select(qsel, 1), 0))]
+        with m.If(f["qp_command"]["clear_error"] & (qsel < Q)):
+            m.d.sync += error.bit_select(qsel, 1).eq(0)
+        bad = trk.qp_error.payload.qp
+        with m.If(trk.qp_error.valid & (bad < Q)):           # the tracker's own QP range
+            m.d.sync += error.bit_select(bad, 1).eq(1)
+
+        # --- 1. The send gate --------------------------------------------------------------------
+        head = seg.pkt.payload
+        in_flight = Signal(Q)             # a new packet of the QP is between gate and `sent`
+        deciding = Signal()               # the credit asked last cycle is about `head`
+        loop_count = Signal(range(LOOP_PACKETS + 1))      # packets in the request loop
+        retry = Signal(SEG_PKT)
+        retry_valid = Signal()
+        q_err = error.bit_select(head.qp, 1) & (head.qp < Q)
+        q_busy = in_flight.bit_select(head.qp, 1)
+        m.d.comb += trk.credit_qp.eq(head.qp)
+        loop_room = loop_count + retry_valid < LOOP_PACKETS
+        gate_pass = Signal()
+        gate_drop = Signal()
+        with m.If(seg.pkt.valid):
+            with m.If(q_err):
+                m.d.comb += gate_drop.eq(1)
+            with m.Elif(head.rtx):
+                m.d.comb += gate_pass.eq(loop_room & ~retry_valid)
+            with m.Elif(deciding):
+                m.d.comb += [gate_pass.eq(trk.credit_ready & loop_room & ~retry_valid),
+                             events.credit_wait.eq(~trk.credit_ready)]
+        # ASK in one cycle (the QP has nothing in flight), DECIDE in the next.
+        m.d.sync += deciding.eq(seg.pkt.valid & ~q_err & ~head.rtx & ~q_busy & ~deciding)
+        m.d.comb += events.dropped_error.eq(gate_drop)
+
+        # --- 2. The selector's request loop --------------------------------------------------
+        req = sel.req
+        from_retry = retry_valid
+        src = Mux(from_retry, retry, head)
+        src_view = data.View(SEG_PKT, src)
+        m.d.comb += [req.payload.qp.eq(src_view.qp), req.payload.psn.eq(src_view.psn),
+                     req.payload.rtx.eq(src_view.rtx), req.payload.avoid.eq(src_view.avoid),
+                     req.valid.eq(from_retry | gate_pass)]
+        requested = req.valid & req.ready
+        m.d.comb += seg.pkt.ready.eq(gate_drop | (gate_pass & req.ready))
+        with m.If(gate_pass & req.ready & ~head.rtx):
+            m.d.sync += in_flight.bit_select(head.qp, 1).eq(1)
+        waiting = SyncFIFOBuffered(width=SEG_PKT.size, depth=LOOP_PACKETS)
+        m.submodules.waiting = waiting
+        m.d.comb += [waiting.w_data.eq(src), waiting.w_en.eq(requested)]
+        pkt = data.View(SEG_PKT, waiting.r_data)
+        rsp = sel.rsp
+        none = rsp.valid & rsp.payload.none
+        round_again = none & ~retry_valid
+        with m.If(requested & from_retry):
+            m.d.sync += retry_valid.eq(0)
+        with m.If(round_again):
+            m.d.sync += [retry.eq(waiting.r_data), retry_valid.eq(1)]
+        m.d.comb += events.no_path.eq(round_again)
+
+        # --- 3. The fork ---------------------------------------------------------------------------
+        branches = {
+            "desc": (TX_DESC, 4), "preq": (PAYLOAD_REQ, BRANCH_DEPTH),
+            "encap": (ENCAP_DESC, BRANCH_DEPTH), "sent": (sent_layout(32), 4),
+        }
+        ins = {name: Signal(layout, name=f"{name}_in") for name, (layout, _) in branches.items()}
+        fifos = {}
+        for name, (layout, depth) in branches.items():
+            fifo = SyncFIFOBuffered(width=layout.size, depth=depth)
+            m.submodules[f"{name}_fifo"] = fifo
+            fifos[name] = fifo
+            m.d.comb += fifo.w_data.eq(ins[name])
+        plane_fifo = SyncFIFOBuffered(width=3, depth=2 * BRANCH_DEPTH)
+        m.submodules.plane_fifo = plane_fifo
+        has_payload = pkt.length != 0
+        room = (fifos["desc"].w_rdy & fifos["encap"].w_rdy & fifos["sent"].w_rdy
+                & plane_fifo.w_rdy & (fifos["preq"].w_rdy | ~has_payload))
+        r = rsp.payload
+        go = rsp.valid & ~r.none & room
+        m.d.comb += [rsp.ready.eq(go | round_again), waiting.r_en.eq(rsp.ready),
+                     loop_count.eq(waiting.level)]
+        d, e, s, q = ins["desc"], ins["encap"], ins["sent"], ins["preq"]
+        for name, _ in TX_DESC:
+            if name != "entropy":
+                m.d.comb += getattr(d, name).eq(getattr(pkt, name))
+        m.d.comb += [
+            d.entropy.eq(r.entropy),
+            e.mode.eq(f["config"]["mode"]), e.ev.eq(r.expanded << (256 - self.ev_bits)),
+            e.entropy.eq(r.entropy), e.outer_src.eq(ipv6_value(f, "outer_src")),
+            e.dscp.eq(Mux(pkt.rtx, proto.DSCP_RTX, proto.DSCP_DATA)),
+            e.ecn.eq(proto.ECN_ECT0), e.hop_limit.eq(f["config"]["hop_limit"]),
+            s.qp.eq(pkt.qp), s.psn.eq(pkt.psn), s.ev.eq(r.ev), s.time.eq(now),
+            s.tag.eq(pkt.tag), s.rtx.eq(pkt.rtx),
+            q.qp.eq(pkt.qp), q.wr_id.eq(pkt.wr_id), q.offset.eq(pkt.offset),
+            q.length.eq(pkt.length),
+            fifos["desc"].w_en.eq(go), fifos["encap"].w_en.eq(go), fifos["sent"].w_en.eq(go),
+            fifos["preq"].w_en.eq(go & has_payload), plane_fifo.w_en.eq(go),
+            plane_fifo.w_data.eq(r.plane),
+            events.packets.eq(go & ~pkt.rtx), events.retransmissions.eq(go & pkt.rtx),
+            events.payload_requests.eq(go & has_payload),
+        ]
+
+        def drain(fifo, port):
+            m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
+                         fifo.r_en.eq(port.ready)]
+
+        drain(fifos["desc"], tx.desc)
+        drain(fifos["encap"], encap.desc)
+        drain(fifos["sent"], trk.sent)
+        drain(fifos["preq"], self.preq)
+        sent = trk.sent
+        with m.If(sent.valid & sent.ready & ~sent.payload.rtx):
+            m.d.sync += in_flight.bit_select(sent.payload.qp, 1).eq(0)
+
+        # --- 4. Frames: RoceTx, Srv6Encap, the plane's port ----------------------------------
+        wiring.connect(m, wiring.flipped(self.s_axis), tx.s_axis)
+        wiring.connect(m, tx.m_axis, encap.s_axis)
+        outs = [getattr(self, f"m{p}_axis") for p in range(P)]
+        done = frame_demux(m, encap.m_axis, plane_fifo.r_data, plane_fifo.r_rdy, outs)
+        m.d.comb += plane_fifo.r_en.eq(done)
+
+        event_counters(m, f, events, COUNTERS, f["control"]["clear"])
+        return m
+
+
+@registry.register("mrc-tx", "The transmit half of the NIC: segmentation, send credit, "
+                   "path selection, RoCEv2 frames, SRv6 encapsulation, one port per plane",
+                   defaults={"planes": 4, "data_width": 64, "qps": 8, "msgs": 16,
+                             "ev_count": 32, "profiles": 2, "ev_bits": 128,
+                             "outstanding": 1024})
+def _mrc_tx_block(planes, data_width, qps, msgs, ev_count, profiles, ev_bits, outstanding):
+    return MrcTx(planes, data_width, qps, msgs, ev_count, profiles, ev_bits, outstanding)
