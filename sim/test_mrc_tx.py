@@ -5,144 +5,47 @@ some are lost, and the rest go to the PSN tracker's model, whose SACKs and NACKs
 on ``ack``. Every work request completes, every byte arrives once at its address, every
 retransmission carries rtx and the retransmit DSCP."""
 
-import random
-
 import pytest
-from amaranth.lib import data
 
 from mrcnic import proto
-from mrcnic.ack_desc import ACK_DESC
 from mrcnic.bringup import TxConfig, bring_up_tx
 from mrcnic.model import packet as pk
 from mrcnic.model.psn_tracker import PsnTrackerModel
-from mrcnic.mrc_tx import PAYLOAD_REQ, MrcTx
-from mrcnic.path_selector import EVENT
-from mrcnic.tx_segmenter import WR_DONE
+from mrcnic.mrc_tx import MrcTx
 from axil import AxiLiteSimMaster
-from simtools import run, seeded
-from streams import AxisSink, frame_to_beats
+from nic_host import EVS, PMTU_LOG2, Host, check_delivery, random_wrs
+from simtools import seeded
+from streams import AxisSink
 
 PLANES = 4
-EVS = [0xFC00_0000_0000_0000_0000_0000_0000_0000 | (0x100 + e) << 80 for e in range(8)]
-PMTU_LOG2 = 8
 
 
-def as_dict(layout, value):
-    v = data.Const(layout, value)
-    return {name: int(getattr(v, name)) for name, _ in layout}
-
-
-class Loop:
-    """The DUT with its host (payloads for ``preq``), its wire (one sink per plane) and the
+class Loop(Host):
+    """MrcTx with its host (:class:`nic_host.Host`), its wire (one sink per plane) and the
     peer (decode, lose, the PSN tracker's model, SACK/NACK back on ``ack``)."""
 
     def __init__(self, rng, wrs, *, loss=0.0, qps=2, backpressure=0.1, delay=(20, 80),
-                 budget=60_000, lose=None, ports=None, setup=None):
-        self.rng, self.wrs, self.loss, self.lose = rng, wrs, loss, lose
-        self.dut = MrcTx(PLANES, 64, qps, 8, len(EVS), 1, 128, 128)
-        self.qps, self.bp, self.delay, self.budget = qps, backpressure, delay, budget
-        self.payload = {(w["qp"], w["wr_id"]): bytes(rng.getrandbits(8)
-                                                     for _ in range(w["length"]))
-                        for w in wrs}
-        self.sinks = [AxisSink(getattr(self.dut, f"m{p}_axis"), 10 ** 9, rng=rng,
+                 budget=60_000, lose=None, ports=None):
+        dut = MrcTx(PLANES, 64, qps, 8, len(EVS), 1, 128, 128)
+        super().__init__(dut, dut.sel, rng, wrs, backpressure=backpressure, budget=budget,
+                         planes=PLANES)
+        self.loss, self.lose, self.qps, self.delay = loss, lose, qps, delay
+        self.sinks = [AxisSink(getattr(dut, f"m{p}_axis"), 10 ** 9, rng=rng,
                                backpressure=backpressure, max_cycles=10 ** 9)
                       for p in range(PLANES)]
         self.peer = PsnTrackerModel(qps=qps, mpr_max=8, sack_every=4)
         self.memory, self.frames, self.dropped, self.sent = {}, [], [], []
-        self.done, self.events, self.preqs = [], [], []
-        self.cycle = 0
-        self.configured = False
-        self.ports, self.setup = ports, setup          # ports(cycle) -> (up, credit) masks
+        self.ports = ports                             # ports(cycle) -> (up, credit) masks
         self.arrivals = []                             # (cycle off the wire, plane)
-        self.decisions = []                 # (request cycle, plane) of each EV given
 
-    async def control(self, ctx):
+    async def configure(self, ctx):
         master = AxiLiteSimMaster(ctx, self.dut.s_axil)
         cfg = TxConfig(local_mac=0x02_00_00_00_00_01, local_ip=0xFD00 << 112 | 1,
                        peer_mac=0x02_00_00_00_00_02, peer_ip=0xFD00 << 112 | 2,
                        outer_src=0xFC00_0000_0001 << 80, evs=EVS,
                        remote_qps=list(range(self.qps)), pmtu_log2=PMTU_LOG2,
                        tick_cycles=16, timeout_exp=6, reorder_guard=3)
-        self.blocks = await bring_up_tx(master.read, master.write, cfg)
-        if self.setup:
-            await self.setup(self.blocks)
-        self.configured = True
-        await self.scenario(ctx)
-        self.counters = {n: (await self.blocks["mrc-tx"][0].read_fields(n))["count"]
-                         for n in ("packets", "retransmissions", "no_path", "dropped_error",
-                                   "qp_errors")}
-
-    async def send(self, ctx, wrs):
-        dut = self.dut
-        for w in wrs:
-            ctx.set(dut.wr.payload, w)
-            ctx.set(dut.wr.valid, 1)
-            await ctx.tick().until(dut.wr.ready)
-        ctx.set(dut.wr.valid, 0)
-
-    async def wait(self, ctx, cond, cycles):
-        end = self.cycle + cycles
-        while not cond() and self.cycle < end:
-            await ctx.tick()
-
-    async def scenario(self, ctx):
-        await self.send(ctx, self.wrs)
-        await self.wait(ctx, lambda: len(self.done) == len(self.wrs), self.budget)
-
-    async def clock(self, ctx):
-        while True:
-            await ctx.tick()
-            self.cycle += 1
-
-    async def host(self, ctx):
-        """Take payload requests; send each payload on s_axis, in request order."""
-        dut = self.dut
-        queue, beats = [], []
-        while True:
-            ctx.set(dut.preq.ready, self.rng.random() > self.bp)
-            if not beats and queue:
-                r = queue.pop(0)
-                body = self.payload[r["qp"], r["wr_id"]][r["offset"]:r["offset"] + r["length"]]
-                assert len(body) == r["length"], f"payload request outside its WR: {r}"
-                beats = list(frame_to_beats(body, len(dut.s_axis.tkeep)))
-            if beats:
-                d, k, last, u = beats[0]
-                ctx.set(dut.s_axis.tdata, d)
-                ctx.set(dut.s_axis.tkeep, k)
-                ctx.set(dut.s_axis.tlast, last)
-                ctx.set(dut.s_axis.tuser, u)
-            ctx.set(dut.s_axis.tvalid, bool(beats))
-            _, _, pv, pr, pay, tr = await ctx.tick().sample(
-                dut.preq.valid, dut.preq.ready, dut.preq.payload.as_value(),
-                dut.s_axis.tready)
-            if pv and pr:
-                rec = as_dict(PAYLOAD_REQ, pay)
-                queue.append(rec)
-                self.preqs.append(rec)
-            if beats and tr:
-                beats.pop(0)
-
-    async def outputs(self, ctx):
-        dut = self.dut
-        for port in (dut.done, dut.event):
-            ctx.set(port.ready, 1)
-        req, rsp = dut.sel.req, dut.sel.rsp     # the selector's decisions, watched inside
-        asked = []
-        while True:
-            _, _, dv, dp, ev, ep, qv, qr, rv, rr, none, plane = await ctx.tick().sample(
-                dut.done.valid, dut.done.payload.as_value(), dut.event.valid,
-                dut.event.payload.as_value(), req.valid, req.ready, rsp.valid, rsp.ready,
-                rsp.payload.none, rsp.payload.plane)
-            if qv and qr:
-                asked.append(self.cycle)
-            if rv and rr:                       # responses come in request order
-                when = asked.pop(0)
-                if not none:
-                    self.decisions.append((when, plane))
-            if dv:
-                self.done.append(as_dict(WR_DONE, dp))
-            if ev:
-                self.events.append(as_dict(EVENT, ep))
+        return await bring_up_tx(master.read, master.write, cfg)
 
     def arrive(self, plane, frame):
         """One frame off the wire: checked, then lost or given to the peer."""
@@ -201,58 +104,15 @@ class Loop:
                 acks.pop(0)
 
 
-def run_loop(loop):
-    """Run ``loop`` (a :class:`Loop`); its background parts run until control returns."""
-    from amaranth.sim import Simulator
-    sim = Simulator(loop.dut)
-    sim.add_clock(1e-8)
-    full = (1 << PLANES) - 1
-
-    async def control(ctx):
-        ctx.set(loop.dut.port_up, full)
-        ctx.set(loop.dut.credit, full)
-        await loop.control(ctx)
-
-    sim.add_testbench(control)
-    for tb in (loop.clock, loop.host, loop.outputs, loop.peer_side,
-               *[s.run for s in loop.sinks]):
-        sim.add_testbench(tb, background=True)
-    sim.run()
-    return loop
-
-
-def random_wrs(rng, n, qps, max_len):
-    wrs, va = [], 0x10000
-    for i in range(n):
-        length = rng.randrange(max_len + 1)
-        wrs.append({"qp": i % qps, "wr_id": i, "va": va, "rkey": 0x1234, "length": length,
-                    "imm": rng.getrandbits(32), "with_imm": rng.random() < 0.3})
-        va += length + 0x40
-    return wrs
-
-
-def check_delivery(loop):
-    print(f"{loop.cycle} cycles, {len(loop.sent)} frames, {len(loop.dropped)} lost, "
-          f"counters {loop.counters}, {len(loop.events)} events")
-    assert len(loop.done) == len(loop.wrs), \
-        f"{len(loop.done)} of {len(loop.wrs)} work requests completed in {loop.cycle} cycles"
-    for q in range(loop.qps):
-        assert [d["wr_id"] for d in loop.done if d["qp"] == q] == \
-               [w["wr_id"] for w in loop.wrs if w["qp"] == q], f"QP {q}: completions out of order"
-    for w in loop.wrs:
-        body = loop.payload[w["qp"], w["wr_id"]]
-        got = bytes(loop.memory.get(w["va"] + k, 0) for k in range(len(body)))
-        assert all(w["va"] + k in loop.memory for k in range(len(body))), \
-            f"WR {w['wr_id']}: bytes missing"
-        assert got == body, f"WR {w['wr_id']}: bytes differ"
-    assert len(loop.memory) == sum(w["length"] for w in loop.wrs)
+    def run_loop(self):
+        return self.run(self.peer_side, *[s.run for s in self.sinks])
 
 
 @pytest.mark.soak
 def test_work_requests_complete_with_no_loss():
     rng = seeded()
     wrs = random_wrs(rng, 10, 2, 3 * (1 << PMTU_LOG2) + 7)
-    loop = run_loop(Loop(rng, wrs))
+    loop = Loop(rng, wrs).run_loop()
     check_delivery(loop)
     assert loop.counters["retransmissions"] == 0 and not loop.dropped
     assert {p for _, p in loop.arrivals} == set(range(PLANES))
@@ -289,7 +149,7 @@ def test_loss_a_port_down_and_a_plane_without_credit():
     async def setup(blocks):
         box["t"] = loop.cycle + 600          # traffic starts after the bring-up
     loop.setup = setup
-    run_loop(loop)
+    loop.run_loop()
     check_delivery(loop)
     check_avoid(loop)
     assert loop.dropped and loop.counters["retransmissions"] >= len(loop.dropped)
@@ -333,7 +193,7 @@ def test_a_qp_whose_retries_run_out_is_dropped_and_the_others_complete():
         await loop.wait(ctx, lambda: sum(d["qp"] == 0 for d in loop.done) == 3, 10_000)
         await loop.wait(ctx, lambda: False, 300)
     loop.setup, loop.scenario = setup, scenario
-    run_loop(loop)
+    loop.run_loop()
     assert "error_at" in box and loop.counters["qp_errors"] == 1
     assert [d["wr_id"] for d in loop.done if d["qp"] == 0] == \
         [w["wr_id"] for w in wrs + later if w["qp"] == 0]

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 from .csr import RegisterDriver
 from .csr_bus import BLOCK_TYPES, MAGIC
+from . import proto
 from .model import ev as evm
 from .proto import EvMode
 
-__all__ = ["TxConfig", "find_blocks", "bring_up_tx", "srv6_address_profile"]
+__all__ = ["TxConfig", "RxConfig", "find_blocks", "bring_up_tx", "bring_up_rx",
+           "srv6_address_profile"]
 
 
 def _regmaps():
@@ -41,7 +43,8 @@ def _regmaps():
 
 
 async def find_blocks(read, write, base=0):
-    """Walk the directory at ``base``: {block name: [RegisterDriver, ...]} in bus order."""
+    """Walk the directory at ``base``: {block name: [RegisterDriver, ...]} in bus order. A
+    nested bus (type ``csr-bus``) is walked in its place."""
     if await read(base) != MAGIC:
         raise RuntimeError(f"no register directory at 0x{base:x} (magic not 'MRCN')")
     names = {t: n for n, t in BLOCK_TYPES.items()}
@@ -54,8 +57,12 @@ async def find_blocks(read, write, base=0):
         name = names.get(kind)
         if name is None:
             raise RuntimeError(f"unknown block type 0x{kind:04x} at 0x{where:x}")
-        blocks.setdefault(name, []).append(RegisterDriver(maps[name], read, write,
-                                                          base=base + where))
+        if name == "csr-bus":
+            for inner, drivers in (await find_blocks(read, write, base + where)).items():
+                blocks.setdefault(inner, []).extend(drivers)
+        else:
+            blocks.setdefault(name, []).append(RegisterDriver(maps[name], read, write,
+                                                              base=base + where))
         entry = await read(base + entry + 12)
     return blocks
 
@@ -118,10 +125,26 @@ async def _selector_profile(regs, p, prof, raws, active):
         raise RuntimeError(f"path selector refused the EV profile: {err}")
 
 
-async def bring_up_tx(read, write, cfg, base=0):
+async def _addresses(regs, cfg, qps, wait=False):
+    """The local addresses and every QP's context (peer addresses, remote QP) of a block
+    with :func:`~mrcnic.csr.mac_registers`/:func:`~mrcnic.csr.ipv6_registers` ``local`` and
+    ``ctx`` (RoceTx, AckGenerator); ``wait``: for ``status.ctx_busy`` after each entry."""
+    await regs.write_mac("local", cfg.local_mac)
+    await regs.write_ipv6("local", cfg.local_ip)
+    for q in range(qps):
+        await regs.write_fields("ctx_qp", qp=q)
+        await regs.write_mac("ctx", cfg.peer_mac)
+        await regs.write_ipv6("ctx", cfg.peer_ip)
+        await regs.write_fields("ctx_remote_qp", qpn=cfg.remote_qps[q % len(cfg.remote_qps)])
+        await regs.write_fields("control", ctx_write=1)
+        if wait:
+            await wait_clear(regs, "status", "ctx_busy")
+
+
+async def bring_up_tx(read, write, cfg, base=0, blocks=None):
     """Configure every transmit block found at ``base`` from ``cfg`` (:class:`TxConfig`).
     Returns the blocks (:func:`find_blocks`)."""
-    b = await find_blocks(read, write, base)
+    b = blocks or await find_blocks(read, write, base)
     tx, seg, sel = b["mrc-tx"][0], b["tx-segmenter"][0], b["path-selector"][0]
     trk, roce = b["retransmit-tracker"][0], b["roce-tx"][0]
     qps = (await tx.read_fields("info"))["qps"]
@@ -132,14 +155,7 @@ async def bring_up_tx(read, write, cfg, base=0):
     await seg.write_fields("config", pmtu_log2=cfg.pmtu_log2)
     await trk.write_fields("config", pmtu_log2=cfg.pmtu_log2, timeout_exp=cfg.timeout_exp,
                            reorder_guard=cfg.reorder_guard)
-    await roce.write_mac("local", cfg.local_mac)
-    await roce.write_ipv6("local", cfg.local_ip)
-    for q in range(qps):
-        await roce.write_fields("ctx_qp", qp=q)
-        await roce.write_mac("ctx", cfg.peer_mac)
-        await roce.write_ipv6("ctx", cfg.peer_ip)
-        await roce.write_fields("ctx_remote_qp", qpn=cfg.remote_qps[q % len(cfg.remote_qps)])
-        await roce.write_fields("control", ctx_write=1)
+    await _addresses(roce, cfg, qps)
     raws = [a.to_bytes(16, "big") for a in cfg.evs]
     # Every EV listed is active (no backups), unless min_active asks for backups.
     await _selector_profile(sel, 0, srv6_address_profile(), raws,
@@ -151,4 +167,35 @@ async def bring_up_tx(read, write, cfg, base=0):
         await sel.write_fields("select_qp", qp=q)
         await sel.write_fields("qp_cfg", profile=0, seed=seed % len(cfg.evs))
         await sel.write_fields("command", write_qp=1)
+    return b
+
+
+@dataclass
+class RxConfig:
+    local_mac: int
+    local_ip: int                   # source of control frames
+    peer_mac: int
+    peer_ip: int                    # destination of control frames
+    remote_qps: list = field(default_factory=lambda: [0x100])   # per local QP
+    pmtu_log2: int = 12
+    regions: list = field(default_factory=list)  # (rkey, base, length, writable, pd)
+    sack_every: int = 8
+    control_dscp: int = proto.DSCP_CONTROL
+
+
+async def bring_up_rx(read, write, cfg, base=0, blocks=None):
+    """Configure every receive block found at ``base`` from ``cfg`` (:class:`RxConfig`).
+    Returns the blocks (:func:`find_blocks`)."""
+    from .memory_protect import table_op
+    b = blocks or await find_blocks(read, write, base)
+    gen, trk, mp = b["ack-generator"][0], b["psn-tracker"][0], b["memory-protect"][0]
+    for rx in b["roce-rx"]:
+        await rx.write_fields("pmtu", bytes=1 << cfg.pmtu_log2)
+    await wait_clear(trk)
+    await trk.write_fields("config", sack_every=cfg.sack_every)
+    for i, region in enumerate(cfg.regions):
+        await table_op(mp, ("region", i, *region))
+    await gen.write_fields("ipv6", dscp=cfg.control_dscp, ecn=0, hop_limit=64)
+    await _addresses(gen, cfg, (await gen.read_fields("info"))["qps"], wait=True)
+    await wait_clear(gen, "status", "cfg_pending")
     return b

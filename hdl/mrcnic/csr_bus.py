@@ -58,6 +58,7 @@ BLOCK_TYPES = {
     "ack-generator": 0x0004, "psn-tracker": 0x0005, "reorder-buffer": 0x0006,
     "path-selector": 0x0007, "retransmit-tracker": 0x0008, "roce-rx": 0x0009,
     "roce-tx": 0x000A, "tx-segmenter": 0x000B, "memory-protect": 0x000C, "mrc-tx": 0x000D,
+    "csr-bus": 0x0100,              # a nested bus: its own directory at its base
 }
 BLOCK_VERSION = 1
 

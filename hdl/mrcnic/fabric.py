@@ -563,6 +563,15 @@ class Fabric:
         ps.sent_bytes += len(buf)
         self._push(float(t_ns), _SEND, self._host_egress[plane][host], _Frame(buf))
 
+    def host_port(self, host, plane):
+        """``(up, queued)`` of host ``host``'s port on ``plane``: whether its link is up (no
+        failure covers it: what the NIC's PHY sees) and the bytes waiting in its egress, sent
+        but not yet on the wire (what the NIC's transmit FIFO holds)."""
+        self._check_host(host)
+        self._check_plane(plane)
+        e = self._host_egress[plane][host]
+        return e.down == 0, e.normal_bytes + e.prio_bytes
+
     def schedule(self, failure):
         """Schedule a :class:`Failure` (its nodes and plane checked against the topology)."""
         if not isinstance(failure, Failure):

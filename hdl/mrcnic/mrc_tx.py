@@ -47,8 +47,15 @@ Operation
     every ``tick.cycles`` cycles (256 at 250 MHz); the tracker's send times and timeouts
     use it.
 
-    Not done here: probe frames. The selector's probe records are counted
-    (``probes_dropped``) and dropped; set its ``probe_interval`` to 0 to make none.
+    Path feedback to the selector, merged round robin: the tracker's (SACK M, NACK reason,
+    timeouts); each retransmission the tracker asks for a SACK hole, as TIMEOUT for the EV
+    that lost the packet (:data:`LOSS_FEEDBACK`); and each SACK with pr = 1 from the peer,
+    as the answer to a probe (PROBE_GOOD, PROBE_SKIP, PROBE_BAD by its M; the selector
+    matches it to its probe by the echoed entropy).
+
+    Probes: the selector's probe records become probe frames (BTH 0xDE, PETH probe id =
+    a running count, carried in the descriptor's ``msn``) on the probed EV, through RoceTx
+    and Srv6Encap like data, ahead of the next data packet; no PSN, no sent record.
 
     Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.csr_bus.CsrBus` over:
     this block's own registers (:data:`MRC_TX_REGS`), the segmenter, the path selector,
@@ -83,21 +90,28 @@ from .ack_desc import ACK_DESC, QP_INDEX_BITS
 from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
                   ipv6_registers, ipv6_value)
 from .csr_bus import CsrBus
+from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, FeedbackKind
 from .path_selector import EVENT, SELECTOR_REGS, PathSelector
-from .proto import EvMode
-from .retransmit_tracker import CWND_IN, RT_REGS, RetransmitTracker
+from .proto import EvMode, Opcode, SackMode
+from .retransmit_tracker import CWND_IN, RT_REGS, RetransmitTracker, RtxCause
 from .roce_tx import TX_REGS, RoceTx
 from .srv6 import ENCAP_DESC, ENCAP_REGS, Srv6Encap
-from .stream import AxiStreamSignature, frame_demux, meta_stream, stream_fifo
+from .stream import AxiStreamSignature, MetaArbiter, frame_demux, meta_stream
 from .tx_desc import TIME_BITS, TX_DESC, sent_layout
 from .tx_segmenter import SEG_PKT, SEG_REGS, WR, WR_DONE, TxSegmenter
 
 __all__ = ["MrcTx", "PAYLOAD_REQ", "MRC_TX_REGS", "LOOP_PACKETS", "CREDIT_RULE",
-           "TICK_CYCLES_DEFAULT"]
+           "LOSS_FEEDBACK", "TICK_CYCLES_DEFAULT"]
 
 PAYLOAD_REQ = data.StructLayout({"qp": QP_INDEX_BITS, "wr_id": 16, "offset": 32,
                                  "length": 16})
 CREDIT_RULE = "one packet per QP between the credit check and its sent record"
+# Decision: a packet lost silently (a SACK hole past the reorder guard: later packets on
+# other paths arrived, it did not, and no trim said why) is the same evidence as a timeout
+# (spec §4: "retransmit timeout with neither SACK nor trim -> ASSUMED_BAD"), only sooner:
+# its EV is reported as TIMEOUT when the retransmission is asked for. Probes bring an EV
+# that lost a packet to random loss back.
+LOSS_FEEDBACK = "a SACK hole reports its EV as TIMEOUT"
 LOOP_PACKETS = 4               # packets in the selector's request loop (see Operation, 2)
 TICK_CYCLES_DEFAULT = 256      # 1.024 us at 250 MHz
 MAX_QPS = 1024                 # error and in-flight bits are flip-flops
@@ -105,7 +119,7 @@ PLANE_CHOICES = (1, 2, 4, 8)
 BRANCH_DEPTH = 16              # each branch of the fork
 
 COUNTERS = ["packets", "retransmissions", "no_path", "credit_wait", "dropped_error",
-            "qp_errors", "probes_dropped", "payload_requests"]
+            "qp_errors", "probes", "probe_answers", "losses", "payload_requests"]
 
 MRC_TX_REGS = RegisterMap("mrc_tx", [
     Register("info", [Field("planes", 4, "ro", desc="Planes (parameter)"),
@@ -134,7 +148,9 @@ MRC_TX_REGS = RegisterMap("mrc_tx", [
         ("credit_wait", "Credit checks a new packet failed"),
         ("dropped_error", "Packets dropped at the gate: their QP in error"),
         ("qp_errors", "QP error records from the tracker"),
-        ("probes_dropped", "Probe records of the selector (no probe frames are sent)"),
+        ("probes", "Probe frames sent (the selector's probe records)"),
+        ("probe_answers", "SACKs with pr = 1 given to the selector as probe feedback"),
+        ("losses", "SACK holes reported to the selector as TIMEOUT (LOSS_FEEDBACK)"),
         ("payload_requests", "Payload requests (preq)"),
     ]],
 ])
@@ -209,14 +225,42 @@ class MrcTx(wiring.Component):
         # --- Around the blocks -----------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.wr), seg.wr)
         wiring.connect(m, seg.done, wiring.flipped(self.done))
-        wiring.connect(m, trk.rtx, seg.rtx)
         wiring.connect(m, trk.release, seg.release)
-        wiring.connect(m, trk.feedback, sel.fb)
-        wiring.connect(m, wiring.flipped(self.ack), trk.ack)
         wiring.connect(m, wiring.flipped(self.cwnd), trk.cwnd)
         wiring.connect(m, sel.event, wiring.flipped(self.event))
-        m.d.comb += [sel.port_up.eq(self.port_up), sel.credit.eq(self.credit),
-                     sel.probe.ready.eq(1), events.probes_dropped.eq(sel.probe.valid)]
+        m.d.comb += [sel.port_up.eq(self.port_up), sel.credit.eq(self.credit)]
+
+        # --- Path feedback: the tracker's, losses, probe answers -------------------------------
+        fb = MetaArbiter(EV_FEEDBACK, 3)
+        m.submodules.fb_merge = fb
+        wiring.connect(m, trk.feedback, fb.i[0])
+        for name, _ in EV_FEEDBACK:
+            m.d.comb += getattr(sel.fb.payload, name).eq(getattr(fb.o.payload, name))
+        m.d.comb += [sel.fb.valid.eq(fb.o.valid), fb.o.ready.eq(sel.fb.ready)]
+
+        def fork(src, dst, side, want, record):
+            """``src`` to ``dst``; those records for which ``want`` also leave ``record`` on
+            ``side`` (a record waits until both can take it)."""
+            room = side.ready | ~want
+            m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(src.valid & room),
+                         src.ready.eq(dst.ready & room), side.valid.eq(src.valid & want &
+                                                                       dst.ready)]
+            for name, value in record.items():
+                m.d.comb += getattr(side.payload, name).eq(value)
+
+        # LOSS_FEEDBACK: a retransmission asked for a SACK hole reports its EV as TIMEOUT.
+        rq = trk.rtx.payload
+        fork(trk.rtx, seg.rtx, fb.i[1], rq.cause == RtxCause.HOLE,
+             {"qp": rq.qp, "ev": rq.ev, "kind": FeedbackKind.TIMEOUT, "entropy": 0})
+        # A SACK answering a probe (pr = 1) is the probe's feedback, by its M (3 as NONE).
+        a = self.ack.payload
+        m.d.comb += events.probe_answers.eq(fb.i[2].valid & fb.i[2].ready)
+        fork(self.ack, trk.ack, fb.i[2], ~a.nack & a.pr,
+             {"qp": a.qp, "ev": a.entropy[:EV_INDEX_BITS], "entropy": a.entropy,
+              "kind": Mux(a.m == SackMode.SKIP_ONCE, FeedbackKind.PROBE_SKIP,
+                          Mux(a.m == SackMode.ALWAYS_SKIP, FeedbackKind.PROBE_BAD,
+                              FeedbackKind.PROBE_GOOD))})
+        m.d.comb += events.losses.eq(fb.i[1].valid & fb.i[1].ready)
 
         # QPs in error (flip-flops): set by the tracker, cleared by a register command.
         error = Signal(Q)
@@ -293,32 +337,51 @@ class MrcTx(wiring.Component):
             m.d.comb += fifo.w_data.eq(ins[name])
         plane_fifo = SyncFIFOBuffered(width=3, depth=2 * BRANCH_DEPTH)
         m.submodules.plane_fifo = plane_fifo
+        # A probe (the selector's, one per probe interval at most) goes first: under a
+        # steady stream of data it would otherwise never leave. It takes the frame branches
+        # only: no payload, no PSN, no sent record (spec §2.2: never retransmitted).
+        pr = sel.probe
+        probe_room = fifos["desc"].w_rdy & fifos["encap"].w_rdy & plane_fifo.w_rdy
+        go_probe = pr.valid & probe_room
+        m.d.comb += pr.ready.eq(probe_room)
         has_payload = pkt.length != 0
         room = (fifos["desc"].w_rdy & fifos["encap"].w_rdy & fifos["sent"].w_rdy
                 & plane_fifo.w_rdy & (fifos["preq"].w_rdy | ~has_payload))
         r = rsp.payload
-        go = rsp.valid & ~r.none & room
+        go = rsp.valid & ~r.none & room & ~pr.valid
         m.d.comb += [rsp.ready.eq(go | round_again), waiting.r_en.eq(rsp.ready),
                      loop_count.eq(waiting.level)]
         d, e, s, q = ins["desc"], ins["encap"], ins["sent"], ins["preq"]
-        for name, _ in TX_DESC:
-            if name != "entropy":
-                m.d.comb += getattr(d, name).eq(getattr(pkt, name))
+        probe_id = Signal(16)
+        with m.If(go_probe):
+            m.d.sync += probe_id.eq(probe_id + 1)
+        expanded = Mux(pr.valid, pr.payload.expanded, r.expanded)
+        with m.If(pr.valid):
+            m.d.comb += [d.qp.eq(pr.payload.qp), d.opcode.eq(Opcode.PROBE),
+                         d.msn.eq(probe_id), d.entropy.eq(pr.payload.entropy),
+                         e.entropy.eq(pr.payload.entropy), e.dscp.eq(proto.DSCP_DATA),
+                         plane_fifo.w_data.eq(pr.payload.plane)]
+        with m.Else():
+            for name, _ in TX_DESC:
+                if name != "entropy":
+                    m.d.comb += getattr(d, name).eq(getattr(pkt, name))
+            m.d.comb += [d.entropy.eq(r.entropy), e.entropy.eq(r.entropy),
+                         e.dscp.eq(Mux(pkt.rtx, proto.DSCP_RTX, proto.DSCP_DATA)),
+                         plane_fifo.w_data.eq(r.plane)]
+        frame = go | go_probe
         m.d.comb += [
-            d.entropy.eq(r.entropy),
-            e.mode.eq(f["config"]["mode"]), e.ev.eq(r.expanded << (256 - self.ev_bits)),
-            e.entropy.eq(r.entropy), e.outer_src.eq(ipv6_value(f, "outer_src")),
-            e.dscp.eq(Mux(pkt.rtx, proto.DSCP_RTX, proto.DSCP_DATA)),
+            e.mode.eq(f["config"]["mode"]), e.ev.eq(expanded << (256 - self.ev_bits)),
+            e.outer_src.eq(ipv6_value(f, "outer_src")),
             e.ecn.eq(proto.ECN_ECT0), e.hop_limit.eq(f["config"]["hop_limit"]),
             s.qp.eq(pkt.qp), s.psn.eq(pkt.psn), s.ev.eq(r.ev), s.time.eq(now),
             s.tag.eq(pkt.tag), s.rtx.eq(pkt.rtx),
             q.qp.eq(pkt.qp), q.wr_id.eq(pkt.wr_id), q.offset.eq(pkt.offset),
             q.length.eq(pkt.length),
-            fifos["desc"].w_en.eq(go), fifos["encap"].w_en.eq(go), fifos["sent"].w_en.eq(go),
-            fifos["preq"].w_en.eq(go & has_payload), plane_fifo.w_en.eq(go),
-            plane_fifo.w_data.eq(r.plane),
+            fifos["desc"].w_en.eq(frame), fifos["encap"].w_en.eq(frame),
+            fifos["sent"].w_en.eq(go), fifos["preq"].w_en.eq(go & has_payload),
+            plane_fifo.w_en.eq(frame),
             events.packets.eq(go & ~pkt.rtx), events.retransmissions.eq(go & pkt.rtx),
-            events.payload_requests.eq(go & has_payload),
+            events.payload_requests.eq(go & has_payload), events.probes.eq(go_probe),
         ]
 
         def drain(fifo, port):

@@ -29,6 +29,7 @@ BLOCK_MODULES = [
     "mrcnic.mrc_rx",
     "mrcnic.memory_protect",
     "mrcnic.mrc_tx",
+    "mrcnic.mrc_nic",
 ]
 
 _BLOCKS = {}

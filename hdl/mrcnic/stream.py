@@ -29,7 +29,8 @@ from . import registry
 
 __all__ = ["AxiStreamSignature", "meta_stream", "SkidBuffer", "MetaSkidBuffer", "skid_buffer",
            "keep_count", "FrameCursor", "const_lt", "stream_fifo", "skid_chain",
-           "length_countdown", "register_stages", "drive_axis", "MetaArbiter", "frame_demux"]
+           "length_countdown", "register_stages", "drive_axis", "MetaArbiter", "frame_demux",
+           "FramePriorityMux"]
 
 
 def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False):
@@ -426,3 +427,51 @@ def frame_demux(m, src, sel, sel_valid, outs):
     done = Signal(name="demux_done")
     m.d.comb += [src.tready.eq(ready & sel_valid), done.eq(src.tvalid & src.tready & src.tlast)]
     return done
+
+
+class FramePriorityMux(wiring.Component):
+    """Whole frames of ``n`` AXI-Stream inputs onto one output, input 0 first.
+
+    Operation
+        Between frames, the lowest-numbered input with a beat waiting is chosen, and its
+        frame passes whole (to its ``tlast``) before another is chosen. **Decision:** fixed
+        priority, not round robin: it is meant for small, rate-limited frames (control)
+        ahead of bulk ones (data), which then wait at most one short frame per turn.
+    Ports
+        ``s_axis`` (in, an array of ``n`` :class:`AxiStreamSignature`), ``m_axis`` (out).
+    Latency, throughput
+        1 cycle (a :class:`SkidBuffer` at the output); one beat a cycle, no idle cycle
+        between frames of one input or from one input to another.
+    Parameters
+        ``data_width``, ``n``: 2 .. 16.
+    """
+
+    def __init__(self, data_width, n=2):
+        if not isinstance(n, int) or not 2 <= n <= 16:
+            raise ValueError(f"n = {n!r} is outside 2 .. 16")
+        self.data_width, self.n = data_width, n
+        sig = AxiStreamSignature(data_width)
+        super().__init__({"s_axis": In(sig).array(n), "m_axis": Out(sig)})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.n
+        m.submodules.out = out = SkidBuffer(self.data_width)
+        wiring.connect(m, out.m_axis, wiring.flipped(self.m_axis))
+        busy = Signal()                          # inside a frame of input `cur`
+        cur = Signal(range(n))
+        pick = Signal(range(n))
+        choice = n - 1
+        for k in reversed(range(n - 1)):
+            choice = Mux(self.s_axis[k].tvalid, k, choice)
+        m.d.comb += pick.eq(Mux(busy, cur, choice))
+        o = out.s_axis
+        for k in range(n):
+            i = self.s_axis[k]
+            with m.If(pick == k):
+                m.d.comb += [o.tdata.eq(i.tdata), o.tkeep.eq(i.tkeep), o.tlast.eq(i.tlast),
+                             o.tuser.eq(i.tuser), o.tvalid.eq(i.tvalid),
+                             i.tready.eq(o.tready)]
+        with m.If(o.tvalid & o.tready):
+            m.d.sync += [busy.eq(~o.tlast), cur.eq(pick)]
+        return m
