@@ -2,7 +2,8 @@
 loss, reordering, duplication, trimming and stray SACK/NACKs, every retransmit request,
 feedback, release and error record matched against the reference model (run afterwards in
 the order the block took its inputs), counters read over AXI4-Lite; one record per cycle on
-both inputs; timeouts against the model's timer pass."""
+both inputs; timeouts against the model's timer pass; a PSN whose retransmission is pending
+not requested again by NACKs and SACK holes, and a full pending table."""
 
 import random
 
@@ -12,6 +13,7 @@ from cocotb.triggers import RisingEdge
 from mrcnic.ack_desc import ACK_DESC, ack_desc_fields
 from mrcnic.ev_feedback import EV_FEEDBACK
 from mrcnic.model.retransmit_tracker import OUTPUTS, RetransmitTrackerModel, closed_loop
+from mrcnic.proto import NackCode
 from mrcnic.retransmit_tracker import (QP_ERROR, RT_REGS, RtxCause, release_layout,
                                        rtx_layout, sent_layout)
 from tbutil import TB, MetaSink, long_runs, random_pauses, soak
@@ -23,6 +25,7 @@ class TrackerTB(TB):
         p = self.params
         self.qps, self.outstanding, self.tag_width = (p["qps"], p["outstanding"],
                                                       p["tag_width"])
+        self.pending = p["pending"]
         lays = {"rtx": rtx_layout(self.tag_width), "feedback": EV_FEEDBACK,
                 "release": release_layout(self.tag_width), "qp_error": QP_ERROR}
         self.sinks = {name: MetaSink(dut, name, [n for n, _ in lay], dut.clk)
@@ -41,7 +44,7 @@ class TrackerTB(TB):
     async def start(self, **regs):
         await self.reset()
         self.model = RetransmitTrackerModel(self.qps, self.outstanding, self.tag_width,
-                                            **regs)
+                                            self.pending, **regs)
         for name in ("reorder_guard", "timeout_exp", "retry_linear"):
             if name in regs:
                 await self.regs.write_fields("config", **{name: regs[name]})
@@ -127,15 +130,20 @@ class TrackerTB(TB):
 async def matches_the_model_under_closed_loop_traffic(dut):
     tb = TrackerTB(dut)
     guard = random.choice([1, 3, 8])
+    # lag: the sender resends up to 40 steps late, with more trims and duplicated NACKs,
+    # so that NACKs and SACK holes meet pending resends (and fill a small table).
+    lag = random.choice([0, 40])
+    tb.log.info("reorder_guard %d, resend lag %d, pending %d", guard, lag, tb.pending)
     await tb.start(reorder_guard=guard)
     n = soak(3000 if long_runs() else 300)
     events = closed_loop(random.Random(random.getrandbits(64)), n,
                          qps=min(tb.qps, 8), outstanding=tb.outstanding,
-                         tag_width=tb.tag_width, reorder_guard=guard)
+                         tag_width=tb.tag_width, reorder_guard=guard, pending=tb.pending,
+                         rtx_lag=lag, **({"trim": 0.05, "ack_dup": 0.1} if lag else {}))
     for idle, bp in [(0.0, 0.0), (0.3, 0.5), (0.1, 0.8)]:
         for s in tb.sinks.values():
             s.set_pause_generator(random_pauses(bp))
-        tb.model = RetransmitTrackerModel(tb.qps, tb.outstanding, tb.tag_width,
+        tb.model = RetransmitTrackerModel(tb.qps, tb.outstanding, tb.tag_width, tb.pending,
                                           reorder_guard=guard)
         # Every pass starts each QP afresh: open them again.
         for q in range(min(tb.qps, 8)):
@@ -208,5 +216,47 @@ async def timeouts_match_the_model(dut):
             exp = sorted(tuple(sorted(r.items())) for r in want[name])
             assert got == exp, f"now={now} {name}: {got} != model {exp}"
     assert tb.model.counts["rtx_timeout"] > 0
+    await tb.check_counters()
+    await tb.cycles(5)
+
+
+def _sent(qp, psn, rtx=0):
+    return ("sent", {"qp": qp, "psn": psn, "ev": psn & 255, "time": 0, "tag": psn,
+                     "rtx": rtx})
+
+
+def _ack(qp, sent_before, *, nack=0, psn=0, cack=0, bitmap=0, reason=NackCode.TRIMMED):
+    d = dict.fromkeys(ack_desc_fields(), 0)
+    d.update(qp=qp, nack=nack, psn=psn, cack=cack, bitmap=bitmap, sack_offset=1,
+             reason=int(reason), mpr=8)
+    return ("ack", d, sent_before)
+
+
+@cocotb.test()
+async def pending_retransmissions_are_requested_once(dut):
+    """A NACKed PSN shown as a hole, NACKed again, then resent and NACKed; two NACKs for
+    another PSN; then NACKs for ``pending`` more PSNs: the table fills."""
+    tb = TrackerTB(dut)
+    await tb.start()
+    n = 14 + tb.pending
+    await tb.run_and_check([_sent(0, p) for p in range(n)] + [
+        _ack(0, n, nack=1, psn=5),                          # request
+        _ack(0, n, cack=4, bitmap=0b1111110),               # 6..11 acked: hole 5 pending
+        _ack(0, n, nack=1, psn=5),                          # pending
+        _ack(0, n, nack=1, psn=12, reason=NackCode.NO_PKT_BUFFER),     # request
+        _ack(0, n, nack=1, psn=12),                         # pending
+    ])
+    await tb.run_and_check([_sent(0, 5, rtx=1)])            # resent
+    await tb.run_and_check([_ack(0, 0, nack=1, psn=5)])     # the resend trimmed: request
+    # Entries now: 5, 12. NACKs for 13, 14, ... fill the table, then go out unremembered.
+    extra = [13 + i for i in range(tb.pending)]
+    await tb.run_and_check([_ack(0, 0, nack=1, psn=p) for p in extra] +
+                           [_ack(0, 0, nack=1, psn=extra[-1])])
+    got = [(r["psn"], r["cause"]) for r in tb.sinks["rtx"].records]
+    N = RtxCause.NACK
+    # The last two of ``extra`` find the table full, and the last one again.
+    assert got == [(5, N), (12, N), (5, N)] + [(p, N) for p in extra + extra[-1:]], got
+    assert tb.model.counts["rtx_pending_skip"] == 3
+    assert tb.model.counts["pending_full"] == 3
     await tb.check_counters()
     await tb.cycles(5)

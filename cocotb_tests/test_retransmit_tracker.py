@@ -2,7 +2,7 @@ import pytest
 
 from harness import SIMULATORS, run_cocotb
 
-SMALL = {"qps": 4, "outstanding": 128, "tag_width": 16}
+SMALL = {"qps": 4, "outstanding": 128, "tag_width": 16, "pending": 4}
 
 # Icarus cross-checks the small configuration; Verilator runs it too, and the default
 # configuration (64 QPs x 1024 PSNs: a 9 MB Verilog file, about 3 minutes of C++ build) in

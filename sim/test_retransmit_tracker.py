@@ -67,14 +67,14 @@ class Collector:
                 held = payload
 
 
-def run_events(events, *, qps=4, outstanding=128, tag_width=32, regs=None, rng=None,
-               idle=0.0, backpressure=0.0, opens=(), quiet=300):
+def run_events(events, *, qps=4, outstanding=128, tag_width=32, pending=16, regs=None,
+               rng=None, idle=0.0, backpressure=0.0, opens=(), quiet=300):
     """Feed ``events`` (``("sent", rec)``, ``("ack", desc, sent_before)``) with random idle
     on both inputs, an ack never before the sent records it depends on. Returns the model's
     and the block's outputs, the cycle log of handshakes and the counters."""
     rng = rng or random.Random(0)
     regs = regs or {}
-    dut = RetransmitTracker(qps, outstanding, tag_width)
+    dut = RetransmitTracker(qps, outstanding, tag_width, pending)
     sents = [e[1] for e in events if e[0] == "sent"]
     acks = [(e[1], e[2]) for e in events if e[0] == "ack"]
     cols = {name: Collector(getattr(dut, name), lay, rng, backpressure)
@@ -141,7 +141,7 @@ def run_events(events, *, qps=4, outstanding=128, tag_width=32, regs=None, rng=N
 
     run(dut, driver, *(c.run for c in cols.values()))
 
-    model = RetransmitTrackerModel(qps, outstanding, tag_width,
+    model = RetransmitTrackerModel(qps, outstanding, tag_width, pending,
                                    **{k: v for vals in regs.values() for k, v in vals.items()})
     for qp, start in opens:
         model.open(qp, start)
@@ -184,7 +184,7 @@ def test_directed_sack_release_feedback_holes_and_nacks():
         ("ack", nack(0, 6), 12),                                        # SACKed PSN
         ("ack", nack(0, 40), 12),                                       # unsent
         ("ack", nack(0, 5, 0x33), 12),                                  # unknown reason
-        ("ack", nack(0, 8, NackCode.NO_PKT_BUFFER), 12),                # resource: rtx
+        ("ack", nack(0, 8, NackCode.NO_PKT_BUFFER), 12),                # resource: 8 pending
         ("ack", sack(0, 11, 0, trig=0, m=SackMode.ALWAYS_SKIP), 12),    # all acked
         ("ack", nack(1, 0, NackCode.UNEXPECTED_EVENT), 12),             # QP 1 to error
         ("sent", sent(1, 0)),                                           # ignored
@@ -192,8 +192,10 @@ def test_directed_sack_release_feedback_holes_and_nacks():
     want, got, log, counters, model = run_events(ev, qps=2)
     check(want, got, counters, model)
     # hi = 11 after the first SACK; with reorder_guard 3, PSNs up to 8 can be holes: 5, 8.
+    # The NACK for 8 comes before 8 is resent: feedback, no second request.
     assert [(r["psn"], r["cause"]) for r in got["rtx"]] == [
-        (5, RtxCause.HOLE), (8, RtxCause.HOLE), (8, RtxCause.NACK)]
+        (5, RtxCause.HOLE), (8, RtxCause.HOLE)]
+    assert counters["rtx_pending_skip"] == 1 and counters["nacks"] == 1
     assert got["rtx"][0]["tag"] == 1005 and got["rtx"][0]["ev"] == 15
     assert got["release"] == [{"qp": 0, "first": 0, "last": 4, "tag": 1004},
                               {"qp": 0, "first": 5, "last": 11, "tag": 1011}]
@@ -207,20 +209,201 @@ def test_directed_sack_release_feedback_holes_and_nacks():
     assert counters["nack_unknown"] == 1
 
 
-@pytest.mark.parametrize("qps,outstanding,guard", [(4, 128, 3), (2, 256, 1)])
-def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, outstanding, guard):
+@pytest.mark.parametrize("qps,outstanding,guard,pending,lag", [
+    (4, 128, 3, 16, 0), (2, 256, 1, 16, 0), (4, 128, 3, 16, 40), (2, 256, 2, 4, 40)])
+def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, outstanding, guard,
+                                                                   pending, lag):
+    """``lag``: the sender resends each request up to that many steps late, and more
+    packets are trimmed and more NACKs duplicated, so SACKs and NACKs meet pending resends;
+    ``pending`` 4 fills the table."""
     rng = seeded()
+    channel = {"trim": 0.05, "ack_dup": 0.1} if lag else {}
     events = closed_loop(random.Random(rng.getrandbits(64)), soak(700), qps=qps,
-                         outstanding=outstanding, reorder_guard=guard)
+                         outstanding=outstanding, reorder_guard=guard, pending=pending,
+                         rtx_lag=lag, **channel)
     want, got, log, counters, model = run_events(
-        events, qps=qps, outstanding=outstanding, regs={"config": {"reorder_guard": guard}},
-        rng=rng, idle=0.2, backpressure=0.3)
+        events, qps=qps, outstanding=outstanding, pending=pending,
+        regs={"config": {"reorder_guard": guard}}, rng=rng, idle=0.2, backpressure=0.3)
     check(want, got, counters, model)
     # The traffic must exercise what it is for.
     for name in ("sacks", "sack_duplicate", "releases", "rtx_hole", "rtx_nack", "sent_rtx"):
         assert model.counts[name] > 0, f"no {name} in this run"
+    if lag:
+        assert model.counts["rtx_pending_skip"] > 0
+    if pending < 16:
+        assert model.counts["pending_full"] > 0
+    if model.counts["pending_full"] == 0:
+        no_second_request(events, log, qps, outstanding, pending, guard)
+
+
+def no_second_request(events, log, qps, outstanding, pending, guard):
+    """Replaying the run: no hole or NACK request names a (QP, PSN) already requested,
+    unless a retransmission of it was recorded (or CACK passed it) in between."""
+    sents = [e[1] for e in events if e[0] == "sent"]
+    acks = [e[1] for e in events if e[0] == "ack"]
+    model = RetransmitTrackerModel(qps, outstanding, 32, pending, reorder_guard=guard)
+    asked = set()
+    for _, _, kind, i in sorted(log):
+        if kind == "sent":
+            model.sent(sents[i])
+            if sents[i]["rtx"]:
+                asked.discard((sents[i]["qp"], sents[i]["psn"]))
+            continue
+        out = model.ack(acks[i])
+        q = acks[i]["qp"]
+        if q < qps:
+            asked = {(qq, p) for qq, p in asked if qq != q or not model.acked(q, p)}
+        for r in out["rtx"]:
+            key = (r["qp"], r["psn"])
+            assert key not in asked, f"{key} requested again before its resend"
+            asked.add(key)
     assert sum(model.counts[name] for name in ("no_qp", "nack_acked", "sack_stale",
                                                "sack_unsent", "nack_unknown")) > 0
+
+
+def run_script(steps, *, qps=2, outstanding=128, pending=16, regs=None):
+    """Steps one at a time, each given time to finish, every output always ready:
+    ``("sent", rec)``, ``("ack", desc)``, ``("open", qp, start)``, ``("now", ticks)``
+    (then a full timer pass). The model runs the same steps. Returns the block's and the
+    model's outputs, the counters and the model."""
+    dut = RetransmitTracker(qps, outstanding, 32, pending)
+    regs = regs or {}
+    model = RetransmitTrackerModel(qps, outstanding, 32, pending,
+                                   **{k: v for vals in regs.values() for k, v in vals.items()})
+    lay = layouts(32)
+    got = {name: [] for name in OUTPUTS}
+    want = {name: [] for name in OUTPUTS}
+    counters = {}
+
+    async def tb(ctx):
+        bus = AxiLiteSimMaster(ctx, dut.s_axil)
+        drv = RegisterDriver(RT_REGS, bus.read, bus.write)
+        for reg, vals in regs.items():
+            await drv.write_fields(reg, **vals)
+        while (await drv.read_fields("status"))["busy"]:
+            pass
+        for name in OUTPUTS:
+            ctx.set(getattr(dut, name).ready, 1)
+
+        async def wait(cycles):
+            for _ in range(cycles):
+                await ctx.tick()
+                for name in OUTPUTS:
+                    port = getattr(dut, name)
+                    if ctx.get(port.valid):
+                        got[name].append(fields(lay[name], ctx.get(port.payload.as_value())))
+
+        for step in steps:
+            if step[0] in ("sent", "ack"):
+                port = getattr(dut, step[0])
+                ctx.set(port.payload, step[1])
+                ctx.set(port.valid, 1)
+                await ctx.tick().until(port.ready)
+                ctx.set(port.valid, 0)
+                out = getattr(model, step[0])(step[1])
+                await wait(8)
+            elif step[0] == "open":
+                await drv.write_fields("qp_select", qp=step[1])
+                await drv.write_fields("qp_start", psn=step[2])
+                await drv.write_fields("qp_command", open=1)
+                while (await drv.read_fields("status"))["busy"]:
+                    pass
+                model.open(step[1], step[2])
+                out = None
+            else:
+                ctx.set(dut.now, step[1])
+                await wait(2 * qps * (outstanding + 3) + 50)
+                out = model.scan(step[1])
+            for name in OUTPUTS:
+                want[name] += (out or {}).get(name, [])
+        await wait(20)
+        for name in RT_REGS:
+            if "count" in name.fields:
+                counters[name.name] = await drv.read(name.name)
+
+    run(dut, tb)
+    return want, got, counters, model
+
+
+def requests(got):
+    return [(r["qp"], r["psn"], r["cause"]) for r in got["rtx"]]
+
+
+def test_a_pending_retransmission_is_not_requested_again():
+    """A NACKed PSN that a SACK then shows as a hole past the reorder guard is requested
+    once, until its retransmission is recorded; then a NACK (QP 0) or a first hole (QP 1)
+    requests it again. Two NACKs for one PSN: one request."""
+    N, H = RtxCause.NACK, RtxCause.HOLE
+    steps = [("sent", sent(q, p, ev=p)) for q in range(2) for p in range(14)]
+    steps += [
+        ("ack", nack(0, 5)),                                 # request
+        ("ack", sack(0, 4, 0b1111110)),                      # 6..11: hole 5 pending
+        ("ack", nack(0, 5)),                                 # still pending
+        ("sent", sent(0, 5, ev=99, rtx=1)),                  # resent
+        ("ack", nack(0, 5)),                                 # the resend trimmed: request
+        ("ack", nack(0, 12, NackCode.NO_PKT_BUFFER)),        # two NACKs for PSN 12: one
+        ("ack", nack(0, 12)),
+        ("ack", nack(1, 5)),                                 # request
+        ("sent", sent(1, 5, ev=98, rtx=1)),                  # resent
+        ("ack", sack(1, 4, 0b1111110)),                      # hole 5: request
+    ]
+    want, got, counters, model = run_script(steps)
+    check(want, got, counters, model)
+    assert requests(got) == [(0, 5, N), (0, 5, N), (0, 12, N), (1, 5, N), (1, 5, H)]
+    assert got["rtx"][1]["ev"] == 99 and got["rtx"][4]["ev"] == 98
+    assert counters["rtx_pending_skip"] == 3 and counters["pending_full"] == 0
+    # Skipped NACKs still report the EV (feedback), and count as NACKs.
+    assert counters["nacks"] == 6 and counters["rtx_nack"] == 4
+    assert len([f for f in got["feedback"] if f["kind"] != FeedbackKind.ACKED]) == 6
+
+
+def test_pending_table_full_open_and_error():
+    """``pending=1``: a second request goes out but is not remembered (``pending_full``);
+    an open or an error of a QP frees its entries, CACK passing a PSN frees its entry."""
+    N = RtxCause.NACK
+    steps = [("sent", sent(q, p)) for q in range(2) for p in range(10)]
+    steps += [
+        ("ack", nack(0, 4)),                 # remembered
+        ("ack", nack(1, 4)),                 # full: out, not remembered
+        ("ack", nack(1, 4)),                 # out again, full again
+        ("ack", nack(0, 4)),                 # skipped
+        ("open", 0, 0),                      # frees QP 0's entry
+        ("ack", nack(1, 4)),                 # remembered
+        ("ack", nack(1, 4)),                 # skipped
+        ("ack", nack(1, 0, NackCode.UNEXPECTED_EVENT)),     # QP 1 to error: freed
+        *[("sent", sent(0, p)) for p in range(10)],
+        ("ack", nack(0, 4)),                 # remembered
+        ("ack", nack(0, 4)),                 # skipped
+        ("ack", sack(0, 4)),                 # CACK passes 4: freed
+        ("ack", nack(0, 6)),                 # remembered
+        ("ack", nack(0, 7)),                 # full
+    ]
+    want, got, counters, model = run_script(steps, pending=1)
+    check(want, got, counters, model)
+    assert requests(got) == [(0, 4, N), (1, 4, N), (1, 4, N), (1, 4, N), (0, 4, N),
+                             (0, 6, N), (0, 7, N)]
+    assert counters["pending_full"] == 3 and counters["rtx_pending_skip"] == 3
+    assert model.pending == {(0, 6)}
+
+
+def test_timeout_requests_are_pending_too():
+    """A timeout's request is remembered: a NACK for the PSN before its resend is skipped,
+    after it requests. A timeout of a PSN whose resend is pending still requests (once per
+    transmission)."""
+    T, N = RtxCause.TIMEOUT, RtxCause.NACK
+    steps = [("sent", sent(0, p, time=0)) for p in range(3)]
+    steps += [
+        ("ack", nack(0, 2)),                 # request, pending
+        ("now", 200),                        # timeouts of 0, 1, 2 (2 while pending)
+        ("ack", nack(0, 1)),                 # skipped
+        ("sent", sent(0, 1, time=200, rtx=1)),
+        ("ack", nack(0, 1)),                 # request
+    ]
+    want, got, counters, model = run_script(steps, qps=1)
+    check(want, got, counters, model)
+    assert requests(got) == [(0, 2, N), (0, 0, T), (0, 1, T), (0, 2, T), (0, 1, N)]
+    assert counters["rtx_pending_skip"] == 1
+    assert model.pending == {(0, 0), (0, 1), (0, 2)}
 
 
 def test_psn_wrap():
@@ -299,7 +482,7 @@ def test_nack_to_request_latency_and_hole_engine_rate():
             ctx.set(dut.sent.valid, 1)
             await ctx.tick()
         ctx.set(dut.sent.valid, 0)
-        ctx.set(dut.ack.payload, nack(0, 50))
+        ctx.set(dut.ack.payload, nack(0, 90))      # past the holes below: not pending there
         ctx.set(dut.ack.valid, 1)
         await ctx.tick()
         ctx.set(dut.ack.valid, 0)
@@ -308,7 +491,7 @@ def test_nack_to_request_latency_and_hole_engine_rate():
             await ctx.tick()
             cycles += 1
         result["nack"] = cycles
-        assert ctx.get(dut.rtx.payload.psn) == 50
+        assert ctx.get(dut.rtx.payload.psn) == 90
         await ctx.tick().repeat(4)
         # A SACK with CACK 9 and PSNs 11, 13, ..., 73 acknowledged: hi = 73, so with the
         # guard of 3 the holes 10, 12, ..., 70 (31 of them) are requested.
@@ -511,6 +694,8 @@ def test_scan_pass_time():
 @pytest.mark.parametrize("kwargs,match", [
     ({"qps": 0}, "qps"), ({"qps": 70000}, "qps"), ({"outstanding": 64}, "outstanding"),
     ({"outstanding": 1000}, "outstanding"), ({"tag_width": 0}, "tag_width"),
+    ({"pending": 0}, "pending must be 1 .. 64, not 0"), ({"pending": 65}, "pending"),
+    ({"pending": 4.0}, "pending"),
 ])
 def test_bad_parameters_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

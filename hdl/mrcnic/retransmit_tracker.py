@@ -47,7 +47,8 @@ Operation
        ``hi`` (hi - psn >= reorder_guard), and not before the QP's ``mark`` is a hole; the
        holes inside the two words of this SACK are requested oldest first (cause HOLE) and
        ``mark`` moves past the last PSN that was eligible. So a hole is requested once by
-       SACK evidence (:data:`HOLE_RULE`); after that only its timeout requests it again.
+       SACK evidence (:data:`HOLE_RULE`); after that only its timeout requests it again
+       (or a NACK). A hole whose retransmission is pending (below) is not requested.
        The hole engine sends one request per cycle and holds the ``ack`` input meanwhile
        (a SACK that opens k holes costs k + 1 cycles).
 
@@ -57,7 +58,34 @@ Operation
     acknowledged, a retransmit request (cause NACK) at once and a feedback record of the
     reason's kind with the EV recorded for that PSN; a NACK for a PSN at or before CACK or
     SACKed: ``nack_acked``; not sent yet: ``nack_unsent``; another reason:
-    ``nack_unknown``. The CACK of a NACK record is not used.
+    ``nack_unknown``. The CACK of a NACK record is not used. A NACK for a PSN whose
+    retransmission is pending gives its feedback record but no request (below).
+
+    Pending retransmissions (:data:`PENDING_RULE`). **Decision**: one table of
+    ``pending`` entries, shared by all QPs, holds the (QP, PSN) of every retransmit request
+    made (any cause) until a ``sent`` record with rtx = 1 for that PSN is taken (recorded,
+    ``sent_rtx``). A hole or NACK request whose (QP, PSN) is in the table is not made and
+    is counted ``rtx_pending_skip``; a skipped NACK still gives its feedback record and
+    counts in ``nacks`` (not ``rtx_nack``), a skipped hole still moves ``mark``. So one
+    loss gives one request, however many NACKs and SACK holes report it before the resend;
+    evidence that comes after the resend is taken requests again (a NACK of the resend, or
+    a hole that ``mark`` has not passed yet). Timeouts do not consult the table: a timeout
+    fires once per transmission, so it requests a PSN whose resend is pending only when the
+    sender has not resent it for a whole timeout; that request goes out and the table keeps
+    its one entry. A timeout request in the cycle a retransmission of its PSN is taken
+    keeps the entry too (that request is still to be answered). Entries also leave when
+    CACK passes their PSN (a PSN SACKed above CACK, which the sender need not resend, keeps
+    its entry until then), and every entry of a QP when the QP is opened or goes to error.
+    When the table is full the request is made anyway and not remembered
+    (``pending_full``): nothing waits for room, and that PSN may be requested once more
+    before its resend, as without the table. Entries live in flip-flops (valid, QP index,
+    PSN); one lookup per cycle serves the three requesters, which never request in the same
+    cycle: the hole engine in the cycle it writes a request (a skipped hole still takes its
+    cycle), stage E for a NACK, the timer when it fires. Exactness: the model applies an
+    ack record whole, holes included, before the sent records taken after it; so a
+    retransmission on another QP taken while a SACK's holes are still being requested
+    frees its slot for later ack records only (the slot stays taken, "zombie", until the
+    next ack record goes through stage E), and the table-full decisions match the model.
 
     Timers. The scan engine walks the outstanding PSNs of one QP after another, round
     robin, one PSN per cycle, on second read ports of the block RAMs, so it never takes a
@@ -95,7 +123,8 @@ Operation
     from an empty bitmap. Known limit: a word no SACK rewrites for 2^24 PSNs of its QP (or
     over 16 opens) could read stale bits as acknowledged; such a PSN is neither requested
     nor timed out until a SACK rewrites its word, and is never released (releases follow
-    CACK only).
+    CACK only). Globally: the pending table, ``pending`` x (valid, zombie, QP index, PSN)
+    in flip-flops.
 
     After reset a sweep opens every QP at PSN 0 (``qps`` cycles, inputs held). Opening a
     QP (``qp_select``, ``qp_start``, ``qp_command.open``) sets CACK to start - 1, clears
@@ -104,7 +133,8 @@ Operation
 Parameters
     ``qps``: 1 .. 65536 (default 64). ``outstanding``: PSNs outstanding per QP, a power of
     two 128 .. 16384 (default 1024). ``tag_width``: descriptor tag bits, 1 .. 64 (default
-    32).
+    32). ``pending``: entries of the pending-retransmission table, 1 .. 64 (default 16;
+    any count, not only powers of two).
 
 Ports
     ``sent``, ``ack``, ``cwnd`` in; ``now``, ``credit_qp`` in; ``credit_ready`` out; ``rtx``
@@ -113,19 +143,25 @@ Ports
 
 Latency, throughput
     One ``sent`` record and one ``ack`` record per cycle, sustained, together; the ``ack``
-    input pauses only while the hole engine sends requests (one cycle per hole) or an output
-    FIFO is full. A NACK taken in cycle t has its retransmit request out of the FIFO in
+    input pauses only while the hole engine sends requests (one cycle per hole, requested or
+    skipped as pending) or an output FIFO is full. The pending table adds no cycle and no
+    pause. A NACK taken in cycle t has its retransmit request out of the FIFO in
     cycle t + 3 (:attr:`nack_latency`); a SACK's release and feedback too
     (:attr:`sack_latency`), its first hole request in t + 5, then one per cycle.
     A retransmission record waits while a SACK of its QP is in stage E or in the hole
     engine (so that hole requests name the EV of the transmission found lost).
 
     Timing. Stage E is one deep cycle: the bitmap alignment, the checks, the highest
-    acknowledged PSN and the hole search (at ``qps=8, outstanding=128``: 56 LUTs on the
-    worst placed path, 26 MHz on an ECP5-85F -6). It is kept in one stage on purpose: a hole found by one SACK must be
-    requested before the next SACK is applied, or the next one could acknowledge it first
-    (the formal check below catches exactly that when the search is moved a stage later
-    without holding the next SACK).
+    acknowledged PSN and the hole search (at ``qps=8, outstanding=128``: 50 to 56 LUTs on
+    the worst placed path, 26 MHz on an ECP5-85F -6). It is kept in one stage on purpose:
+    a hole found by one SACK must be requested before the next SACK is applied, or the
+    next one could acknowledge it first (the formal check below catches exactly that when
+    the search is moved a stage later without holding the next SACK).
+
+Resources
+    At ``qps=8, outstanding=128, tag_width=32, pending=16``, block alone (``synth_ecp5``):
+    11085 LUT4, 2762 FF, 12 DP16KD; the pending table is about 1,770 LUT4 and 531 FF of
+    that (docs/blocks/retransmit-tracker.md).
 """
 
 import enum
@@ -148,7 +184,8 @@ from .tx_desc import TICK_NS, TIME_BITS, release_layout, rtx_layout, sent_layout
 
 __all__ = ["RetransmitTracker", "RtxCause", "ErrorCause", "sent_layout", "rtx_layout",
            "release_layout", "CWND_IN", "QP_ERROR", "RT_REGS", "TIME_BITS", "TICK_NS",
-           "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "timeout_ticks", "COUNTERS"]
+           "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "timeout_ticks", "COUNTERS", "MAX_PENDING",
+           "PENDING_RULE"]
 
 PSN = proto.PSN_BITS
 HALF = 1 << (PSN - 1)
@@ -157,10 +194,14 @@ RETRY_FOREVER = 25          # retry_max = 25: retransmit without end (§4)
 WORD = 64                   # PSNs per bitmap word; a SACK's 64 bits straddle two
 BITMAP_BITS = 64
 FIFO_DEPTH = 16
+MAX_PENDING = 64            # entries of the pending-retransmission table, at most
 EPOCH_BITS = 4              # opens of a QP told apart in its bitmap words and timer marks
 CREDIT_RULE = "bytes in flight = (next PSN - CACK) x 2^pmtu_log2, at most cwnd"
 HOLE_RULE = ("a hole is requested once, when a PSN reorder_guard or more after it is "
              "acknowledged; then only by its timeout")
+
+PENDING_RULE = ("a hole or NACK request for a PSN whose retransmission is already requested "
+                "and not yet resent is not made; timeouts request regardless")
 
 
 class RtxCause(enum.IntEnum):
@@ -190,7 +231,8 @@ COUNTERS = [
                    "ignored"),
     ("sack_unsent", "SACKs acknowledging a PSN never sent: ignored"),
     ("sack_duplicate", "SACKs that acknowledged nothing new"),
-    ("nacks", "NACKs that requested a retransmission"),
+    ("nacks", "NACKs for an outstanding PSN: a request made (rtx_nack) or skipped as "
+              "pending (rtx_pending_skip)"),
     ("nack_acked", "NACKs for a PSN already acknowledged: ignored"),
     ("nack_unsent", "NACKs for a PSN never sent: ignored"),
     ("nack_unknown", "NACKs with an unknown reason: ignored"),
@@ -205,6 +247,10 @@ COUNTERS = [
     ("retries_exhausted", "QPs put in error by retry exhaustion"),
     ("scan_visits", "QP visits of the timer scan"),
     ("scan_yields", "Cycles the timer scan gave up to the SACK path or a full FIFO"),
+    ("rtx_pending_skip", "Hole and NACK requests not made: the PSN's retransmission is "
+                         "already requested and not yet resent"),
+    ("pending_full", "Retransmit requests made but not remembered as pending: the "
+                     "pending table was full"),
 ]
 COUNTER_NAMES = [name for name, _ in COUNTERS]
 
@@ -295,7 +341,7 @@ class RetransmitTracker(wiring.Component):
     nack_latency = 3
     sack_latency = 3
 
-    def __init__(self, qps=64, outstanding=1024, tag_width=32):
+    def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16):
         if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
             raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
         if not (isinstance(outstanding, int) and 128 <= outstanding <= 16384
@@ -304,7 +350,10 @@ class RetransmitTracker(wiring.Component):
                              f"not {outstanding!r}")
         if not (isinstance(tag_width, int) and 1 <= tag_width <= 64):
             raise ValueError(f"tag_width must be 1 .. 64, not {tag_width!r}")
+        if not (isinstance(pending, int) and 1 <= pending <= MAX_PENDING):
+            raise ValueError(f"pending must be 1 .. {MAX_PENDING}, not {pending!r}")
         self.qps, self.outstanding, self.tag_width = qps, outstanding, tag_width
+        self.pending = pending
         super().__init__({
             "sent": In(meta_stream(sent_layout(tag_width))),
             "ack": In(meta_stream(ACK_DESC)),
@@ -652,7 +701,8 @@ class RetransmitTracker(wiring.Component):
         e_rtx = Signal()
         e_fb = Signal()
         e_err = Signal()
-        m.d.comb += [e_rtx.eq(nack_ok), e_fb.eq(nack_ok | sack_fb), e_err.eq(fatal)]
+        p_hit = Signal()                       # the pending table holds the key (below)
+        m.d.comb += [e_rtx.eq(nack_ok & ~p_hit), e_fb.eq(nack_ok | sack_fb), e_err.eq(fatal)]
         e_release = sack_ok & adv
         with m.If(e_rtx):
             m.d.comb += assign(rtx_rec, qp=e.qp, psn=e.psn, tag=tag_ra.data,
@@ -675,7 +725,7 @@ class RetransmitTracker(wiring.Component):
             ev.nack_unknown.eq(nack_unknown),
             ev.nack_fatal.eq(fatal),
             ev.releases.eq(e_release),
-            ev.rtx_nack.eq(nack_ok),
+            ev.rtx_nack.eq(e_rtx),
         ]
 
         # --- Hole engine: the holes one SACK found, oldest first ---------------------------
@@ -703,7 +753,8 @@ class RetransmitTracker(wiring.Component):
         with m.If(h_emit):
             m.d.comb += assign(rtx_rec, qp=h_qp, psn=h_psn, tag=tag_rh.data,
                                ev=rec_rh.data.ev, cause=RtxCause.HOLE)
-        m.d.comb += ev.rtx_hole.eq(h_emit)
+        h_rtx = h_emit & ~p_hit
+        m.d.comb += ev.rtx_hole.eq(h_rtx)
 
         # --- Timer scan ---------------------------------------------------------------------
         sc_q = Signal(qb)
@@ -791,7 +842,7 @@ class RetransmitTracker(wiring.Component):
         with m.If(t_exhaust):
             m.d.comb += assign(err_rec, qp=s2_q, cause=ErrorCause.RETRIES)
         m.d.comb += [
-            fifos["rtx"].w_en.eq(e_rtx | h_emit | t_timeout),
+            fifos["rtx"].w_en.eq(e_rtx | h_rtx | t_timeout),
             fifos["feedback"].w_en.eq((e_go & e_fb) | t_timeout),
             fifos["qp_error"].w_en.eq(e_err | t_exhaust),
             ev.feedback.eq((e_go & e_fb) | t_timeout),
@@ -803,6 +854,56 @@ class RetransmitTracker(wiring.Component):
                         (take_c & (self.cwnd.payload.qp >= qps))),
             ev.in_error.eq((take_s & (s.qp < qps) & s_err) + (e_go & qp_ok & in_err)),
         ]
+
+        # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
+        # One lookup per cycle serves the three requesters, which never request in the same
+        # cycle: the hole engine (h_emit), stage E (a NACK needs e_go) and the timer (its
+        # t_fire needs neither).
+        P = self.pending
+        pv = Signal(P, name="pend_valid")
+        # A slot freed by a retransmission taken while a SACK's holes are still to be
+        # requested stays taken for those requests (the model applies that SACK whole,
+        # before the retransmission): "zombie" until the next SACK or NACK goes (e_go).
+        pz = Signal(P, name="pend_zombie")
+        pq = [Signal(qb, name=f"pend_qp{i}", reset_less=True) for i in range(P)]
+        pp = [Signal(PSN, name=f"pend_psn{i}", reset_less=True) for i in range(P)]
+        k_q, k_p = Signal(qb), Signal(PSN)
+        with m.If(h_emit):
+            m.d.comb += [k_q.eq(h_q), k_p.eq(h_psn)]
+        with m.Elif(e_go):
+            m.d.comb += [k_q.eq(e_q), k_p.eq(e.psn)]
+        with m.Else():
+            m.d.comb += [k_q.eq(s2_q), k_p.eq(s2_p)]
+        p_match = Signal(P)
+        m.d.comb += p_match.eq(Cat(*(pv[i] & (pq[i] == k_q) & (pp[i] == k_p)
+                                     for i in range(P))))
+        m.d.comb += p_hit.eq(p_match.any())
+        p_want = (nack_ok | h_emit | t_timeout) & ~p_hit
+        p_free = Signal(P)
+        m.d.comb += p_free.eq(~pv & ~Mux(h_emit, pz, 0))
+        p_slot = Signal(P)                     # one-hot: the lowest free slot
+        m.d.comb += p_slot.eq(p_free & (~p_free + 1)[:P])
+        p_ins = p_want & p_free.any()
+        # Entries leave when their retransmission is taken, when CACK passes them, and when
+        # their QP is opened or goes to error. A timeout request in the cycle a
+        # retransmission of its PSN is taken is still to be answered: its entry stays.
+        rm_sent = Signal(P)
+        rm_qp = Signal(P)
+        for i in range(P):
+            at_c = ~(C - pp[i])[PSN - 1]       # at or before the SACK's CACK
+            m.d.comb += [
+                rm_sent[i].eq(s_rtx_ok & pv[i] & (pq[i] == qs) & (pp[i] == s.psn) &
+                              ~(t_timeout & p_match[i])),
+                rm_qp[i].eq(((pq[i] == e_q) & (fatal | (sack_ok & adv & at_c))) |
+                            ((pq[i] == s2_q) & t_exhaust) |
+                            ((pq[i] == cmd_qp) & cmd_apply)),
+            ]
+            with m.If(p_ins & p_slot[i]):
+                m.d.sync += [pq[i].eq(k_q), pp[i].eq(k_p)]
+        m.d.sync += [pv.eq((pv & ~rm_sent & ~rm_qp) | Mux(p_ins, p_slot, 0)),
+                     pz.eq(rm_sent | Mux(e_go, 0, pz))]
+        m.d.comb += [ev.rtx_pending_skip.eq((nack_ok | h_emit) & p_hit),
+                     ev.pending_full.eq(p_want & ~p_free.any())]
 
         # --- Per-QP error and retry count --------------------------------------------------
         for i in range(qps):
@@ -834,12 +935,14 @@ class RetransmitTracker(wiring.Component):
         event_counters(m, f, ev, COUNTER_NAMES, f["control"]["clear"])
         # For formal checks: what enters the output FIFOs this cycle.
         self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
-                      "release_we": fifos["release"].w_en, "release": rel_rec}
+                      "release_we": fifos["release"].w_en, "release": rel_rec,
+                      "open": cmd_apply}
         return m
 
 
 @registry.register("retransmit-tracker", "TX reliability: sent records, SACK/NACK, "
                    "retransmit requests, EV feedback, releases, send credit, timers",
-                   defaults={"qps": 64, "outstanding": 1024, "tag_width": 32})
-def _retransmit_tracker_block(qps, outstanding, tag_width):
-    return RetransmitTracker(qps, outstanding, tag_width)
+                   defaults={"qps": 64, "outstanding": 1024, "tag_width": 32,
+                             "pending": 16})
+def _retransmit_tracker_block(qps, outstanding, tag_width, pending):
+    return RetransmitTracker(qps, outstanding, tag_width, pending)

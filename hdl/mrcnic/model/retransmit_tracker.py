@@ -1,8 +1,10 @@
 """Reference model of the sender's reliability block (``RetransmitTracker``), event by event.
 
 Per QP it keeps CACK, the next PSN, the set of PSNs SACKed above CACK, the highest
-acknowledged PSN, the hole mark and the per-PSN records as Python sets and dicts; it knows
-nothing of words, banks, laps or pipelines. :meth:`RetransmitTrackerModel.sent`,
+acknowledged PSN, the hole mark and the per-PSN records as Python sets and dicts, and one
+set, shared by all QPs and at most ``pending`` long, of the (QP, PSN) whose retransmission
+was requested and not yet resent (:data:`~mrcnic.retransmit_tracker.PENDING_RULE`); it
+knows nothing of words, banks, laps, slots or pipelines. :meth:`RetransmitTrackerModel.sent`,
 :meth:`~RetransmitTrackerModel.ack` and :meth:`~RetransmitTrackerModel.scan` return what
 the block emits for that event, per output stream, in order.
 
@@ -56,10 +58,12 @@ class _Qp:
 class RetransmitTrackerModel:
     """Parameters as the block's, plus the registers it reads."""
 
-    def __init__(self, qps=64, outstanding=1024, tag_width=32, *, reorder_guard=3,
-                 timeout_exp=7, retry_linear=7, retry_max=RETRY_FOREVER, pmtu_log2=12,
-                 initial_mpr=8):
+    def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16, *,
+                 reorder_guard=3, timeout_exp=7, retry_linear=7, retry_max=RETRY_FOREVER,
+                 pmtu_log2=12, initial_mpr=8):
         self.qps, self.outstanding, self.tag_width = qps, outstanding, tag_width
+        self.pending_max = pending
+        self.pending = set()     # (qp, psn): retransmission requested, not yet resent
         self.reorder_guard, self.timeout_exp = reorder_guard, timeout_exp
         self.retry_linear, self.retry_max = retry_linear, retry_max
         self.pmtu_log2, self.initial_mpr = pmtu_log2, initial_mpr
@@ -71,6 +75,22 @@ class RetransmitTrackerModel:
 
     def open(self, qp, start=0):
         self.q[qp] = _Qp(start, self.initial_mpr)
+        self._forget(qp)
+
+    # --- requests made and not yet resent ---------------------------------------------------
+
+    def _forget(self, qp, upto=None):
+        """Drop the QP's pending entries (those at or before ``upto`` only, when given)."""
+        self.pending = {(q, p) for q, p in self.pending
+                        if q != qp or (upto is not None and _after(p, upto))}
+
+    def _remember(self, qp, psn):
+        if (qp, psn) in self.pending:
+            return
+        if len(self.pending) >= self.pending_max:
+            self._count("pending_full")
+        else:
+            self.pending.add((qp, psn))
 
     def acked(self, qp, psn):
         s = self.q[qp]
@@ -117,6 +137,7 @@ class RetransmitTrackerModel:
         elif r["rtx"] and _after(psn, s.cack) and _after(s.nxt, psn):
             s.rec[psn][0:2] = [r["ev"], r["time"]]
             s.rec[psn][3] = 1
+            self.pending.discard((qp, psn))
             self._count("sent_rtx")
         elif r["rtx"] and not _after(psn, s.cack):
             self._count("sent_acked")
@@ -146,6 +167,7 @@ class RetransmitTrackerModel:
         if reason == NackCode.UNEXPECTED_EVENT:
             self._count("nack_fatal")
             s.err = True
+            self._forget(qp)
             out["qp_error"].append({"qp": qp, "cause": int(ErrorCause.NACK_FATAL)})
             return
         kind = nack_kind(reason)
@@ -160,10 +182,14 @@ class RetransmitTrackerModel:
             return
         ev, _, tag, _ = s.rec[psn]
         self._count("nacks")
-        self._count("rtx_nack")
         self._count("feedback")
-        out["rtx"].append({"qp": qp, "psn": psn, "tag": tag, "ev": ev,
-                           "cause": int(RtxCause.NACK)})
+        if (qp, psn) in self.pending:
+            self._count("rtx_pending_skip")
+        else:
+            self._count("rtx_nack")
+            out["rtx"].append({"qp": qp, "psn": psn, "tag": tag, "ev": ev,
+                               "cause": int(RtxCause.NACK)})
+            self._remember(qp, psn)
         out["feedback"].append({"qp": qp, "ev": ev, "kind": int(kind),
                                 "entropy": a["entropy"]})
 
@@ -187,6 +213,7 @@ class RetransmitTrackerModel:
             s.cack = C
             s.sacked = {p for p in s.sacked if _after(p, C)}
             s.retries = 0
+            self._forget(qp, upto=C)
         s.mpr = a["mpr"]
         for p in [C] + new:
             if _after(p, s.hi):
@@ -217,9 +244,13 @@ class RetransmitTrackerModel:
             out["release"].append({"qp": qp, "first": psn_add(old_cack, 1), "last": C,
                                    "tag": s.rec[C][2]})
         for p in holes:
+            if (qp, p) in self.pending:
+                self._count("rtx_pending_skip")
+                continue
             self._count("rtx_hole")
             out["rtx"].append({"qp": qp, "psn": p, "tag": s.rec[p][2], "ev": s.rec[p][0],
                                "cause": int(RtxCause.HOLE)})
+            self._remember(qp, p)
 
     # --- timers -------------------------------------------------------------------------------
 
@@ -238,6 +269,7 @@ class RetransmitTrackerModel:
                     head = p == psn_add(s.cack, 1)
                     if head and s.retries == self.retry_max < RETRY_FOREVER:
                         s.err = True
+                        self._forget(qp)
                         self._count("retries_exhausted")
                         out["qp_error"].append({"qp": qp, "cause": int(ErrorCause.RETRIES)})
                         break
@@ -250,6 +282,7 @@ class RetransmitTrackerModel:
                                        "cause": int(RtxCause.TIMEOUT)})
                     out["feedback"].append({"qp": qp, "ev": ev,
                                             "kind": int(FeedbackKind.TIMEOUT), "entropy": 0})
+                    self._remember(qp, p)
                 p = psn_add(p, 1)
         return out
 
@@ -258,19 +291,23 @@ class RetransmitTrackerModel:
 
 def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.03,
                 trim=0.02, dup=0.02, ack_loss=0.05, ack_dup=0.03, spread=12, ce=0.03,
-                ack_req=0.1, stray=0.02, reorder_guard=3):
+                ack_req=0.1, stray=0.02, reorder_guard=3, pending=16, rtx_lag=0):
     """A sender on ``qps`` QPs talking to a receiver through a channel that loses, trims,
     duplicates and reorders data packets and loses, duplicates and reorders SACKs/NACKs.
     The sender sends new PSNs while it has credit and resends what this model requests
-    (on another EV). Returns the sender's input events in order: ``("sent", record)`` and
-    ``("ack", desc, sent_before)`` where ``sent_before`` is how many sent records came
-    before it (an ack must not be fed before them). A ``stray`` share of acks is wrong on
+    (on another EV), each request after 0 .. ``rtx_lag`` steps (so that SACKs and NACKs
+    arrive while a resend is pending), at most one resend per step, oldest first; the
+    tracker here has ``pending`` entries in its table. Returns the sender's input events
+    in order: ``("sent", record)`` and ``("ack", desc, sent_before)`` where
+    ``sent_before`` is how many sent records came before it (an ack must not be fed
+    before them). A ``stray`` share of acks is wrong on
     purpose: replayed stale SACKs, unknown QPs, SACKs of unsent PSNs, NACKs for acked
     PSNs, unknown NACK reasons."""
-    tracker = RetransmitTrackerModel(qps, outstanding, tag_width, reorder_guard=reorder_guard)
+    tracker = RetransmitTrackerModel(qps, outstanding, tag_width, pending,
+                                     reorder_guard=reorder_guard)
     rx = PsnTrackerModel(qps=qps, mpr_max=8, max_wimm_dest=8, sack_every=4)
     events, n_sent = [], 0
-    pending = []                 # (time, order, kind, payload)
+    in_flight = []               # (time, order, kind, payload)
     order = 0
     old_acks = []
     rtx_queue = []
@@ -294,7 +331,7 @@ def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.0
             pkt["lasthop"] = rng.randrange(2)
         for _ in range(2 if rng.random() < dup else 1):
             order += 1
-            pending.append((t + rng.randrange(spread + 1), order, "data", pkt))
+            in_flight.append((t + rng.randrange(spread + 1), order, "data", pkt))
 
     def deliver_ack(desc):
         nonlocal order
@@ -302,20 +339,20 @@ def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.0
             return
         for _ in range(2 if rng.random() < ack_dup else 1):
             order += 1
-            pending.append((t + rng.randrange(spread + 1), order, "ack", desc))
+            in_flight.append((t + rng.randrange(spread + 1), order, "ack", desc))
 
     def feed_ack(desc):
         events.append(("ack", desc, n_sent))
         out = tracker.ack(desc)
         for r in out["rtx"]:
-            rtx_queue.append(r)
+            rtx_queue.append((t + rng.randrange(rtx_lag + 1) if rtx_lag else t, r))
 
     while len(events) < n_events:
         t += 1
         # Deliver what is due.
-        pending.sort()
-        while pending and pending[0][0] <= t:
-            _, _, kind, payload = pending.pop(0)
+        in_flight.sort()
+        while in_flight and in_flight[0][0] <= t:
+            _, _, kind, payload = in_flight.pop(0)
             if kind == "data":
                 _, desc, _ = rx.packet(payload)
                 if desc is not None:
@@ -341,8 +378,9 @@ def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.0
             else:                                           # unknown reason
                 feed_ack({**base, "nack": 1, "reason": rng.choice([0x00, 0x03, 0x20])})
         # Send: retransmissions first, then one new PSN on a QP with credit.
-        if rtx_queue:
-            r = rtx_queue.pop(0)
+        due = [i for i, (at, _) in enumerate(rtx_queue) if at <= t]
+        if due:
+            _, r = rtx_queue.pop(due[0])
             q = r["qp"]
             if not tracker.acked(q, r["psn"]) and _after(tracker.q[q].nxt, r["psn"]):
                 send({"qp": q, "psn": r["psn"], "ev": (r["ev"] + 1 + rng.randrange(7)) & 255,
@@ -352,7 +390,7 @@ def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.0
             s = tracker.q[q]
             send({"qp": q, "psn": s.nxt, "ev": rng.randrange(256), "time": 0,
                   "tag": rng.getrandbits(tag_width) & tag_mask, "rtx": 0})
-        elif not pending and not rtx_queue:
+        elif not in_flight and not rtx_queue:
             # Stuck on a loss the SACKs cannot show (no PSN past it): resend the oldest.
             for q2 in range(qps):
                 s = tracker.q[q2]
