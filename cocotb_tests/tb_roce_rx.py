@@ -1,7 +1,8 @@
 """cocotb testbench of RoceRx on the exported Verilog: random mixes of data packets, SACK,
 NACK, probes, AETH ACK/NAK, trimmed and bad frames under random idle and backpressure,
 random verdicts; every record, place record and payload matched against
-mrcnic.model.roce_rx, counters read over AXI4-Lite."""
+mrcnic.model.roce_rx, counters read over AXI4-Lite. Extra probes (good, and broken: bad
+ICRC, a word too many, cut short) go into each random round."""
 
 import random
 
@@ -11,11 +12,32 @@ from cocotbext.axi import AxiStreamFrame
 
 from mrcnic.ack_desc import ACK_DESC
 from mrcnic.model import roce_rx as model
-from mrcnic.model.roce_rx import data_frame, meta_of, random_mix
+from mrcnic.model import packet as pk
+from mrcnic.model.roce_rx import control_frame, data_frame, meta_of, random_mix, with_meta
 from mrcnic.proto import Opcode
 from mrcnic.roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_COUNTERS, RX_PKT, VERDICT_IN
 from mrcnic.srv6_decap import DECAP_META
 from tbutil import TB, BeatCounter, MetaSink, MetaSource, long_runs, random_pauses, soak
+
+
+def with_probes(rng, frames, good=8):
+    """``frames`` with ``good`` probes and three broken ones (ICRC bit flipped; four bytes
+    after the PETH with lengths and ICRC made consistent; cut inside the PETH) inserted at
+    random places."""
+    frames = list(frames)
+    extra = [control_frame(rng, "probe") for _ in range(good)]
+    f = bytearray(control_frame(rng, "probe"))
+    f[rng.randrange(len(f) - 4, len(f))] ^= 1 << rng.randrange(8)
+    extra.append(bytes(f))
+    f = bytearray(control_frame(rng, "probe"))
+    f[-4:-4] = rng.randbytes(4)
+    f[18:20] = f[58:60] = (len(f) - 54).to_bytes(2, "big")
+    f[-4:] = pk.icrc(bytes(f[14:-4])).to_bytes(4, "little")
+    extra.append(bytes(f))
+    extra.append(control_frame(rng, "probe")[:rng.randrange(74, 94)])
+    for f in extra:
+        frames.insert(rng.randrange(len(frames) + 1), (f, with_meta(rng, f), 0))
+    return frames
 
 
 class RxTB(TB):
@@ -113,12 +135,19 @@ class RxTB(TB):
         assert counts["no_room"] == skipped
         for k in model.CAUSES[:-1]:
             assert counts[k] == causes[k], f"counter {k}: {counts[k]}, model {causes[k]}"
+        kinds = {k: sum(r.kind == k for r in results) for k in model.KINDS}
+        for counter, kind in (("probes", "probe"), ("trimmed", "trimmed"), ("sacks", "sack"),
+                              ("nacks", "nack"), ("acks", "ack"), ("naks", "nak")):
+            assert counts[counter] == kinds[kind], \
+                f"counter {counter}: {counts[counter]}, model {kinds[kind]}"
+        probes = [r for r in got["pkt"] if r["opcode"] == Opcode.PROBE]
+        assert all(r["slot"] == 0 and r["length"] == 0 and r["tag"] == 0 for r in probes)
         assert counts["placed"] == sum(v["place"] for v in verdicts)
         status = await self.regs.read_fields("status")
         assert status == {"held": 0, "buffer_words": 0}, status
-        self.log.info("%d frames: %d pkt, %d ack, %d nak records, %d payloads placed, "
-                      "%d no_room", len(frames), len(got["pkt"]), len(got["ack"]),
-                      len(got["nak"]), len(payloads), skipped)
+        self.log.info("%d frames: %d pkt (%d probes), %d ack, %d nak records, %d payloads "
+                      "placed, %d no_room", len(frames), len(got["pkt"]), len(probes),
+                      len(got["ack"]), len(got["nak"]), len(payloads), skipped)
         return results
 
 
@@ -129,8 +158,11 @@ async def random_traffic_matches_the_model(dut):
     n = soak(150 if long_runs() else 40)
     for idle, bp in [(0.0, 0.0), (0.3, 0.4), (0.5, 0.1)]:
         tb.stalls(idle, bp)
-        await tb.run(random_mix(random.Random(random.getrandbits(64)), n,
-                                max_payload=1500 if tb.B >= 64 else 600))
+        rng = random.Random(random.getrandbits(64))
+        results = await tb.run(with_probes(rng, random_mix(rng, n, max_payload=1500
+                                                           if tb.B >= 64 else 600)))
+        assert sum(r.kind == "probe" for r in results) >= 8
+        assert sum(r.cause == "icrc" for r in results) >= 1
     await tb.cycles(5)
 
 

@@ -3,7 +3,8 @@
 Registers and QP contexts are written over AXI4-Lite by cocotbext-axi through the project's
 RegisterDriver; payloads come from cocotbext-axi's AXI-Stream source; every frame is
 compared byte for byte with mrcnic.model.roce_tx (the packet model), decoded with its ICRC
-checked, and read by scapy (BTH fields and scapy's own ICRC).
+checked, and read by scapy (BTH fields and scapy's own ICRC). Probes (opcode 0xDE, no
+payload) are mixed into the random descriptors and read back with their PETH.
 """
 
 import random
@@ -24,12 +25,20 @@ WRITES = [int(op) for op in proto.Opcode if op.is_write]
 COUNTERS = ["frames", "retransmissions", "bad_qp", "bad_opcode", "too_long", "payload"]
 
 
-def random_desc(qps, max_len=300):
+PROBE = int(proto.Opcode.PROBE)
+
+
+def random_desc(qps, max_len=300, probes=0.25):
+    """A WRITE descriptor, or with probability ``probes`` a probe (length 0; its A, rtx,
+    RETH and ImmDt fields random, which the block ignores)."""
+    probe = random.random() < probes
     return {"qp": random.randrange(qps), "psn": random.getrandbits(24),
-            "opcode": random.choice(WRITES), "ack_req": random.getrandbits(1),
+            "opcode": PROBE if probe else random.choice(WRITES),
+            "ack_req": random.getrandbits(1),
             "rtx": random.getrandbits(1), "va": random.getrandbits(64),
             "rkey": random.getrandbits(32), "dma_length": random.getrandbits(32),
-            "length": random.randrange(max_len + 1), "imm": random.getrandbits(32),
+            "length": 0 if probe else random.randrange(max_len + 1),
+            "imm": random.getrandbits(32),
             "rqmsn": random.getrandbits(16), "msn": random.getrandbits(16),
             "entropy": random.getrandbits(32)}
 
@@ -53,6 +62,7 @@ class TxTB(TB):
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)
         self.desc_taken = BeatCounter(dut.clk, dut.desc_valid, dut.desc_ready)
         self.model = RoceTxModel(self.qps)
+        self.probes = 0                  # probe frames checked
 
     async def configure(self):
         r, regs = self.regs, self.model.regs
@@ -86,7 +96,14 @@ class TxTB(TB):
             assert not causes and not marked_bad(got), f"frame {i}: {causes}"
             assert bytes(got.tdata) == want, f"frame {i} differs from the model"
             frame = bytes(got.tdata)
-            pk.decode(frame, check_icrc=True, udp_dport=None)
+            p = pk.decode(frame, check_icrc=True, udp_dport=None)
+            if d["opcode"] == PROBE:
+                rqp = self.model.ctx.get(d["qp"], (0, 0, 0))[2]
+                assert p.peth == {"probe_id": d["msn"], "src_id": d["qp"],
+                                  "dst_id": rqp & 0xFFFF, "timestamp": d["rqmsn"]}, \
+                    f"frame {i}: PETH {p.peth}"
+                assert (p.bth["ack_req"], p.bth["rtx"], len(frame)) == (0, 0, 94)
+                self.probes += 1
             s = Ether(frame)[BTH]
             assert (s.opcode, s.psn) == (d["opcode"], d["psn"])
             assert s.compute_icrc(b"") == frame[-4:], "scapy's ICRC differs"
@@ -110,6 +127,8 @@ async def random_packets_under_stalls(dut):
                                                                      else 12))])
     counts = {n: await tb.regs.read(n) for n in COUNTERS}
     assert counts["bad_qp"] == counts["bad_opcode"] == counts["payload"] == 0, counts
+    assert counts["too_long"] == 0 and tb.probes > 0, (counts, tb.probes)
+    tb.log.info("%d probes among the frames", tb.probes)
     await tb.cycles(5)
 
 
@@ -135,15 +154,16 @@ async def back_to_back_at_line_rate(dut):
 @cocotb.test()
 async def bad_input_is_marked_and_counted(dut):
     """A QP out of range, a non-WRITE opcode, a short and a long payload, a payload marked
-    bad: each frame leaves with tuser set, is counted, and the next frame is right."""
+    bad, a probe with a length (no payload frame sent for it): each frame leaves with tuser
+    set, is counted, and the next frame is right."""
     tb = TxTB(dut)
     await tb.reset()
     await tb.configure()
     await tb.regs.write_fields("control", clear=1)
     tb.sink.set_pause_generator(random_pauses(0.3))
-    cases = ["qp", "opcode", "short", "long", "tuser"]
+    cases = ["qp", "opcode", "short", "long", "tuser", "probe_length"]
     for case in cases:
-        d = random_desc(tb.qps, max_len=120)
+        d = random_desc(tb.qps, max_len=120, probes=0.0)
         d["length"] = random.randrange(9, 120)
         pay = random.randbytes(d["length"])
         user = 0
@@ -155,21 +175,28 @@ async def bad_input_is_marked_and_counted(dut):
             pay = pay[:d["length"] - random.randrange(1, 9)]
         elif case == "long":
             pay = pay + random.randbytes(random.randrange(1, 20))
-        else:
+        elif case == "tuser":
             user = 1
-        good = random_desc(tb.qps, max_len=60)
+        else:
+            d["opcode"] = PROBE
+        good = random_desc(tb.qps, max_len=60, probes=0.0)
         good_pay = random.randbytes(good["length"])
         tb.desc.send_nowait(d)
-        tb.payload.send_nowait(AxiStreamFrame(pay, tuser=user))
+        if case != "probe_length":          # a probe takes no payload frame
+            tb.payload.send_nowait(AxiStreamFrame(pay, tuser=user))
         tb.desc.send_nowait(good)
         if good_pay:
             tb.payload.send_nowait(AxiStreamFrame(good_pay))
         bad_frame = await tb.sink.recv()
         assert marked_bad(bad_frame), f"{case}: not marked bad"
+        if case == "probe_length":
+            want, causes = tb.model.frame(d, b"")
+            assert causes == {"too_long"} and bytes(bad_frame.tdata) == want
         got = await tb.sink.recv()
         want, _ = tb.model.frame(good, good_pay)
         assert bytes(got.tdata) == want and not marked_bad(got), f"after {case}"
     counts = {n: await tb.regs.read(n) for n in COUNTERS}
     assert counts["frames"] == 2 * len(cases)
-    assert (counts["bad_qp"], counts["bad_opcode"], counts["payload"]) == (1, 1, 3), counts
+    assert (counts["bad_qp"], counts["bad_opcode"], counts["payload"],
+            counts["too_long"]) == (1, 1, 3, 1), counts
     await tb.cycles(5)

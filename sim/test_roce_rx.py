@@ -12,7 +12,7 @@ from mrcnic.csr import RegisterDriver
 from mrcnic.model import packet as pk
 from mrcnic.model import roce_rx as model
 from mrcnic.model.roce_rx import (bad_frame, control_frame, data_frame, meta_of,
-                                  random_mix, trimmed_frame)
+                                  random_mix, trimmed_frame, with_meta)
 from mrcnic.proto import EvMode, Opcode
 from mrcnic.roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_PKT, VERDICT_IN, RoceRx
 from mrcnic.ack_desc import ACK_DESC
@@ -282,6 +282,64 @@ def test_each_check(width):
     assert got[1:18:2] == want, got
     assert got[18:] == ["length", "length", "truncated", "opcode", "trimmed", "data", "data"]
     assert results[-2].pkt["ce"] == 1 and results[-3].pkt["lasthop"] == 1
+
+
+def broken_probes(rng):
+    """Three probes each broken in one way, with what the block must count: a bit of the
+    ICRC flipped; four bytes after the PETH (lengths and ICRC consistent, so only the
+    probe's own length rule fails); cut inside the PETH."""
+    f = bytearray(control_frame(rng, "probe"))
+    f[rng.randrange(len(f) - 4, len(f))] ^= 1 << rng.randrange(8)
+    icrc_bad = bytes(f)
+    f = bytearray(control_frame(rng, "probe"))
+    f[-4:-4] = rng.randbytes(4)
+    f[18:20] = (len(f) - 54).to_bytes(2, "big")
+    f[58:60] = (len(f) - 54).to_bytes(2, "big")
+    f[-4:] = pk.icrc(bytes(f[14:-4])).to_bytes(4, "little")
+    long = bytes(f)
+    short = control_frame(rng, "probe")[:rng.randrange(74, 94)]
+    return [(icrc_bad, "icrc"), (long, "length"), (short, "truncated")]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_probes_in_random_traffic(width):
+    """Probes mixed into random traffic (data, control, trimmed, bad frames): each good one
+    gives a pkt record with opcode PROBE, the BTH's QP and PSN, the frame's STEV, the PETH
+    timestamp, length 0 and no slot (so no verdict is asked for it); a probe with a bad
+    ICRC, a byte too many or cut short is dropped and counted. Records and counters match
+    the model, and the probe records are also read off the frames directly."""
+    rng = seeded()
+    frames = random_mix(rng, soak(40), max_payload=600 if width >= 512 else 300)
+    for _ in range(12):
+        f = control_frame(rng, "probe")
+        frames.insert(rng.randrange(len(frames) + 1), (f, with_meta(rng, f), 0))
+    broken = broken_probes(rng)
+    for f, _ in broken:
+        frames.insert(rng.randrange(len(frames) + 1), (f, with_meta(rng, f), 0))
+    r = Run(width, frames, rng=rng, idle=0.2, backpressure=0.3).run()
+    results, skipped = r.check()
+    assert skipped == 0
+    for f, cause in broken:
+        got = next(res for (g, _, _), res in zip(frames, results) if g == f)
+        assert got.cause == cause, f"broken probe: model says {got.cause}, not {cause}"
+    assert r.counters["icrc"] >= 1 and r.counters["length"] >= 1
+    # Probe records straight from the frames (the packet codec, not the RX model).
+    want = []
+    for (f, meta, _), res in zip(frames, results):
+        if res.kind != "probe":
+            continue
+        p = pk.decode(f, check_icrc=True)
+        ecn = p.ip["ecn"] if meta["mode"] == EvMode.PASS else meta["ecn"]
+        want.append({"opcode": int(Opcode.PROBE), "qp": p.bth["dest_qp"] & 0xFFFF,
+                     "psn": p.bth["psn"], "entropy": pk.stev_ev(p),
+                     "timestamp": p.peth["timestamp"], "length": 0, "slot": 0, "tag": 0,
+                     "ce": int(ecn == proto.ECN_CE), "trimmed": 0, "va": 0})
+    got = [{k: rec[k] for k in want[0]} for rec in r.pkts
+           if rec["opcode"] == Opcode.PROBE]
+    assert len(want) >= 12 and got == want
+    assert r.counters["probes"] == len(want)
+    print(f"{width} bits: {len(frames)} frames, {len(want)} probe records, "
+          f"{len(broken)} broken probes dropped")
 
 
 def test_wrong_verdict_tags_drop_the_packet():

@@ -10,6 +10,7 @@ import pytest
 from mrcnic import proto
 from mrcnic.csr import RegisterDriver
 from mrcnic.model import packet as pk
+from mrcnic.model import roce_rx as rx_model
 from mrcnic.model.roce_tx import RoceTxModel
 from mrcnic.proto import Opcode
 from mrcnic.roce_tx import TX_REGS, RoceTx
@@ -20,14 +21,34 @@ from streams import AxisSink, AxisSource, MetaSource, gated, handshake_watcher
 WRITES = [op for op in Opcode if op.is_write]
 
 
-def random_desc(rng, qps, *, max_len=300, opcode=None):
-    op = opcode if opcode is not None else rng.choice(WRITES)
-    return {"qp": rng.randrange(qps), "psn": rng.getrandbits(24), "opcode": int(op),
+def random_desc(rng, qps, *, max_len=300, opcode=None, probes=0.0):
+    """A random descriptor: a WRITE, or with probability ``probes`` a probe (length 0; its
+    A, rtx and RETH fields random, which the block must ignore)."""
+    if opcode is None:
+        opcode = Opcode.PROBE if rng.random() < probes else rng.choice(WRITES)
+    return {"qp": rng.randrange(qps), "psn": rng.getrandbits(24), "opcode": int(opcode),
             "ack_req": rng.getrandbits(1), "rtx": rng.getrandbits(1),
             "va": rng.getrandbits(64), "rkey": rng.getrandbits(32),
-            "dma_length": rng.getrandbits(32), "length": rng.randrange(max_len + 1),
+            "dma_length": rng.getrandbits(32),
+            "length": 0 if opcode == Opcode.PROBE else rng.randrange(max_len + 1),
             "imm": rng.getrandbits(32), "rqmsn": rng.getrandbits(16), "msn": rng.getrandbits(16),
             "entropy": rng.getrandbits(32)}
+
+
+def check_probe(frame, desc, model):
+    """A probe frame read back with the packet codec (ICRC checked): opcode, PSN, A = 0,
+    rtx = 0, the context's remote QP, the STEV, and the PETH mapping of the module
+    docstring; no payload, no METH or RETH; lengths of BTH + PETH."""
+    p = pk.decode(frame, check_icrc=True, udp_dport=None)
+    rqp = model.ctx.get(desc["qp"], (0, 0, 0))[2] if desc["qp"] < model.qps else 0
+    assert p.opcode == Opcode.PROBE and p.headers[-1] == "peth"
+    assert (p.bth["psn"], p.bth["ack_req"], p.bth["rtx"], p.bth["pad"], p.bth["dest_qp"]) == \
+        (desc["psn"], 0, 0, 0, rqp)
+    assert p.peth == {"probe_id": desc["msn"], "src_id": desc["qp"], "dst_id": rqp & 0xFFFF,
+                      "timestamp": desc["rqmsn"]}
+    assert p.payload == b"" and p.meth is None and p.reth is None
+    assert pk.stev_ev(p) == desc["entropy"]
+    assert len(frame) == 94 and p.ip["payload_length"] == p.udp["length"] == 40
 
 
 async def configure(regs, model, rng, qps):
@@ -52,7 +73,7 @@ async def configure(regs, model, rng, qps):
 
 
 def run_tx(width, descs, payloads, *, qps=4, rng, idle=0.0, backpressure=0.0,
-           pay_users=None, configure_regs=True):
+           pay_users=None, configure_regs=True, max_cycles=20_000):
     """Returns (sink, model, counters, desc handshake cycles)."""
     dut = RoceTx(width, qps)
     model = RoceTxModel(qps)
@@ -63,7 +84,7 @@ def run_tx(width, descs, payloads, *, qps=4, rng, idle=0.0, backpressure=0.0,
     psrc = AxisSource(dut.s_axis, frames, rng=rng, idle=idle, users=users)
     dsrc = MetaSource(dut.desc, descs, rng=rng, idle=idle)
     sink = AxisSink(dut.m_axis, len(descs), rng=rng, backpressure=backpressure,
-                    max_cycles=20_000)
+                    max_cycles=max_cycles)
     started, done, counters, hs = [], [], {}, []
 
     async def control(ctx):
@@ -96,18 +117,21 @@ def run_tx(width, descs, payloads, *, qps=4, rng, idle=0.0, backpressure=0.0,
 
 
 def payloads_for(rng, descs):
-    return [bytes(rng.getrandbits(8) for _ in range(d["length"])) if d["length"] else None
-            for d in descs]
+    """A payload frame per descriptor that takes one: a WRITE of length > 0 (a probe takes
+    none, whatever its length)."""
+    return [bytes(rng.getrandbits(8) for _ in range(d["length"]))
+            if d["length"] and d["opcode"] != Opcode.PROBE else None for d in descs]
 
 
 @pytest.mark.parametrize("width", [64, 128, 512, 2048])
 def test_frames_match_the_packet_model(width):
     rng = seeded()
     qps = 4
-    descs = [random_desc(rng, qps) for _ in range(soak(40))]
+    descs = [random_desc(rng, qps, probes=0.25) for _ in range(soak(40))]
     payloads = payloads_for(rng, descs)
     _, sink, model, counters, _ = run_tx(width, descs, payloads, qps=qps, rng=rng, idle=0.2,
                                          backpressure=0.3)
+    probes = 0
     for i, (d, got, user) in enumerate(zip(descs, sink.frames, sink.users)):
         want, causes = model.frame(d, payloads[i] or b"")
         assert not causes and user == 0, f"frame {i}: {causes}, tuser {user}"
@@ -115,8 +139,14 @@ def test_frames_match_the_packet_model(width):
                             f"differs at byte " \
                             f"{next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), 'length')}"
         pk.decode(got, check_icrc=True, udp_dport=None)
+        if d["opcode"] == Opcode.PROBE:
+            check_probe(got, d, model)
+            probes += 1
+    assert probes >= 4, f"only {probes} probes drawn"
     assert counters["frames"] == len(descs)
-    assert counters["retransmissions"] == sum(d["rtx"] for d in descs)
+    assert counters["retransmissions"] == sum(d["rtx"] for d in descs
+                                              if d["opcode"] != Opcode.PROBE)
+    assert counters["bad_opcode"] == counters["too_long"] == counters["payload"] == 0
 
 
 def test_scapy_reads_the_frames():
@@ -145,7 +175,7 @@ def test_back_to_back_one_beat_a_cycle_and_latency(width):
     after its descriptor's handshake."""
     rng = seeded()
     B = width // 8
-    descs = [random_desc(rng, 4, max_len=600) for _ in range(soak(30))]
+    descs = [random_desc(rng, 4, max_len=600, probes=0.3) for _ in range(soak(30))]
     payloads = payloads_for(rng, descs)
     dut, sink, model, _, hs = run_tx(width, descs, payloads, qps=4, rng=rng)
     beats = sink.beat_cycles
@@ -153,6 +183,42 @@ def test_back_to_back_one_beat_a_cycle_and_latency(width):
     want_beats = sum(-(-len(model.frame(d, p or b"")[0]) // B) for d, p in zip(descs, payloads))
     assert len(beats) == want_beats
     assert beats[0] - hs[0] == dut.latency
+    print(f"{width} bits: {len(descs)} frames ({sum(d['opcode'] == Opcode.PROBE for d in descs)}"
+          f" probes), {len(beats)} beats in {beats[-1] - beats[0] + 1} cycles, first beat "
+          f"{beats[0] - hs[0]} cycles after its descriptor")
+
+
+@pytest.mark.parametrize("width", [64, 512, 2048])
+def test_probes_back_to_back(width):
+    """Probes only, descriptors always there (no payload at all): ceil(94 / B) beats a
+    probe, one beat every cycle, a probe first gives its first beat ``latency`` cycles
+    after its descriptor, as a WRITE does."""
+    rng = seeded()
+    B = width // 8
+    descs = [random_desc(rng, 4, opcode=Opcode.PROBE) for _ in range(soak(24))]
+    dut, sink, model, counters, hs = run_tx(width, descs, [None] * len(descs), qps=4, rng=rng)
+    for d, got in zip(descs, sink.frames):
+        assert got == model.frame(d, b"")[0]
+        check_probe(got, d, model)
+    beats = sink.beat_cycles
+    assert len(beats) == len(descs) * -(-94 // B)
+    assert beats[-1] - beats[0] + 1 == len(beats), "an idle cycle on the output"
+    assert beats[0] - hs[0] == dut.latency
+    assert counters["frames"] == len(descs) and counters["retransmissions"] == 0
+    # End to end: the receive side's model reads each frame the block made as a probe of
+    # the same QP (the peer's number, as its RoceRx sees it), PSN, STEV and timestamp.
+    r = model.regs
+    rx_regs = rx_model.RxRegs(udp_dport=r["udp_dport"], trim_dscp=(r["dscp_data"] + 1) % 64,
+                              trim_lasthop_dscp=(r["dscp_data"] + 2) % 64)
+    for d, got in zip(descs, sink.frames):
+        res = rx_model.receive(got, rx_model.meta_of(), rx_regs)
+        rqp = model.ctx[d["qp"]][2]
+        assert res.kind == "probe", res
+        assert (res.pkt["opcode"], res.pkt["qp"], res.pkt["psn"], res.pkt["entropy"],
+                res.pkt["timestamp"], res.pkt["slot"]) == \
+            (Opcode.PROBE, rqp & 0xFFFF, d["psn"], d["entropy"], d["rqmsn"], 0)
+    print(f"{width} bits: {len(descs)} probes, {len(beats)} beats in "
+          f"{beats[-1] - beats[0] + 1} cycles, latency {beats[0] - hs[0]}")
 
 
 def test_payload_frames_that_disagree_are_marked_and_do_not_disturb_the_next():
@@ -191,11 +257,18 @@ def test_payload_frames_that_disagree_are_marked_and_do_not_disturb_the_next():
 def test_bad_descriptors_are_sent_marked_and_counted():
     rng = seeded()
     qps = 3
-    descs = [random_desc(rng, qps, max_len=40) for _ in range(12)]
+    descs = [random_desc(rng, qps, max_len=40) for _ in range(14)]
     descs[2]["qp"] = 7
     descs[5]["opcode"] = int(Opcode.SACK)
     descs[8]["qp"] = 3
+    # A probe with a length: still a probe, marked too_long, takes no payload frame (the
+    # next descriptor's payload is the next on s_axis); a good probe after it.
+    descs[10] = random_desc(rng, qps, opcode=Opcode.PROBE)
+    descs[10]["length"] = rng.randrange(1, 300)
+    descs[12] = random_desc(rng, qps, opcode=Opcode.PROBE)
+    descs[11]["length"] = descs[13]["length"] = 17
     payloads = payloads_for(rng, descs)
+    assert payloads[10] is None and payloads[11] is not None
     _, sink, model, counters, _ = run_tx(64, descs, payloads, qps=qps, rng=rng,
                                          backpressure=0.3)
     for i, (d, got, user) in enumerate(zip(descs, sink.frames, sink.users)):
@@ -203,9 +276,13 @@ def test_bad_descriptors_are_sent_marked_and_counted():
         assert user == int(bool(causes)), f"frame {i}"
         if want is not None:
             assert len(got) == len(want)
-            if not causes:
-                assert got == want
+            if not causes or i == 10:
+                assert got == want, f"frame {i}"
+    assert model.frame(descs[10], b"")[1] == {"too_long"}
+    check_probe(sink.frames[10], descs[10], model)
+    check_probe(sink.frames[12], descs[12], model)
     assert counters["bad_qp"] == 2 and counters["bad_opcode"] == 1
+    assert counters["too_long"] == 1 and counters["payload"] == 0
 
 
 def test_parameters_are_checked():

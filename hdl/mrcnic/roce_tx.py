@@ -1,4 +1,5 @@
-"""RoCEv2 data frames from packet descriptors and payloads: :class:`RoceTx` (``roce-tx``).
+"""RoCEv2/MRC data and probe frames from packet descriptors and payloads: :class:`RoceTx`
+(``roce-tx``).
 
 Operation
     Each record on ``desc`` (:data:`mrcnic.tx_desc.TX_DESC`) becomes one frame on ``m_axis``:
@@ -17,6 +18,22 @@ Operation
     dest_qp); the registers (:data:`TX_REGS`: sources, UDP port, P_Key, DSCP of first
     transmissions and of retransmissions, ECN, hop limit); constants for the rest.
 
+    A descriptor with opcode PROBE (0xDE, spec §2.2) becomes a probe frame:
+
+        Eth | IPv6 | UDP | BTH | PETH | ICRC
+
+    94 bytes, 90 of headers; IPv6 payload length and UDP length 40 (UDP, BTH, PETH, ICRC).
+    It takes no payload from ``s_axis``. BTH: opcode 0xDE, the descriptor's PSN, A = 0,
+    rtx = 0 and pad 0 whatever the descriptor says (a probe consumes no PSN and is never
+    retransmitted), dest_qp from the context; IPv6 DSCP ``dscp_data``; the STEV, addresses,
+    ports, P_Key, ECN and hop limit as for a data frame. **Decision** (PETH from TX_DESC,
+    whose layout stays as it is): probe_id = ``msn``, src_id = ``qp`` (the local QP index),
+    dst_id = the context's remote QP number, bits 15:0, timestamp = ``rqmsn`` (the sender's
+    16-bit send time, 128 ns units as every MRC timestamp; the SACK that answers the probe
+    echoes it). The METH fields have no use on a probe, so the sender's two 16-bit numbers
+    travel in them and no descriptor field is added. The DSCP is the data class's, so that
+    the probe meets the queues (and the ECN marks) of the data it stands in for.
+
     Pipeline: ``desc`` -> :class:`~mrcnic.stream.MetaSkidBuffer` (its output addresses the
     context table) -> S1 (descriptor and context) -> G, the beat generator, which holds one
     frame's header and counters and makes one beat a cycle: header bytes from a register
@@ -32,8 +49,10 @@ Bad input (the frame still leaves, with ``tuser[0]`` on its last beat, and is co
 frames after it are not affected):
 
 * ``bad_qp``: ``qp`` not below ``qps`` (sent with a zero context);
-* ``bad_opcode``: not a WRITE opcode (sent as given);
-* ``too_long``: ``length`` above :data:`~mrcnic.tx_desc.MAX_PAYLOAD` (sent as given);
+* ``bad_opcode``: neither a WRITE opcode nor PROBE (sent as given, with METH and RETH);
+* ``too_long``: ``length`` above :data:`~mrcnic.tx_desc.MAX_PAYLOAD` (sent as given), or a
+  probe with ``length`` other than 0 (sent as a probe; it takes no payload frame, so the
+  payload stream stays in step);
 * ``payload``: the payload frame is shorter or longer than ``length``, or arrived with
   ``tuser[0]``: missing bytes are sent as zeros, extra beats are dropped up to the
   payload frame's ``tlast``.
@@ -49,8 +68,10 @@ Ports
 Latency, throughput
     :attr:`RoceTx.latency` cycles from a descriptor's handshake to the frame's first beat
     when idle and the payload is there (10 at 64 bits, 11 at 512, 12 at 2048: S1, G, the
-    CRC's length, the output slice; measured in ``sim/test_roce_tx.py``). One beat a cycle
-    with no idle cycle between frames: a frame of ``n`` bytes takes ceil(n / B) beats.
+    CRC's length, the output slice; measured in ``sim/test_roce_tx.py``), the same for a
+    probe. One beat a cycle with no idle cycle between frames, probes included: a frame of
+    ``n`` bytes takes ceil(n / B) beats (a probe 12 beats at 64 bits, 2 at 512, 1 from
+    1024).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -63,18 +84,22 @@ from .ack_desc import QP_INDEX_BITS
 from .crc import CrcStream
 from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
                   ipv6_registers, mac_registers)
-from .proto import BTH, ETH, IMMDT, IPV6, METH, RETH, UDP
+from .proto import BTH, ETH, IMMDT, IPV6, METH, PETH, RETH, UDP, Opcode
 from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, keep_count, meta_stream)
 from .tx_desc import MAX_PAYLOAD, TX_DESC
 
-__all__ = ["RoceTx", "TX_REGS", "HEADER_LEN", "HOP_LIMIT_DEFAULT"]
+__all__ = ["RoceTx", "TX_REGS", "HEADER_LEN", "PROBE_HEADER_LEN", "HOP_LIMIT_DEFAULT"]
 
-# Header bytes before the payload, without and with ImmDt.
+# Header bytes before the payload, without and with ImmDt; a probe's headers (no payload).
 HEADER_LEN = {0: ETH.size + IPV6.size + UDP.size + BTH.size + METH.size + RETH.size}
 HEADER_LEN[1] = HEADER_LEN[0] + IMMDT.size
+PROBE_HEADER_LEN = ETH.size + IPV6.size + UDP.size + BTH.size + PETH.size      # 90
 # Bytes the UDP and IPv6 length fields count besides the payload and pad.
 _L4_FIXED = UDP.size + BTH.size + METH.size + RETH.size + proto.ICRC_LEN
+_L4_PROBE = UDP.size + BTH.size + PETH.size + proto.ICRC_LEN                   # 40
+# The bytes after the BTH: METH | RETH | ImmDt, or a probe's PETH and zeros (never sent).
+_EXT_BYTES = METH.size + RETH.size + IMMDT.size
 HOP_LIMIT_DEFAULT = 64
 TX_COUNTERS = ["frames", "retransmissions", "bad_qp", "bad_opcode", "too_long", "payload"]
 
@@ -111,8 +136,9 @@ TX_REGS = RegisterMap("roce_tx", [
         ("frames", "Frames sent"),
         ("retransmissions", "Frames sent with rtx = 1"),
         ("bad_qp", "Frames sent bad: qp not below qps"),
-        ("bad_opcode", "Frames sent bad: not a WRITE opcode"),
-        ("too_long", f"Frames sent bad: length above {MAX_PAYLOAD}"),
+        ("bad_opcode", "Frames sent bad: neither a WRITE opcode nor a probe"),
+        ("too_long", f"Frames sent bad: length above {MAX_PAYLOAD}, or a probe with a "
+                     f"length"),
         ("payload", "Frames sent bad: payload frame shorter or longer than length, or bad"),
     ]],
 ])
@@ -178,19 +204,28 @@ class RoceTx(wiring.Component):
         s1_valid = Signal()
         s1_take = Signal()                 # G takes S1 this cycle
         s1_load = ~s1_valid | s1_take
+        # A probe, and the payload length the frame carries (0 for a probe, whatever the
+        # descriptor says), decoded as S1 loads so that S1's adders see registers.
+        s1_probe = Signal()
+        s1_length = Signal.like(s1.length)
+        r0_probe = r0.o.payload.opcode == int(Opcode.PROBE)
         m.d.comb += [r0.o.ready.eq(s1_load), rd.addr.eq(r0.o.payload.qp), rd.en.eq(s1_load)]
         with m.If(s1_load):
-            m.d.sync += [s1.eq(r0.o.payload), s1_valid.eq(r0.o.valid)]
+            m.d.sync += [s1.eq(r0.o.payload), s1_valid.eq(r0.o.valid), s1_probe.eq(r0_probe),
+                         s1_length.eq(Mux(r0_probe, 0, r0.o.payload.length))]
 
         # --- The header of S1's frame and its counters ---------------------------------------
         op = s1.opcode
-        is_write = (op >= int(proto.Opcode.WRITE_FIRST)) & (op <= int(proto.Opcode.WRITE_ONLY_IMM))
-        has_imm = (op == int(proto.Opcode.WRITE_LAST_IMM)) | \
-                  (op == int(proto.Opcode.WRITE_ONLY_IMM))
-        length = s1.length
+        probe = s1_probe
+        is_write = (op >= int(Opcode.WRITE_FIRST)) & (op <= int(Opcode.WRITE_ONLY_IMM))
+        has_imm = (op == int(Opcode.WRITE_LAST_IMM)) | (op == int(Opcode.WRITE_ONLY_IMM))
+        length = s1_length
         pad = (-length)[:2]
+        ack_req = s1.ack_req & ~probe       # a probe: A = 0, rtx = 0 (never retransmitted)
+        rtx = s1.rtx & ~probe
         l4_len = Signal(16)
-        m.d.comb += l4_len.eq(_L4_FIXED + Mux(has_imm, IMMDT.size, 0) + length + pad)
+        m.d.comb += l4_len.eq(Mux(probe, _L4_PROBE,
+                                  _L4_FIXED + Mux(has_imm, IMMDT.size, 0)) + length + pad)
         ctx_ok = below_qps(s1.qp)
         c = rd.data
         ipv6 = f["ipv6"]
@@ -200,7 +235,7 @@ class RoceTx(wiring.Component):
                           "src": Cat(f["local_mac_lo"]["mac"], f["local_mac_hi"]["mac"]),
                           "ethertype": proto.ETHERTYPE_IPV6}),
             IPV6.assemble({"version": proto.IPV6_VERSION,
-                           "dscp": Mux(s1.rtx, ipv6["dscp_rtx"], ipv6["dscp_data"]),
+                           "dscp": Mux(rtx, ipv6["dscp_rtx"], ipv6["dscp_data"]),
                            "ecn": ipv6["ecn"], "flow_label": flow,
                            "payload_length": l4_len, "next_header": proto.IPPROTO_UDP,
                            "hop_limit": ipv6["hop_limit"], "src": ip("local_ip"),
@@ -209,13 +244,18 @@ class RoceTx(wiring.Component):
                           "length": l4_len}),
             BTH.assemble({"opcode": op, "pad": pad, "tver": proto.BTH_TVER,
                           "pkey": f["config"]["pkey"],
-                          "dest_qp": Mux(ctx_ok, c.remote_qp, 0), "ack_req": s1.ack_req,
-                          "rtx": s1.rtx, "psn": s1.psn}),
-            METH.assemble({"rqmsn": s1.rqmsn, "msn": s1.msn}),
-            RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),
-            IMMDT.assemble({"imm": s1.imm}),
+                          "dest_qp": Mux(ctx_ok, c.remote_qp, 0), "ack_req": ack_req,
+                          "rtx": rtx, "psn": s1.psn}),
+            Mux(probe,
+                Cat(PETH.assemble({"probe_id": s1.msn, "src_id": s1.qp,
+                                   "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PETH.width("dst_id")],
+                                   "timestamp": s1.rqmsn}),
+                    Const(0, 8 * (_EXT_BYTES - PETH.size))),
+                Cat(METH.assemble({"rqmsn": s1.rqmsn, "msn": s1.msn}),
+                    RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),
+                    IMMDT.assemble({"imm": s1.imm}))),
         )
-        hlen = Mux(has_imm, HEADER_LEN[1], HEADER_LEN[0])
+        hlen = Mux(probe, PROBE_HEADER_LEN, Mux(has_imm, HEADER_LEN[1], HEADER_LEN[0]))
 
         # --- G: the beat generator ---------------------------------------------------------
         en = Signal()                       # the pipeline after S1 moves (output has room)
@@ -316,8 +356,9 @@ class RoceTx(wiring.Component):
                 pay_left.eq((length + B - 1) >> (B.bit_length() - 1)),
                 last_keep.eq(((length - 1) & (B - 1)) + 1),
                 short.eq(0), pbad.eq(0),
-                cause.bad_qp.eq(~ctx_ok), cause.bad_opcode.eq(~is_write),
-                cause.too_long.eq(length > MAX_PAYLOAD), cause.rtx.eq(s1.rtx),
+                cause.bad_qp.eq(~ctx_ok), cause.bad_opcode.eq(~is_write & ~probe),
+                cause.too_long.eq((s1.length > MAX_PAYLOAD) | (probe & (s1.length != 0))),
+                cause.rtx.eq(rtx),
             ]
 
         # --- The ICRC beside a delay line of its length ----------------------------------------
@@ -363,8 +404,9 @@ class RoceTx(wiring.Component):
         return m
 
 
-@registry.register("roce-tx", "RoCEv2 data frames (TX side): one frame per packet "
-                   "descriptor, METH and RETH on every packet, payload from a stream, ICRC "
-                   "computed in line", defaults={"data_width": 512, "qps": 64})
+@registry.register("roce-tx", "RoCEv2 data and probe frames (TX side): one frame per "
+                   "packet descriptor, METH and RETH on every data packet, PETH on a probe, "
+                   "payload from a stream, ICRC computed in line",
+                   defaults={"data_width": 512, "qps": 64})
 def _roce_tx_block(data_width, qps):
     return RoceTx(data_width, qps)

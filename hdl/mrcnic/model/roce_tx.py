@@ -1,8 +1,12 @@
 """Reference model of :class:`mrcnic.roce_tx.RoceTx`: the frame one descriptor gives.
 
 Written on the packet model (:mod:`mrcnic.model.packet`), not on the gateware: the frame is
-``write_packet`` of the descriptor's fields with the QP's context and the registers, and
-the causes for which the block marks it bad.
+``write_packet`` (or, for a PROBE descriptor, ``probe_packet``) of the descriptor's fields
+with the QP's context and the registers, and the causes for which the block marks it bad.
+
+A probe: BTH A = 0 and rtx = 0 whatever the descriptor says, so the first-transmission
+DSCP; PETH probe_id = ``msn``, src_id = ``qp``, dst_id = the remote QP number's low 16
+bits, timestamp = ``rqmsn``; no payload, and a ``length`` other than 0 is ``too_long``.
 """
 
 from .. import proto
@@ -33,8 +37,8 @@ class RoceTxModel:
 
     def frame(self, desc, payload):
         """The frame for ``desc`` (a dict of TX_DESC fields) whose payload is ``payload``
-        (``length`` bytes; the block's own handling of a mismatched payload frame is
-        tested directly)."""
+        (``length`` bytes, none for a probe; the block's own handling of a mismatched
+        payload frame is tested directly)."""
         r = self.regs
         causes = set()
         qp = desc["qp"]
@@ -42,6 +46,17 @@ class RoceTxModel:
             causes.add("bad_qp")
         mac, ip, rqp = self.ctx.get(qp, (0, 0, 0)) if qp < self.qps else (0, 0, 0)
         op = desc["opcode"]
+        net = dict(src_mac=r["local_mac"], dst_mac=mac, src_ip=r["local_ip"], dst_ip=ip,
+                   ev=desc["entropy"], ecn=r["ecn"], hop_limit=r["hop_limit"],
+                   udp_dport=r["udp_dport"], pkey=r["pkey"])
+        if op == proto.Opcode.PROBE:
+            if desc["length"] != 0:
+                causes.add("too_long")
+            assert not payload, "a probe takes no payload"
+            pkt = pk.probe_packet(rqp, desc["msn"], src_id=qp, dst_id=rqp & 0xFFFF,
+                                  timestamp=desc["rqmsn"], psn=desc["psn"],
+                                  dscp=r["dscp_data"], ack_req=0, rtx=0, **net)
+            return pk.encode(pkt), causes
         if op not in _WRITES:
             causes.add("bad_opcode")
         if desc["length"] > MAX_PAYLOAD:
@@ -52,9 +67,7 @@ class RoceTxModel:
             pkt = pk.write_packet(
                 op, rqp, desc["psn"], desc["va"], desc["rkey"], desc["dma_length"], payload,
                 imm=desc["imm"] if has_imm else None, rqmsn=desc["rqmsn"], msn=desc["msn"],
-                src_mac=r["local_mac"], dst_mac=mac, src_ip=r["local_ip"], dst_ip=ip,
-                ev=desc["entropy"], dscp=r["dscp_rtx"] if desc["rtx"] else r["dscp_data"],
-                ecn=r["ecn"], hop_limit=r["hop_limit"], udp_dport=r["udp_dport"],
-                pkey=r["pkey"], ack_req=desc["ack_req"], rtx=desc["rtx"])
+                dscp=r["dscp_rtx"] if desc["rtx"] else r["dscp_data"],
+                ack_req=desc["ack_req"], rtx=desc["rtx"], **net)
             return pk.encode(pkt), causes
         return None, causes
