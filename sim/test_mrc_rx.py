@@ -1,6 +1,7 @@
 """MrcRx on Amaranth's simulator: SRv6 data frames of several QPs sprayed over the planes,
-with duplicates, received SACKs and an out-of-window packet; every payload placed once at
-its address, SACK/NACK frames on the planes of their EVs, the peer's SACKs passed on."""
+with duplicates, received SACKs, an out-of-window packet and WRITEs the memory check refuses;
+every payload placed once at its address, SACK/NACK frames on the planes of their EVs, an
+AETH NAK for each refused WRITE on plane qp mod planes, the peer's SACKs passed on."""
 
 import pytest
 from amaranth.lib import data
@@ -8,6 +9,7 @@ from amaranth.lib import data
 from mrcnic import proto
 from mrcnic.ack_desc import ACK_DESC
 from mrcnic.model import packet as pk
+from mrcnic.ack_generator import ACK_REGS
 from mrcnic.mrc_rx import MrcRx
 from mrcnic.proto import Opcode
 from mrcnic.csr import RegisterDriver
@@ -26,12 +28,13 @@ def srv6(frame):
 @pytest.mark.parametrize("planes", [2, pytest.param(3, marks=pytest.mark.soak)])
 def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     rng = seeded()
-    qps = 4
+    qps = 5
     frames = {p: [] for p in range(planes)}
-    # QPs 0..2 write into the one memory region; QP 3 sends one WRITE with an unknown R_Key.
+    # QPs 0..2 write into the one memory region; QP 3 sends one WRITE beyond the region's
+    # end, QP 4 one with an unknown R_Key.
     want = {}                                   # (qp, psn) -> (va, payload)
     n_data = 0
-    for qp in range(qps - 1):
+    for qp in range(3):
         for psn in range(6):
             payload = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 200)))
             va = (qp << 20) | psn << 8
@@ -51,7 +54,10 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     sacks = [srv6(pk.encode(pk.sack_packet(q, 10 + q, 0b101))) for q in (0, 2)]
     frames[0].extend(sacks)
     frames[planes - 1].append(srv6(pk.encode(pk.write_packet(
-        Opcode.WRITE_ONLY, 3, 0, 0x40, 0x9999, 4, b"evil", ev=planes - 1))))
+        Opcode.WRITE_ONLY, 3, 2, (1 << 24) - 2, 0x1234, 4, b"over", ev=planes - 1))))
+    frames[0].append(srv6(pk.encode(pk.write_packet(
+        Opcode.WRITE_ONLY, 4, 1, 0x40, 0x9999, 4, b"evil", ev=0))))
+    remote_qp3 = 0xABC00 | rng.getrandbits(8)   # QP 3's peer, in the generator's context
 
     dut = MrcRx(planes, 64, qps)
     srcs = [AxisSource(getattr(dut, f"s{p}_axis"), frames[p], rng=rng, idle=0.2)
@@ -63,6 +69,13 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
         base = (2 * planes + 1) << dut.bus.window_bits     # the memory-protect window
         drv = RegisterDriver(MP_REGS, master.read, master.write, base=base)
         await table_op(drv, ("region", 0, 0x1234, 0, 1 << 24, 1, 0))
+        gen = RegisterDriver(ACK_REGS, master.read, master.write,
+                             base=(2 * planes + 3) << dut.bus.window_bits)
+        await gen.write("ctx_qp", 3)
+        await gen.write("ctx_remote_qp", remote_qp3)
+        await gen.write_fields("control", ctx_write=1)
+        while await gen.read_field("status", "ctx_busy"):
+            pass
         started.append(True)
 
     def after_configure(src):
@@ -75,7 +88,7 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     # sinks below wait for what must come, then a quiet period checks nothing more does.
     # The outputs are collected for a fixed number of cycles, long enough for every frame
     # (the sinks' cycle limit ends them); then what came out is checked.
-    budget = 2500
+    budget = 3000
 
     def open_ended(sink):
         sink.count, sink.max_cycles = 10 ** 9, budget
@@ -95,9 +108,9 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     acks_out = [AxisSink(getattr(dut, f"a{p}_axis"), 0, rng=rng, backpressure=0.2)
                 for p in range(planes)]
     ack_rx = MetaSink(dut.ack, 0, rng=rng)
-    access = MetaSink(dut.access_nak, 0, rng=rng)
+    access_rec = MetaSink(dut.access_nak, 0, rng=rng, backpressure=0.2)
     tbs = [configure] + [after_configure(s) for s in srcs] + \
-        [open_ended(s) for s in places + payloads + acks_out + [ack_rx, access]]
+        [open_ended(s) for s in places + payloads + acks_out + [ack_rx, access_rec]]
     run(dut, *tbs)
     assert all(s.done for s in srcs), "the block stopped taking frames"
 
@@ -111,23 +124,33 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
             assert key not in placed, f"{key} placed twice"
             placed[key] = (int(r.va), body)
     assert placed == want
-    # Answers: every control frame decodes, with its ICRC, and left on its EV's plane.
-    n_frames = 0
+    # Answers: every control frame decodes, with its ICRC; a SACK or NACK left on its EV's
+    # plane, an AETH NAK on plane qp mod planes.
+    n_frames, aeth_naks = 0, []
     for p in range(planes):
         for f in acks_out[p].frames:
             pkt = pk.decode(f, check_icrc=True, udp_dport=None)
-            assert pkt.opcode in (Opcode.SACK, Opcode.NACK)
+            assert pkt.opcode in (Opcode.SACK, Opcode.NACK, Opcode.ACK)
+            if pkt.opcode == Opcode.ACK:
+                aeth_naks.append((p, pkt.bth["dest_qp"], pkt.bth["psn"],
+                                  pkt.aeth["syndrome"], pkt.aeth["msn"]))
+                continue
             entropy = (pkt.seth or pkt.neth)["entropy"]
             assert (entropy & 0xFF) % planes == p, "a control frame on another plane"
             n_frames += 1
-    assert n_frames >= qps, "too few SACKs"
+    assert n_frames >= 3, "too few SACKs"
+    # The refused WRITEs: one AETH NAK each (opcode 0xD1, syndrome 0x62, the WRITE's PSN),
+    # QP 3's to the remote QP of its context, QP 4's (no context written) to QP 0.
+    access = proto.AETH_SYNDROME_ACCESS_ERROR
+    assert sorted(aeth_naks) == sorted([(3 % planes, remote_qp3, 2, access, 0),
+                                        (4 % planes, 0, 1, access, 0)])
     nacks = [f for p in range(planes) for f in acks_out[p].frames
              if pk.decode(f, check_icrc=False, udp_dport=None).opcode == Opcode.NACK]
     assert len(nacks) == 1
     # The peer's SACKs reach the ack output as ACK_DESC records.
     recs = [data.Const(ACK_DESC, v) for v in ack_rx.records]
     assert sorted((int(r.qp), int(r.cack)) for r in recs) == [(0, 10), (2, 12)]
-    # The WRITE with an unknown R_Key: not placed, one access-error NAK for its QP.
-    naks = [data.Const(NAK, v) for v in access.records]
-    assert [(int(r.qp), int(r.psn), int(r.syndrome)) for r in naks] == \
-        [(3, 0, proto.AETH_SYNDROME_ACCESS_ERROR)]
+    # The refused WRITEs: not placed, and a copy of each access-error record on access_nak.
+    naks = [data.Const(NAK, v) for v in access_rec.records]
+    assert sorted((int(r.qp), int(r.psn), int(r.syndrome)) for r in naks) == \
+        [(3, 2, access), (4, 1, access)]

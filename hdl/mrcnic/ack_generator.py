@@ -1,17 +1,20 @@
-"""SACK and NACK control frames from descriptors: :class:`AckGenerator` (``ack-generator``).
+"""SACK, NACK and AETH NAK control frames: :class:`AckGenerator` (``ack-generator``).
 
 Operation
-    Each record on ``desc`` (:data:`mrcnic.ack_desc.ACK_DESC`) becomes one complete frame on
-    ``m_axis``, ICRC included, no FCS:
+    Each record on ``desc`` (:data:`mrcnic.ack_desc.ACK_DESC`) and each record on ``nak``
+    (:data:`mrcnic.roce_rx.NAK`: a memory access error to report) becomes one complete
+    frame on ``m_axis``, ICRC included, no FCS:
 
-    ====== ==================================================================== =========
-    kind   frame                                                                 bytes
-    ====== ==================================================================== =========
-    SACK   Eth | IPv6 | UDP | BTH (0xDC) | SETH | CC_STATE | ICRC                114
-    NACK   Eth | IPv6 | UDP | BTH (0xDD) | NETH | ICRC                           98
-    ====== ==================================================================== =========
+    ======== ================================================================== =========
+    kind     frame                                                               bytes
+    ======== ================================================================== =========
+    SACK     Eth | IPv6 | UDP | BTH (0xDC) | SETH | CC_STATE | ICRC              114
+    NACK     Eth | IPv6 | UDP | BTH (0xDD) | NETH | ICRC                         98
+    AETH NAK Eth | IPv6 | UDP | BTH (0xD1) | AETH | ICRC                         82
+    ======== ================================================================== =========
 
-    Where each field comes from:
+    SACK and NACK come from ``desc`` (``desc.nack``), AETH NAK from ``nak``. Where each
+    field comes from:
 
     * the descriptor: SETH ``m``, ``pr``, ``ack_psn_offset``, ``entropy``, ``cack_psn``
       (= ``cack``), ``mpr``, ``sack_offset``, ``bitmap``; CC_STATE ``timestamp``,
@@ -19,56 +22,73 @@ Operation
       (= ``psn``), ``timestamp``. SETH/NETH ``src_id`` = ``desc.qp``. The frame's own
       IPv6 flow label and UDP source port carry ``entropy`` as a STEV
       (:func:`mrcnic.proto.stev_split`, the decision of :mod:`mrcnic.ack_desc`);
+    * the nak record: AETH ``syndrome`` (0x62, ``proto.AETH_SYNDROME_ACCESS_ERROR``, for a
+      remote access error; any value is sent as given) and BTH PSN (= ``psn``); ``qp``
+      selects the context. **Decision (AETH MSN):** 0 (:data:`NAK_MSN`): the receive side
+      keeps no AETH message count (MRC acknowledges with SACKs); an AETH NAK here reports
+      only the refused PSN and the syndrome. **Decision (entropy):** an AETH NAK answers no EV, so its
+      flow label and UDP source port are 0;
     * the QP's context (a table written through the registers, one entry per QP): the
       Ethernet destination, the IPv6 destination, BTH ``dest_qp`` (the remote QP number),
       and SETH/NETH ``dst_id`` (its low 16 bits);
     * registers (:data:`ACK_REGS`): the Ethernet and IPv6 sources, the UDP destination port,
-      DSCP, ECN, hop limit and P_Key;
+      DSCP, ECN, hop limit and P_Key, the same for every kind;
     * constants: everything else is 0 (``cc_type``, ``flags``, ``vendor``,
-      ``restore_cwnd``, ``rcv_cwnd_pen``, the UDP checksum, BTH ``se``, ``m``, ``pad``,
-      ``tver``, ``fecn``, ``becn``, ``ack_req``, ``rtx``, ``ts``).
+      ``restore_cwnd``, ``rcv_cwnd_pen``, AETH ``msn``, the UDP checksum, BTH ``se``,
+      ``m``, ``pad``, ``tver``, ``fecn``, ``becn``, ``ack_req``, ``rtx``, ``ts``).
 
-    **Decision (BTH PSN):** the spec gives the PSN of a control frame no meaning. A SACK
+    **Decision (BTH PSN):** the spec gives the PSN of a SACK or NACK no meaning. A SACK
     carries its CACK there and a NACK the PSN it refuses (:data:`BTH_PSN_SOURCE`), so that a
-    capture reads the same PSN in the BTH as in the header that follows.
+    capture reads the same PSN in the BTH as in the header that follows. An AETH NAK carries
+    the PSN of the refused packet, as RoCE does.
 
-    **ICRC.** The frame has one of two lengths and most of its bytes are constant, so its
+    **Decision (two inputs):** one record a cycle enters the pipeline, from ``nak`` when it
+    holds one, else from ``desc``: access errors are rare (one per QP error episode) and a
+    SACK waits one cycle. The choice is made in front of R0, so at most one of the two
+    handshakes happens in a cycle and the frames leave in the order of the handshakes; a
+    user tags each frame at its record's handshake (:class:`~mrcnic.mrc_rx.MrcRx` keeps the
+    frames' planes in a FIFO that way).
+
+    **ICRC.** The frame has one of three lengths and most of its bytes are constant, so its
     CRC-32 is an affine function of the variable fields (:mod:`mrcnic.crc`):
     ``ICRC = c_t ^ raw(0, delta)``, ``c_t`` the ICRC of the frame of kind ``t`` with every
     variable field zero (a constant) and ``delta`` the covered bytes with the variable
     fields in place over zeros; ``raw(0, .)`` is linear, so it is the XOR of one part per
     group of fields, each computed where its fields are held still:
 
-    * the descriptor's fields: constant GF(2) matrices (one XOR tree per CRC bit) in the
+    * the record's fields: constant GF(2) matrices (one XOR tree per CRC bit) in the
       first pipeline stage, in chunks of at most 64 bits (4 chunks for a SACK, 2 for a
-      NACK);
+      NACK, 1 for an AETH NAK: its PSN and syndrome);
     * the QP context's fields (IPv6 destination, ``dest_qp``, ``dst_id``): when the entry is
       written, by a byte-serial CRC engine (one byte a cycle over the 72 covered bytes from
-      the destination address on, ``raw`` taken after 80 and 96 bytes for NACK and SACK),
-      and stored in the table with the entry;
+      the destination address on, ``raw`` taken after 64, 80 and 96 bytes for AETH NAK,
+      NACK and SACK), and stored in the table with the entry;
     * the registers' fields (source address, UDP port, P_Key): by the same kind of engine,
       looping for ever over a copy of the registers (88 bytes, 89 cycles a round). At the
-      end of each round the copy and its two CRC parts become, together, the values frames
-      use; so a frame never mixes old and new values, whenever the registers are written.
-      ``status.cfg_pending`` reads 1 until frames use what the registers hold (at most two
-      rounds, 178 cycles, after a write).
+      end of each round the copy and its three CRC parts become, together, the values
+      frames use; so a frame never mixes old and new values, whenever the registers are
+      written. ``status.cfg_pending`` reads 1 until frames use what the registers hold (at
+      most two rounds, 178 cycles, after a write).
 
     For values that change only when software writes them, the serial engines save about
     1600 LUT4 over matrices (measured at 64 bits). F takes the XOR of the constant, the
-    registers' part and the descriptor's chunks of the frame's kind, and the table's two
+    registers' part and the record's chunks of the frame's kind, and the table's three
     parts as read, with no logic after the block RAM; the last XOR is made at the output.
 
-    Pipeline: ``desc`` -> :class:`~mrcnic.stream.MetaSkidBuffer` (R0; its output addresses
-    the context table) -> S1 (descriptor, its ICRC chunks; the table's read data) -> F (the
-    frame: every variable field and the ICRC's parts) -> the beats of F, one per cycle, into a
-    :class:`~mrcnic.stream.SkidBuffer` -> ``m_axis``. R0, S1 and F form a stall-all
-    pipeline that moves when F is empty or hands on its last beat.
+    Pipeline: ``nak`` or ``desc`` -> :class:`~mrcnic.stream.MetaSkidBuffer` (R0; its output
+    addresses the context table; a nak record rides R0 and S1 in the descriptor's fields:
+    ``qp``, ``psn``, its syndrome in ``reason``, ``nack`` and ``entropy`` 0, the others
+    unread) -> S1 (the record, its ICRC
+    chunks; the table's read data) -> F (the frame: every variable field and the ICRC's
+    parts) -> the beats of F, one per cycle, into a :class:`~mrcnic.stream.SkidBuffer` ->
+    ``m_axis``. R0, S1 and F form a stall-all pipeline that moves when F is empty or hands
+    on its last beat.
 
-    A descriptor whose ``qp`` is not below ``qps`` is dropped (no frame) and counted in
-    ``bad_qp``; the frames around it are not affected. Every other descriptor gives exactly
-    one frame, in order. A QP whose context was never written sends with a zero context.
-    The table is not cleared by reset. Bytes of the last beat beyond ``tkeep`` are
-    undefined; ``tuser[0]`` is always 0.
+    A record (descriptor or nak) whose ``qp`` is not below ``qps`` is dropped (no frame)
+    and counted in ``bad_qp``; the frames around it are not affected. Every other record
+    gives exactly one frame, in order. A QP whose context was never written sends with a
+    zero context. The table is not cleared by reset. Bytes of the last beat beyond
+    ``tkeep`` are undefined; ``tuser[0]`` is always 0.
 
 Parameters
     ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 QP
@@ -76,24 +96,25 @@ Parameters
 
 Ports
     ``desc`` (in, metadata stream of :data:`~mrcnic.ack_desc.ACK_DESC`; ``desc.ready`` is a
-    register), ``m_axis`` (out, AXI-Stream, driven from registers), ``s_axil``
-    (:data:`ACK_REGS`).
+    register gated by ``nak.valid``), ``nak`` (in, metadata stream of
+    :data:`~mrcnic.roce_rx.NAK`; ``nak.ready`` is a register), ``m_axis`` (out,
+    AXI-Stream, driven from registers), ``s_axil`` (:data:`ACK_REGS`).
 
 Latency
-    :data:`LATENCY` = 4 cycles from the descriptor's handshake to the frame's first beat
-    on ``m_axis`` when the block is idle (measured in ``sim/test_ack_generator.py`` and
-    the cocotb bench).
+    :data:`LATENCY` = 4 cycles from a record's handshake (either input) to the frame's
+    first beat on ``m_axis`` when the block is idle (measured in
+    ``sim/test_ack_generator.py`` and the cocotb bench).
 
 Throughput
-    Frames back to back while descriptors come and ``m_axis`` is ready: a SACK takes
-    exactly ceil(114/B) beats and a NACK ceil(98/B) on a B-byte bus, with no idle cycle
-    between frames (one frame per cycle from 1024 bits on); :attr:`AckGenerator.beats`.
-    ``desc.ready`` is a register and no path runs from ``m_axis.tready`` to it.
+    Frames back to back while records come and ``m_axis`` is ready: a SACK takes exactly
+    ceil(114/B) beats, a NACK ceil(98/B) and an AETH NAK ceil(82/B) on a B-byte bus, with
+    no idle cycle between frames (one frame per cycle from 1024 bits on);
+    :attr:`AckGenerator.beats`. No path runs from ``m_axis.tready`` to ``desc.ready`` or
+    ``nak.ready``.
 
 Resources
-    ECP5 (``mrcnic build --board ulx3s-85f``, qps = 64): 4826 LUT4, 4001 FF, 8 DP16KD,
-    113 MHz at 64 bits; 5205 LUT4, 4806 FF, 8 DP16KD, 112 MHz at 512 bits
-    (``docs/blocks/ack-generator.md``).
+    ECP5 (``mrcnic build --board ulx3s-85f``, qps = 64): 5561 LUT4, 4294 FF, 9 DP16KD,
+    117.8 MHz at 64 bits (``docs/blocks/ack-generator.md``).
 
 Registers
     Write the context of QP ``n``: ``ctx_qp`` = n, ``ctx_mac_*``, ``ctx_ip*``,
@@ -101,7 +122,8 @@ Registers
     that write, so they may be changed at once for the next entry; the entry is in the
     table when ``status.ctx_busy`` reads 0 (73 cycles later), all of it at once. A
     ``ctx_write`` while ``ctx_busy`` is ignored and sets ``status.ctx_dropped``; one with
-    ``ctx_qp`` not below ``qps`` writes nothing. The table cannot be read back.
+    ``ctx_qp`` not below ``qps`` writes nothing. The table cannot be read back. Counters:
+    ``sacks``, ``nacks``, ``naks`` (frames sent of each kind), ``bad_qp``.
 """
 
 import functools
@@ -117,22 +139,31 @@ from .ack_desc import ACK_DESC, QP_INDEX_BITS
 from .crc import crc32_raw, matrix_of
 from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
                   ipv6_registers, mac_registers)
-from .proto import BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
+from .proto import AETH, BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
+from .roce_rx import NAK
 from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, meta_stream)
 
 
 __all__ = ["AckGenerator", "ACK_REGS", "ACK_CTX", "LATENCY", "FRAME_LEN", "HOP_LIMIT_DEFAULT",
-           "BTH_PSN_SOURCE", "inner_delta", "affine_icrc"]
+           "BTH_PSN_SOURCE", "NAK_MSN", "SACK", "NACK", "AETH_NAK", "KINDS", "inner_delta",
+           "affine_icrc"]
+
+# The three kinds of frame, as the Python helpers below and the tests number them.
+SACK, NACK, AETH_NAK = 0, 1, 2
+KINDS = (SACK, NACK, AETH_NAK)
 
 
 HDR_LEN = ETH.size + IPV6.size + UDP.size + BTH.size          # 74: bytes before SETH/NETH
 WINDOW = IPV6.size + UDP.size + BTH.size                      # 60: ICRC-covered, before them
-TAIL = {0: SETH.size + CC_STATE.size, 1: NETH.size}           # 36, 20: SACK (0), NACK (1)
-FRAME_LEN = {t: HDR_LEN + TAIL[t] + ICRC_LEN for t in TAIL}   # 114, 98
-OPCODE = {0: Opcode.SACK, 1: Opcode.NACK}
-# Decision (module docstring): the descriptor field a control frame's BTH PSN carries.
-BTH_PSN_SOURCE = {0: "cack", 1: "psn"}
+TAIL = {SACK: SETH.size + CC_STATE.size, NACK: NETH.size, AETH_NAK: AETH.size}  # 36, 20, 4
+FRAME_LEN = {t: HDR_LEN + TAIL[t] + ICRC_LEN for t in TAIL}   # 114, 98, 82
+OPCODE = {SACK: Opcode.SACK, NACK: Opcode.NACK, AETH_NAK: Opcode.ACK}
+# Decision (module docstring): the record field a control frame's BTH PSN carries.
+BTH_PSN_SOURCE = {SACK: "cack", NACK: "psn", AETH_NAK: "psn"}
+# Decision (module docstring): the MSN of an AETH NAK. The receive side keeps no AETH
+# message count (MRC acknowledges with SACKs), so it sends 0.
+NAK_MSN = 0
 HOP_LIMIT_DEFAULT = 64      # the same default as the packet model's DEFAULT_HOP_LIMIT
 LATENCY = 4                 # R0, S1, F, output register slice
 CHUNK_BITS = 64             # descriptor bits per ICRC partial (4 LUT levels as mapped)
@@ -142,10 +173,12 @@ ACK_CTX = data.StructLayout({
     "ip":        128,       # IPv6 destination
     "remote_qp": 24,        # BTH dest_qp; low 16 bits = SETH/NETH dst_id
     "crc_sack":  32,        # this entry's part of a SACK's ICRC
-    "crc_nack":  32,        # ... and of a NACK's
+    "crc_nack":  32,        # ... of a NACK's
+    "crc_nak":   32,        # ... and of an AETH NAK's
 })
+CTX_CRC = {SACK: "crc_sack", NACK: "crc_nack", AETH_NAK: "crc_nak"}
 
-ACK_COUNTERS = ["sacks", "nacks", "bad_qp"]
+ACK_COUNTERS = ["sacks", "nacks", "bad_qp", "naks"]
 
 
 ACK_REGS = RegisterMap("ack_generator", [
@@ -188,35 +221,43 @@ ACK_REGS = RegisterMap("ack_generator", [
     *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
         ("sacks", "SACK frames sent"),
         ("nacks", "NACK frames sent"),
-        ("bad_qp", "Descriptors dropped: qp not below qps"),
+        ("bad_qp", "Records dropped, desc or nak: qp not below qps"),
+        ("naks", "AETH NAK frames sent (nak records)"),
     ]],
 ])
 
 
 # --- The ICRC as an affine map (Python side: rows of the matrices, and a reference) --------
 
-# Fields that vary from frame to frame, named as inner_delta() takes them, with their widths.
+# Fields that vary from frame to frame, named as inner_delta() takes them, with their widths
+# (``syndrome``: the nak record's).
 VARIABLES = {
     "src_ip": 128, "dst_ip": 128, "dport": 16, "pkey": 16, "dest_qp": 24, "dst_id": 16,
     **{name: ACK_DESC[name].width
        for name in ("entropy", "cack", "psn", "qp", "m", "pr", "ack_psn_offset", "mpr",
                     "sack_offset", "bitmap", "timestamp", "ooo_count", "rcvd_bytes",
                     "reason")},
+    "syndrome": NAK["syndrome"].width,
 }
 
 
-def inner_delta(nack, **v):
-    """The ICRC-covered bytes (inner IPv6 header to the end of SETH/CC_STATE or NETH) of a
-    frame of kind ``nack`` with every constant field zero and the variables ``v``
-    (:data:`VARIABLES`, missing ones 0) in place. Linear in ``v``: the gateware's matrices
-    are its columns, one bit of one variable at a time."""
+def inner_delta(kind, **v):
+    """The ICRC-covered bytes (inner IPv6 header to the end of SETH/CC_STATE, NETH or AETH)
+    of a frame of ``kind`` (:data:`KINDS`) with every constant field zero and the variables
+    ``v`` (:data:`VARIABLES`, missing ones 0; those the kind does not carry ignored) in
+    place. Linear in ``v``: the gateware's matrices are its columns, one bit of one variable
+    at a time."""
     g = {name: v.get(name, 0) for name in VARIABLES}
-    sport, _ = proto.stev_split(g["entropy"])        # the flow label is outside the ICRC
-    psn = g[BTH_PSN_SOURCE[nack]]
+    # An AETH NAK echoes no EV: its UDP source port (and flow label) is 0.
+    entropy = 0 if kind == AETH_NAK else g["entropy"]
+    sport, _ = proto.stev_split(entropy)             # the flow label is outside the ICRC
+    psn = g[BTH_PSN_SOURCE[kind]]
     head = (IPV6.pack(src=g["src_ip"], dst=g["dst_ip"])
             + UDP.pack(src_port=sport, dst_port=g["dport"])
             + BTH.pack(pkey=g["pkey"], dest_qp=g["dest_qp"], psn=psn))
-    if nack:
+    if kind == AETH_NAK:
+        tail = AETH.pack(syndrome=g["syndrome"])
+    elif kind == NACK:
         tail = NETH.pack(reason=g["reason"], entropy=g["entropy"], src_id=g["qp"],
                          dst_id=g["dst_id"], nack_psn=g["psn"], timestamp=g["timestamp"])
     else:
@@ -229,36 +270,36 @@ def inner_delta(nack, **v):
     return head + tail
 
 
-def _icrc_base(nack):
-    """ICRC of the frame of kind ``nack`` with every variable field zero, by the RoCEv2 rule
+def _icrc_base(kind):
+    """ICRC of the frame of ``kind`` with every variable field zero, by the RoCEv2 rule
     (spec 2.1): 8 bytes of ones, then the inner packet with traffic class, flow label, hop
     limit, UDP checksum and BTH byte 4 replaced by ones."""
-    length = UDP.size + BTH.size + TAIL[nack] + ICRC_LEN
+    length = UDP.size + BTH.size + TAIL[kind] + ICRC_LEN
     inner = (IPV6.pack(version=proto.IPV6_VERSION, dscp=0x3F, ecn=0x3, flow_label=0xFFFFF,
                        payload_length=length, next_header=proto.IPPROTO_UDP, hop_limit=0xFF)
              + UDP.pack(length=length, checksum=0xFFFF)
-             + BTH.pack(opcode=OPCODE[nack], tver=proto.BTH_TVER, fecn=1, becn=1,
+             + BTH.pack(opcode=OPCODE[kind], tver=proto.BTH_TVER, fecn=1, becn=1,
                         _rsvd4=0x3F)
-             + bytes(TAIL[nack]))
+             + (AETH.pack(msn=NAK_MSN) if kind == AETH_NAK else bytes(TAIL[kind])))
     return zlib.crc32(b"\xff" * 8 + inner)
 
 
 ICRC_BASE = {t: _icrc_base(t) for t in TAIL}
 
 
-def affine_icrc(nack, **v):
+def affine_icrc(kind, **v):
     """The ICRC the gateware computes, in Python: ``c_t ^ raw(0, inner_delta(...))``."""
-    return ICRC_BASE[nack] ^ crc32_raw(0, inner_delta(nack, **v))
+    return ICRC_BASE[kind] ^ crc32_raw(0, inner_delta(kind, **v))
 
 
 @functools.lru_cache(maxsize=None)
-def _rows(nack, names):
+def _rows(kind, names):
     """Rows of the GF(2) map from ``Cat(*values of names)`` (first name least significant)
     to the raw CRC of :func:`inner_delta`."""
     rows, shift = [0] * 32, 0
     for name in names:
         def column(x, name=name):
-            return crc32_raw(0, inner_delta(nack, **{name: x}))
+            return crc32_raw(0, inner_delta(kind, **{name: x}))
         sub = matrix_of(column, VARIABLES[name])
         rows = [r | s << shift for r, s in zip(rows, sub)]
         shift += VARIABLES[name]
@@ -273,10 +314,10 @@ def _gf2(rows, x):
     return Cat(*((x & r).xor() if r else Const(0, 1) for r in rows))
 
 
-def _crc_map(nack, terms):
+def _crc_map(kind, terms):
     """Gateware: the CRC part of ``terms`` (``[(variable, Value)]``), one XOR tree a bit."""
     names = tuple(n for n, _ in terms)
-    return _gf2(_rows(nack, names), Cat(*(v for _, v in terms)))
+    return _gf2(_rows(kind, names), Cat(*(v for _, v in terms)))
 
 
 def _chunks(names, limit=CHUNK_BITS):
@@ -291,18 +332,20 @@ def _chunks(names, limit=CHUNK_BITS):
     return groups
 
 
-# Descriptor fields each kind's frame carries (its ICRC's descriptor part).
+# Record fields each kind's frame carries (its ICRC's record part).
 DESC_VARS = {
-    0: ["entropy", "cack", "m", "pr", "qp", "ack_psn_offset", "sack_offset", "timestamp",
-        "bitmap", "mpr", "ooo_count", "rcvd_bytes"],
-    1: ["entropy", "psn", "reason", "qp", "timestamp"],
+    SACK: ["entropy", "cack", "m", "pr", "qp", "ack_psn_offset", "sack_offset", "timestamp",
+           "bitmap", "mpr", "ooo_count", "rcvd_bytes"],
+    NACK: ["entropy", "psn", "reason", "qp", "timestamp"],
+    AETH_NAK: ["psn", "syndrome"],
 }
 
 
 # The registers' and the contexts' parts are computed a byte a cycle over the covered bytes
-# (the SACK's 96; a NACK's are its first 80): both kinds share their first 80 bytes of delta,
-# since SETH and NETH carry dst_id at the same offset and the rest of these fields sit
-# before them.
+# (the SACK's 96; a NACK's are its first 80, an AETH NAK's its first 64): the kinds share
+# these fields' bytes, since SETH and NETH carry dst_id at the same offset, the AETH NAK
+# carries no dst_id (it would sit beyond its 64 bytes) and the rest of these fields sit
+# before the kind's own header.
 COVERED = WINDOW + TAIL[0]
 assert SETH.offset("dst_id") == NETH.offset("dst_id")
 # One CRC step: the register after one more byte, a linear map of (register, byte).
@@ -313,9 +356,11 @@ SERIAL_VARS = ("src_ip", "dst_ip", "dport", "pkey", "dest_qp", "dst_id")
 def _positions(names):
     """Byte indices (in the covered bytes) where the variables ``names`` land."""
     ones = {n: (1 << VARIABLES[n]) - 1 for n in names}
-    found = [{i for i, b in enumerate(inner_delta(t, **ones)) if b} for t in TAIL]
-    assert found[0] == found[1] and max(found[0]) < WINDOW + TAIL[1]
-    return sorted(found[0])
+    found = {t: {i for i, b in enumerate(inner_delta(t, **ones)) if b} for t in TAIL}
+    for t in TAIL:          # each kind's bytes: the SACK's, cut at the kind's length
+        assert found[t] == {i for i in found[SACK] if i < WINDOW + TAIL[t]}
+    assert max(found[SACK]) < WINDOW + TAIL[NACK]
+    return sorted(found[SACK])
 
 
 def _variable_bytes(values):
@@ -334,9 +379,9 @@ def _serial_crc(m, name, start, src_bytes, held_bytes):
     from the first variable one, reading them from ``src_bytes`` at the start and from
     ``held_bytes`` (the caller's copy, taken on the starting edge) after it; zeros
     elsewhere. Returns ``(busy, done, crc)``: ``done`` pulses in the cycle after the last
-    byte, when ``crc`` holds the raw CRC of the first 80 (``crc[1]``) and 96 (``crc[0]``)
-    bytes. The next byte is read a cycle ahead, so a step is one byte mux or one CRC step
-    deep, not both."""
+    byte, when ``crc`` holds the raw CRC of the first 64 (``crc[AETH_NAK]``), 80
+    (``crc[NACK]``) and 96 (``crc[SACK]``) bytes. The next byte is read a cycle ahead, so a
+    step is one byte mux or one CRC step deep, not both."""
     first = min(src_bytes)
     k = Signal(range(COVERED), name=f"{name}_k")
     busy = Signal(name=f"{name}_busy")
@@ -377,11 +422,22 @@ CFG_CRC_RESET = {t: crc32_raw(0, inner_delta(t, dport=CFG_RESET["dport"],
                                               pkey=CFG_RESET["pkey"])) for t in TAIL}
 
 
-class AckGenerator(wiring.Component):
-    """See the module docstring: SACK/NACK control frames, ``ack-generator``.
+# R0 and S1 hold a record of either input: a descriptor, or (``aeth``) a nak record in the
+# descriptor's fields (qp, psn, its syndrome in reason, nack and entropy 0; the others are
+# desc's, and unread).
+_R0 = data.StructLayout({"aeth": 1, "d": ACK_DESC})
 
-    :attr:`beats` is ``{0: SACK beats, 1: NACK beats}`` at this width; :attr:`latency` the
-    cycles from descriptor to first beat.
+
+def _by_kind(aeth, nack, values):
+    """Gateware: ``values[kind]`` of the kind that the flags ``aeth`` and ``nack`` name."""
+    return Mux(aeth, values[AETH_NAK], Mux(nack, values[NACK], values[SACK]))
+
+
+class AckGenerator(wiring.Component):
+    """See the module docstring: SACK, NACK and AETH NAK control frames, ``ack-generator``.
+
+    :attr:`beats` is ``{SACK: beats, NACK: beats, AETH_NAK: beats}`` at this width;
+    :attr:`latency` the cycles from a record's handshake to its frame's first beat.
     """
 
     def __init__(self, data_width=512, qps=64):
@@ -397,6 +453,7 @@ class AckGenerator(wiring.Component):
         self.latency = LATENCY
         super().__init__({
             "desc": In(meta_stream(ACK_DESC)),
+            "nak": In(meta_stream(NAK)),
             "m_axis": Out(AxiStreamSignature(data_width)),
             "s_axil": In(AxiLiteSignature(ACK_REGS.addr_width)),
         })
@@ -478,35 +535,60 @@ class AckGenerator(wiring.Component):
             wr.en.eq(done), wr.addr.eq(ctx_addr),
             wr.data.mac.eq(ctx_snap.mac), wr.data.ip.eq(ctx_snap.ip),
             wr.data.remote_qp.eq(ctx_snap.remote_qp),
-            wr.data.crc_sack.eq(crc[0]), wr.data.crc_nack.eq(crc[1]),
+            *(wr.data[CTX_CRC[t]].eq(crc[t]) for t in TAIL),
         ]
 
-        # --- R0: the descriptor register slice (registered desc.ready) ---------------------
-        m.submodules.desc_skid = skid = MetaSkidBuffer(ACK_DESC)
-        wiring.connect(m, wiring.flipped(self.desc), skid.i)
-        r0, r0_valid = skid.o.payload, skid.o.valid
+        # --- R0: one record a cycle from desc or nak, into a register slice ----------------
+        # Decision: a nak record goes first when both inputs hold one (they are rare: at
+        # most one per QP error episode, and a SACK waits one cycle). The choice is made in
+        # front of R0, so at most one of the two handshakes happens in a cycle and frames
+        # leave in the order of the handshakes: a user can tag each frame at the handshake
+        # (MrcRx keeps the frames' planes that way). desc.ready is R0's registered ready
+        # gated by nak.valid; nak.ready is R0's registered ready.
+        m.submodules.r0_skid = skid = MetaSkidBuffer(_R0)
+        nak_in, desc_in, take_nak = self.nak.payload, self.desc.payload, self.nak.valid
+        # A nak record rides in the descriptor's fields: qp, psn, its syndrome in reason,
+        # nack and entropy 0 (the frame's STEV). The other fields keep desc's values: no
+        # AETH NAK byte or ICRC part reads them.
+        m.d.comb += [
+            skid.i.valid.eq(take_nak | self.desc.valid),
+            skid.i.payload.aeth.eq(take_nak),
+            skid.i.payload.d.eq(desc_in),
+            self.nak.ready.eq(skid.i.ready),
+            self.desc.ready.eq(skid.i.ready & ~take_nak),
+        ]
+        with m.If(take_nak):
+            m.d.comb += [skid.i.payload.d.qp.eq(nak_in.qp), skid.i.payload.d.psn.eq(nak_in.psn),
+                         skid.i.payload.d.reason.eq(nak_in.syndrome),
+                         skid.i.payload.d.nack.eq(0), skid.i.payload.d.entropy.eq(0)]
+        r0, r0_aeth, r0_valid = skid.o.payload.d, skid.o.payload.aeth, skid.o.valid
         en = Signal()                    # the stall-all pipeline R0 -> S1 -> F moves
         r0_ok = qp_below_qps(r0.qp)
         m.d.comb += [skid.o.ready.eq(en), rd.addr.eq(r0.qp), rd.en.eq(en)]
 
-        # --- S1: the descriptor and its ICRC parts; the context is read meanwhile ----------
+        def r0_field(name):              # a VARIABLES name in R0's fields
+            return r0.reason if name == "syndrome" else r0[name]
+
+        # --- S1: the record and its ICRC parts; the context is read meanwhile --------------
         v1 = Signal()
         d1 = Signal(ACK_DESC)
+        a1 = Signal()                    # d1 is a nak record
         part = {t: [Signal(32, name=f"desc_crc_{t}_{i}")
                     for i in range(len(_chunks(DESC_VARS[t])))] for t in TAIL}
         with m.If(en):
-            m.d.sync += [v1.eq(r0_valid & r0_ok), d1.eq(r0)]
+            m.d.sync += [v1.eq(r0_valid & r0_ok), d1.eq(r0), a1.eq(r0_aeth)]
             for t in TAIL:
                 for sig, names in zip(part[t], _chunks(DESC_VARS[t])):
-                    m.d.sync += sig.eq(_crc_map(t, [(n, r0[n]) for n in names]))
+                    m.d.sync += sig.eq(_crc_map(t, [(n, r0_field(n)) for n in names]))
         c1 = rd.data
 
         # --- F: the frame, held while its beats leave -------------------------------------
         fv = Signal()
         fr = Signal(data.StructLayout({
-            "nack": 1, "cfg": _CFG, "mac": 48, "ip": 128, "remote_qp": 24, "entropy": 32,
-            "psn": proto.PSN_BITS, "tail": 8 * SETH.size + 8 * CC_STATE.size,
-            "icrc_rest": 32, "crc_sack": 32, "crc_nack": 32,
+            "nack": 1, "aeth": 1, "cfg": _CFG, "mac": 48, "ip": 128, "remote_qp": 24,
+            "entropy": 32, "psn": proto.PSN_BITS,
+            "tail": 8 * SETH.size + 8 * CC_STATE.size, "icrc_rest": 32,
+            **{CTX_CRC[t]: 32 for t in TAIL},
         }))
         # The ICRC but for the table's part, selected by kind. The table's parts go into F
         # as read (a block RAM output is slow on ECP5: no logic after it) and are XORed in
@@ -525,30 +607,37 @@ class AckGenerator(wiring.Component):
         neth = NETH.assemble({"reason": d1.reason, "entropy": d1.entropy, "src_id": d1.qp,
                                 "dst_id": dst_id, "nack_psn": d1.psn,
                                 "timestamp": d1.timestamp})
+        aeth = AETH.assemble({"syndrome": d1.reason, "msn": NAK_MSN})
         sack_tail = Cat(seth, cc)
-        n_neth = len(neth)
+        n_neth, n_aeth = len(neth), len(aeth)
         with m.If(en):
             m.d.sync += [
                 fv.eq(v1),
-                fr.nack.eq(d1.nack),
+                fr.nack.eq(d1.nack), fr.aeth.eq(a1),
                 fr.cfg.eq(cfg),
                 fr.mac.eq(c1.mac), fr.ip.eq(c1.ip), fr.remote_qp.eq(c1.remote_qp),
-                fr.entropy.eq(d1.entropy),
-                fr.psn.eq(Mux(d1.nack, d1[BTH_PSN_SOURCE[1]], d1[BTH_PSN_SOURCE[0]])),
-                # A NACK's bytes after its NETH are its ICRC, placed at the output; the
-                # rest of the register keeps the SACK's bytes (beyond tkeep, undefined).
-                fr.tail.eq(Cat(Mux(d1.nack, neth, sack_tail[:n_neth]),
+                fr.entropy.eq(d1.entropy),          # 0 for a nak record: no EV to echo
+                fr.psn.eq(_by_kind(a1, d1.nack, {t: d1[BTH_PSN_SOURCE[t]] for t in TAIL})),
+                # The bytes after a frame's last header are its ICRC, placed at the
+                # output; the rest of the register keeps another kind's bytes (beyond
+                # tkeep, undefined).
+                fr.tail.eq(Cat(_by_kind(a1, d1.nack, {SACK: sack_tail[:n_aeth],
+                                                      NACK: neth[:n_aeth],
+                                                      AETH_NAK: aeth}),
+                               Mux(d1.nack, neth[n_aeth:], sack_tail[n_aeth:n_neth]),
                                sack_tail[n_neth:])),
-                fr.icrc_rest.eq(Mux(d1.nack, rest[1], rest[0])),
-                fr.crc_sack.eq(c1.crc_sack), fr.crc_nack.eq(c1.crc_nack),
+                fr.icrc_rest.eq(_by_kind(a1, d1.nack, rest)),
+                *(fr[CTX_CRC[t]].eq(c1[CTX_CRC[t]]) for t in TAIL),
             ]
 
         # --- The beats of F ----------------------------------------------------------------
-        nack = fr.nack
+        nack, is_aeth = fr.nack, fr.aeth
         fc = fr.cfg
+
+        def kind_mux(values):
+            return _by_kind(is_aeth, nack, values)
         # IPv6 payload length = UDP length: everything after the IPv6 header.
-        length = Mux(nack, FRAME_LEN[1] - ETH.size - IPV6.size,
-                     FRAME_LEN[0] - ETH.size - IPV6.size)
+        length = kind_mux({t: FRAME_LEN[t] - ETH.size - IPV6.size for t in TAIL})
         sport = fr.entropy[:proto.STEV_PORT_BITS]
         flow = fr.entropy[proto.STEV_PORT_BITS:proto.STEV_PORT_BITS + proto.STEV_FLOW_BITS]
         head = Cat(
@@ -558,31 +647,33 @@ class AckGenerator(wiring.Component):
                              "next_header": proto.IPPROTO_UDP, "hop_limit": fc.hop_limit,
                              "src": fc.ip, "dst": fr.ip}),
             UDP.assemble({"src_port": sport, "dst_port": fc.dport, "length": length}),
-            BTH.assemble({"opcode": Mux(nack, int(OPCODE[1]), int(OPCODE[0])),
+            BTH.assemble({"opcode": kind_mux({t: int(OPCODE[t]) for t in TAIL}),
                             "tver": proto.BTH_TVER, "pkey": fc.pkey,
                             "dest_qp": fr.remote_qp, "psn": fr.psn}),
         )
         # The ICRC goes out least significant byte first: the bus order of its bits.
-        icrc = fr.icrc_rest ^ Mux(nack, fr.crc_nack, fr.crc_sack)
-        frame = Cat(head, fr.tail[:n_neth],
+        icrc = fr.icrc_rest ^ kind_mux({t: fr[CTX_CRC[t]] for t in TAIL})
+        frame = Cat(head, fr.tail[:n_aeth],
+                    Mux(is_aeth, icrc, fr.tail[n_aeth:n_aeth + 32]),
+                    fr.tail[n_aeth + 32:n_neth],
                     Mux(nack, icrc, fr.tail[n_neth:n_neth + 32]),
                     fr.tail[n_neth + 32:], icrc)
-        assert len(frame) == 8 * FRAME_LEN[0]
-        nbeats = self.beats[0]
+        assert len(frame) == 8 * FRAME_LEN[SACK]
+        nbeats = self.beats[SACK]
         frame_bus = Signal(8 * B * nbeats)
         m.d.comb += frame_bus.eq(frame)
 
         j = Signal(range(max(nbeats, 2)))
         # j is the frame's last beat: a register, so that the pipeline's enable is one LUT.
         last = Signal()
-        last_j = Mux(nack, self.beats[1] - 1, self.beats[0] - 1)
+        last_j = kind_mux({t: self.beats[t] - 1 for t in TAIL})
         beat = Signal(8 * B)
         with m.Switch(j):
             for i in range(nbeats):
                 with m.Case(i):
                     m.d.comb += beat.eq(frame_bus.word_select(i, 8 * B))
         tail_keep = {t: (1 << (FRAME_LEN[t] - (self.beats[t] - 1) * B)) - 1 for t in TAIL}
-        keep = Mux(last, Mux(nack, tail_keep[1], tail_keep[0]), (1 << B) - 1)
+        keep = Mux(last, kind_mux(tail_keep), (1 << B) - 1)
 
         m.submodules.out_skid = out = SkidBuffer(self.data_width)
         wiring.connect(m, out.m_axis, wiring.flipped(self.m_axis))
@@ -591,21 +682,23 @@ class AckGenerator(wiring.Component):
         with m.If(handed):
             m.d.sync += [j.eq(Mux(last, 0, j + 1)), last.eq(j + 1 == last_j)]
         with m.If(en):                   # a new frame (or none) in F
-            m.d.sync += last.eq(Mux(d1.nack, self.beats[1] == 1, self.beats[0] == 1))
+            m.d.sync += last.eq(_by_kind(a1, d1.nack, {t: self.beats[t] == 1 for t in TAIL}))
         m.d.comb += en.eq(~fv | (handed & last))
 
         events = Signal(data.StructLayout({n: 1 for n in ACK_COUNTERS}))
         m.d.comb += [
-            events.sacks.eq(handed & last & ~nack),
+            events.sacks.eq(handed & last & ~nack & ~is_aeth),
             events.nacks.eq(handed & last & nack),
+            events.naks.eq(handed & last & is_aeth),
             events.bad_qp.eq(en & r0_valid & ~r0_ok),
         ]
         event_counters(m, f, events, ACK_COUNTERS, f["control"]["clear"])
         return m
 
 
-@registry.register("ack-generator", "SACK/NACK control frames (RX side): one frame per "
-                   "descriptor, headers from registers and a per-QP context table, ICRC "
-                   "computed in line", defaults={"data_width": 512, "qps": 64})
+@registry.register("ack-generator", "SACK, NACK and AETH NAK control frames (RX side): "
+                   "one frame per descriptor or nak record, headers from registers and a "
+                   "per-QP context table, ICRC computed in line",
+                   defaults={"data_width": 512, "qps": 64})
 def _ack_generator_block(data_width, qps):
     return AckGenerator(data_width, qps)

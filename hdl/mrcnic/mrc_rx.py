@@ -11,12 +11,22 @@ Operation
     back to its plane: PLACE places the payload (``pl{p}_axis`` with ``place{p}``), any
     other verdict drops it.
 
-    The tracker's SACK/NACK descriptors become frames in one
-    :class:`~mrcnic.ack_generator.AckGenerator`; **decision:** a control frame leaves on
-    the plane of the EV it answers (the EV index, the low 8 bits of the echoed entropy,
-    mod ``planes``: the path selector's plane of that EV), on ``a{p}_axis``. The tracker
-    writes no descriptor for a QP out of range, so the generator makes one frame per
-    descriptor and the planes of its frames are kept in a FIFO beside it.
+    The merged records pass :class:`~mrcnic.memory_protect.MemoryProtect` before the
+    tracker. Its access-error records (``nak``: qp, PSN, syndrome 0x62) are forked: each
+    one goes both to the generator's ``nak`` input and out on ``access_nak`` (through a
+    register slice, so that ``access_nak.ready`` reaches only registers); a record moves
+    when both sides take it, so ``access_nak`` must be read (tie its ready high if unused).
+
+    The tracker's SACK/NACK descriptors and the access-error records become frames in one
+    :class:`~mrcnic.ack_generator.AckGenerator` (SACK, NACK, and AETH NAK 0xD1 with
+    syndrome 0x62). **Decision:** a SACK or NACK leaves on the plane of the EV it answers
+    (the EV index, the low 8 bits of the echoed entropy, mod ``planes``: the path
+    selector's plane of that EV); an AETH NAK answers no EV and leaves on plane ``qp`` mod
+    ``planes``; both on ``a{p}_axis``. The tracker writes no descriptor, and the memory
+    check no NAK, for a QP out of range, so the generator makes one frame per record. It
+    takes at most one record a cycle (a NAK first when both wait) and sends the frames in
+    the order it took them, so the planes of its frames are kept in one FIFO beside it,
+    written at either handshake.
 
     The SACKs and NACKs received from the peer (``ack``: ACK_DESC, for the retransmit
     tracker) and AETH NAKs (``nak``) of all planes are merged the same way; WRITE-with-
@@ -49,7 +59,7 @@ from .memory_protect import MP_REGS, MemoryProtect
 from .psn_tracker import COMPLETION, PKT_IN, TRACKER_REGS, PsnTracker, Verdict
 from .roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_PKT, RoceRx
 from .srv6_decap import DECAP_REGS, Srv6Decap
-from .stream import AxiStreamSignature, MetaArbiter, meta_stream
+from .stream import AxiStreamSignature, MetaArbiter, MetaSkidBuffer, meta_stream
 
 __all__ = ["MrcRx", "TAG_PLANE", "TAG_SLOT"]
 
@@ -115,7 +125,6 @@ class MrcRx(wiring.Component):
         wiring.connect(m, bus.m_axil[2 * P], mp.s_axil)
         wiring.connect(m, bus.m_axil[2 * P + 1], trk.s_axil)
         wiring.connect(m, bus.m_axil[2 * P + 2], gen.s_axil)
-        wiring.connect(m, mp.nak, wiring.flipped(self.access_nak))
 
         def merged(name, layout):
             """The planes' ``name`` streams as one stream with ``src``."""
@@ -167,16 +176,34 @@ class MrcRx(wiring.Component):
                     m.d.sync += counts[p].eq(counts[p] + 1)
         m.d.comb += v.ready.eq(ready)
 
-        # --- SACK/NACK frames, each on the plane of the EV it answers -------------------------
+        # --- Control frames: SACK/NACK on the plane of the EV they answer, AETH NAKs on
+        # plane qp mod planes. The generator takes at most one record a cycle, from desc or
+        # nak (nak.valid holds desc.ready low), and sends the frames in the order it took
+        # the records; so the plane FIFO, written at whichever handshake happens, holds the
+        # planes in frame order. Both inputs wait while the FIFO is full.
         plane_fifo = SyncFIFOBuffered(width=3, depth=16)
         m.submodules.ack_planes = plane_fifo
+        room = plane_fifo.w_rdy
         a = trk.ack
         ev_plane = Signal(3)
         m.d.comb += ev_plane.eq(a.payload.entropy[:8] % P if P > 1 else 0)
-        go = a.valid & gen.desc.ready & plane_fifo.w_rdy
-        m.d.comb += [gen.desc.payload.eq(a.payload), gen.desc.valid.eq(a.valid & plane_fifo.w_rdy),
-                     a.ready.eq(gen.desc.ready & plane_fifo.w_rdy),
-                     plane_fifo.w_data.eq(ev_plane), plane_fifo.w_en.eq(go)]
+        desc_go = a.valid & gen.desc.ready & room
+        m.d.comb += [gen.desc.payload.eq(a.payload), gen.desc.valid.eq(a.valid & room),
+                     a.ready.eq(gen.desc.ready & room)]
+        # The access-error records, forked: a record moves when the generator, the
+        # access_nak slice and the plane FIFO all take it.
+        m.submodules.access_nak_slice = copy = MetaSkidBuffer(NAK)
+        wiring.connect(m, copy.o, wiring.flipped(self.access_nak))
+        nk = mp.nak
+        nak_plane = Signal(3)
+        m.d.comb += nak_plane.eq(nk.payload.qp % P if P > 1 else 0)
+        nak_go = nk.valid & gen.nak.ready & copy.i.ready & room
+        m.d.comb += [gen.nak.payload.eq(nk.payload), copy.i.payload.eq(nk.payload),
+                     gen.nak.valid.eq(nk.valid & copy.i.ready & room),
+                     copy.i.valid.eq(nk.valid & gen.nak.ready & room),
+                     nk.ready.eq(gen.nak.ready & copy.i.ready & room),
+                     plane_fifo.w_data.eq(Mux(nak_go, nak_plane, ev_plane)),
+                     plane_fifo.w_en.eq(desc_go | nak_go)]
         g = gen.m_axis
         out_plane = plane_fifo.r_data
         ready_out = Signal()
@@ -203,9 +230,9 @@ class MrcRx(wiring.Component):
 
 
 @registry.register("mrc-rx", "The receive half of the NIC: per-plane decapsulation and "
-                   "parsing, one PSN tracker, SACK/NACK frames on the planes of their EVs, "
-                   "placement per plane", defaults={"planes": 2, "data_width": 64, "qps": 8,
-                                                   "mpr_max": 8, "buffer_bytes": 16384,
-                                                   "regions": 16})
+                   "parsing, memory protection, one PSN tracker, SACK/NACK frames on the "
+                   "planes of their EVs and AETH NAKs for access errors, placement per "
+                   "plane", defaults={"planes": 2, "data_width": 64, "qps": 8, "mpr_max": 8,
+                                      "buffer_bytes": 16384, "regions": 16})
 def _mrc_rx_block(planes, data_width, qps, mpr_max, buffer_bytes, regions):
     return MrcRx(planes, data_width, qps, mpr_max, buffer_bytes, regions)
