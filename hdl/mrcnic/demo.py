@@ -51,7 +51,12 @@ def run_demo(cfg, out_dir="build/demo", waves=False):
         if not 0 <= f["plane"] < cfg["planes"]:
             raise ValueError(f"failure of plane {f['plane']}: planes are 0..{cfg['planes'] - 1}")
     params = _nic_params(cfg)
-    tag = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
+    # The module name says which parameters and which gateware: a change of either
+    # exports and builds anew.
+    digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode())
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    tag = digest.hexdigest()[:10]
     top = f"mrcnic_nic_pair_{tag}"
     build = Path(out_dir) / top
     build.mkdir(parents=True, exist_ok=True)
