@@ -29,6 +29,11 @@ DEFAULTS = {
 }
 
 
+# Modules that make no gateware: a change to them needs no new Verilog.
+_SOFTWARE = {"demo.py", "demo_bench.py", "bringup.py", "cli.py", "fabric.py", "pcap.py",
+             "simrun.py", "synth.py", "formal.py", "__init__.py"}
+
+
 def parse_failure(text):
     """``plane@TIME`` (TIME in us, the plane's every link fails for good), or
     ``plane:P@TIME``; returns the failure dict of the bench."""
@@ -44,8 +49,10 @@ def _nic_params(cfg):
             "ev_count": cfg["ev_count"], "buffer_bytes": 4 << cfg["pmtu_log2"]}
 
 
-def run_demo(cfg, out_dir="build/demo", waves=False):
-    """Run the two-NIC simulation of ``cfg`` (``DEFAULTS`` updated); returns the metrics."""
+def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
+    """Run the two-NIC simulation of ``cfg`` (``DEFAULTS`` updated); returns the metrics.
+    The Verilator model is built under ``build_root`` (kept between runs), the metrics
+    (and pcap) go to ``out_dir``."""
     cfg = {**DEFAULTS, **cfg}
     for f in cfg["failures"]:
         if not 0 <= f["plane"] < cfg["planes"]:
@@ -54,11 +61,12 @@ def run_demo(cfg, out_dir="build/demo", waves=False):
     # The module name says which parameters and which gateware: a change of either
     # exports and builds anew.
     digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode())
-    for path in sorted(Path(__file__).parent.rglob("*.py")):
-        digest.update(path.read_bytes())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.name not in _SOFTWARE:
+            digest.update(path.read_bytes())
     tag = digest.hexdigest()[:10]
     top = f"mrcnic_nic_pair_{tag}"
-    build = Path(out_dir) / top
+    build = Path(build_root) / top
     build.mkdir(parents=True, exist_ok=True)
     source = build / f"{top}.v"
     if not source.exists():

@@ -134,7 +134,8 @@ async def demo(dut):
     for side in "ab":
         me, other = host[side], host[peer[side]]
         master = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"{side}_s_axil"), dut.clk, dut.rst)
-        master.log.setLevel(logging.WARNING)          # one line per register access else
+        for channel in (master.write_if, master.read_if):     # a line per access else
+            channel.log.setLevel(logging.WARNING)
         rd, wr = master.read_dword, master.write_dword
         blocks = await find_blocks(rd, wr)
         evs = [fab.usid_path(me, other, spine=(e // P) % cfg["spines"])

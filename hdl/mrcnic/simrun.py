@@ -16,6 +16,7 @@ import json
 import os
 import random
 import shutil
+from pathlib import Path
 
 from cocotb_tools.check_results import get_results
 from cocotb_tools.runner import get_runner
@@ -45,6 +46,7 @@ def run(top, source, params, module, simulator, build_dir, *, testcase=None, ext
     """Build (once per ``build_dir``) and run; ``optimize``: compile Verilator's C++ with
     -O2 (long runs) rather than -O0 (short ones: the compile is the cost)."""
     prepare(simulator)
+    build_dir = Path(build_dir).resolve()       # the simulator runs in it: no relative paths
     if waves is None:
         waves = bool(os.environ.get("WAVES"))
     if seed is None:
