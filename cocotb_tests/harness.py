@@ -15,6 +15,8 @@ this folder) on it. The testbench gets the parameters as JSON in ``MRCNIC_PARAMS
 import os
 from pathlib import Path
 
+import pytest
+
 from mrcnic import registry
 from mrcnic.export import export_verilog, verilog_text
 from mrcnic.simrun import run as _simrun
@@ -23,6 +25,16 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
 
 SIMULATORS = [s for s in os.environ.get("COCOTB_SIMS", "icarus,verilator").split(",") if s]
+
+
+def width_cases(widths, soak_on_verilator=()):
+    """``(simulator, data_width)`` parameters for every selected simulator and width; the
+    widths in ``soak_on_verilator`` run on Verilator in ``make soak`` only (each is a
+    minute of Verilator build that the Icarus run of the same width already covers)."""
+    return [pytest.param(sim, w, id=f"{w}-{sim}",
+                         marks=[pytest.mark.soak] if sim == "verilator" and
+                         w in soak_on_verilator else [])
+            for w in widths for sim in SIMULATORS]
 
 
 def run_cocotb(block, params, module, simulator, **kwargs):

@@ -1,10 +1,9 @@
 import pytest
 
-from harness import SIMULATORS, run_cocotb
+from harness import SIMULATORS, run_cocotb, width_cases
 
 
-@pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("data_width", [64, 512])
+@pytest.mark.parametrize("simulator,data_width", width_cases([64, 512], soak_on_verilator=[512]))
 def test_srv6_encap(simulator, data_width):
     run_cocotb("srv6-encap", {"data_width": data_width}, "tb_srv6_encap", simulator)
 

@@ -46,3 +46,15 @@ def seeded():
 def soak(count):
     """``count`` times the soak factor (``MRCNIC_SOAK``, 1 by default)."""
     return count * max(1, int(os.environ.get("MRCNIC_SOAK", "1")))
+
+
+def sibling(name):
+    """The test module ``name`` of this folder, loaded by its path: cocotb_tests holds
+    modules of the same names, so importing by name could load one of those."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"sibling_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

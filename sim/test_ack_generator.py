@@ -27,7 +27,7 @@ from mrcnic.pcap import write_pcap
 from mrcnic.model import ack_generator as ack_model
 from mrcnic.model import packet as pk
 from axil import AxiLiteSimMaster
-from simtools import run, seeded, soak
+from simtools import run, seeded, sibling, soak
 from streams import AxisSink, MetaSource, gated, handshake_watcher
 
 WIDTHS = [64, 128, 256, 512, 2048]
@@ -605,7 +605,7 @@ def test_roce_rx_reads_the_naks(width):
     sim/test_roce_rx.py's runner, and its model) at the peer, come out as nak records with
     the remote QP, the PSN and the syndrome."""
     from mrcnic.model import roce_rx as rx_model
-    from test_roce_rx import Run
+    Run = sibling("test_roce_rx").Run
 
     rng = seeded()
     cfg = random_cfg(rng)

@@ -6,9 +6,6 @@ simulator in turn, with the records and frames of the one before: the check is t
 blocks agree on every record and frame between them, and that every byte of every work
 request lands once, at its address, intact."""
 
-import importlib.util
-import pathlib
-
 import pytest
 
 from mrcnic import proto
@@ -16,23 +13,12 @@ from mrcnic.fabric import Fabric, FabricConfig
 from mrcnic.proto import EvMode
 from mrcnic.srv6_decap import DECAP_META
 from mrcnic.tx_segmenter import TxSegmenter
-from simtools import run, seeded
+from simtools import run, seeded, sibling
 
-
-def _sibling(name):
-    """The block test module ``name`` of this folder, loaded by its path: cocotb_tests holds
-    modules of the same names, so importing by name could load those."""
-    path = pathlib.Path(__file__).with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"chain_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_rx, _tx, _seg = _sibling("test_roce_rx"), _sibling("test_roce_tx"), _sibling("test_tx_segmenter")
+_rx, _tx, _seg = sibling("test_roce_rx"), sibling("test_roce_tx"), sibling("test_tx_segmenter")
 RxRun, unpack, run_tx = _rx.Run, _rx.unpack, _tx.run_tx
-run_encap = _sibling("test_srv6").run_encap
-run_decap = _sibling("test_srv6_decap").run_decap
+run_encap = sibling("test_srv6").run_encap
+run_decap = sibling("test_srv6_decap").run_decap
 Bench, random_wr, ready_regs = _seg.Bench, _seg.random_wr, _seg.ready_regs
 
 WIDTH = 64

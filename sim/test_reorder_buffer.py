@@ -768,7 +768,8 @@ def _no_counters(monkeypatch):
 
 
 @pytest.mark.formal
-@pytest.mark.parametrize("slots,data,cycles", [(2, True, 9), (4, False, 11)])
+@pytest.mark.parametrize("slots,data,cycles", [(2, True, 9),
+                                               pytest.param(4, False, 11, marks=pytest.mark.soak)])
 def test_formal_release_order(tmp_path, monkeypatch, slots, data, cycles):
     """Bounded proofs from reset (64 bits, 8-beat slots, starting 2 PSNs before the wrap):
     decisions in sequence and m_psn records in release order at depth 4 for 11 cycles; the

@@ -15,6 +15,18 @@ from axil import AxiLiteSimMaster
 from simtools import run, seeded, soak
 
 
+async def configured(ctx, dut, regs):
+    """A register driver on ``dut``, ``regs`` ({register: fields}) written, the reset sweep
+    over."""
+    bus = AxiLiteSimMaster(ctx, dut.s_axil)
+    drv = RegisterDriver(RT_REGS, bus.read, bus.write)
+    for reg, vals in regs.items():
+        await drv.write_fields(reg, **vals)
+    while (await drv.read_fields("status"))["busy"]:
+        pass
+    return drv
+
+
 def fields(layout, value):
     return {name: (value >> f.offset) & ((1 << f.width) - 1) for name, f in layout}
 
@@ -83,12 +95,7 @@ def run_events(events, *, qps=4, outstanding=128, tag_width=32, pending=16, regs
     stalls = {"sent": 0, "ack": 0}
 
     async def driver(ctx):
-        bus = AxiLiteSimMaster(ctx, dut.s_axil)
-        drv = RegisterDriver(RT_REGS, bus.read, bus.write)
-        for reg, vals in regs.items():
-            await drv.write_fields(reg, **vals)
-        while (await drv.read_fields("status"))["busy"]:
-            pass
+        drv = await configured(ctx, dut, regs)
         for qp, start in opens:
             await drv.write_fields("qp_select", qp=qp)
             await drv.write_fields("qp_start", psn=start)
@@ -276,12 +283,7 @@ def run_script(steps, *, qps=2, outstanding=128, pending=16, regs=None):
     counters = {}
 
     async def tb(ctx):
-        bus = AxiLiteSimMaster(ctx, dut.s_axil)
-        drv = RegisterDriver(RT_REGS, bus.read, bus.write)
-        for reg, vals in regs.items():
-            await drv.write_fields(reg, **vals)
-        while (await drv.read_fields("status"))["busy"]:
-            pass
+        drv = await configured(ctx, dut, regs)
         for name in OUTPUTS:
             ctx.set(getattr(dut, name).ready, 1)
 

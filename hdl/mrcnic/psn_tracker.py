@@ -20,7 +20,8 @@ Operation
     8. otherwise verdict PLACE: its bit is set, CACK advances over the run of arrived PSNs,
        completions held up to the new CACK leave in PSN order, and a SACK is sent when the
        packet asks (A), is a retransmission, carries CE (then M = SKIP_ONCE), opens a new
-       hole (it lands more than one past the highest PSN seen), or when it is the
+       hole (it lands more than one past the highest PSN seen), fills the lowest hole while
+       later PSNs have arrived (CACK moves past it: :data:`LATE_SACK`), or when it is the
        ``sack_every``-th placed packet since the QP's last SACK.
 
     Every packet gives one ``verdict`` record; SACK and NACK descriptors
@@ -91,13 +92,20 @@ from .proto import NackCode, Opcode, SackMode
 from .stream import meta_stream
 
 __all__ = ["PsnTracker", "PKT_IN", "VERDICT", "COMPLETION", "Verdict", "TRACKER_REGS",
-           "SACK_OFFSET", "BITMAP_BITS"]
+           "SACK_OFFSET", "BITMAP_BITS", "LATE_SACK"]
 
 PSN = proto.PSN_BITS
 CHUNK = proto.MPR_UNIT_PSNS          # PSNs per block RAM word
 WINDOW_CHUNKS = 3                    # chunks read from CACK + 1 for the advance and the SACK
 WINDOW = WINDOW_CHUNKS * CHUNK
 SACK_OFFSET = 1                      # decision: SACK_BASE = CACK + 1, the lowest hole
+# Decision: a packet that fills the lowest hole while later PSNs have arrived (CACK moves
+# past it) is SACKed at once. Without it, when the packets at the end of a burst arrive out
+# of order, the one that completes them would wait for the next coalesced SACK, and with no
+# more traffic the sender would time it out: a spurious retransmission and an EV wrongly
+# taken for broken. (SACKing every packet that lands below the highest PSN seen would do
+# too, but under spraying that is nearly every packet.)
+LATE_SACK = "a packet that fills the lowest hole, CACK moving past it"
 BITMAP_BITS = proto.SETH.width("bitmap")
 FIFO_DEPTH = 8
 
@@ -390,13 +398,15 @@ class PsnTracker(wiring.Component):
         m.d.comb += rel_hi.eq(p.psn - hi)
         above_hi = (rel_hi != 0) & ~rel_hi[-1]
         new_hole = above_hi & (rel_hi != 1)
+        fills = immediate & (fz > rel_p + 1)       # LATE_SACK: CACK moves past the packet
         since_next = Signal(9)
         m.d.comb += since_next.eq(c.since + 1)
         every = (f["config"]["sack_every"] != 0) & (since_next >= f["config"]["sack_every"])
         due = Signal()
         m.d.comb += due.eq(Mux(op.cont, op.due,
                                v["probe"] | v["duplicate"] |
-                               (place & (p.ack_req | p.rtx | p.ce | new_hole | every))))
+                               (place & (p.ack_req | p.rtx | p.ce | new_hole | fills |
+                                         every))))
         need_cont = Signal()
         m.d.comb += need_cont.eq(e_live & qp_ok & ~v["no_qp"] &
                                  (op.cont | place | v["duplicate"] | v["probe"]) &

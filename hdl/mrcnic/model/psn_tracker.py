@@ -141,6 +141,8 @@ class PsnTrackerModel:
 
         # Placed.
         new_hole = psn_diff(psn, s.hi) > 1 and psn_diff(psn, s.hi) < _HALF
+        # Fills the lowest hole with later PSNs already there: CACK will move past it.
+        fills = d == 1 and psn_add(psn, 1) in s.got
         if psn_diff(psn, s.hi) < _HALF:
             s.hi = psn
         s.got.add(psn)
@@ -159,7 +161,7 @@ class PsnTrackerModel:
         completions += released
 
         s.since += 1
-        due = (pkt["ack_req"] or pkt["rtx"] or pkt["ce"] or new_hole
+        due = (pkt["ack_req"] or pkt["rtx"] or pkt["ce"] or new_hole or fills
                or (self.sack_every and s.since >= self.sack_every))
         v = verdict(Verdict.PLACE)
         return v, (self._sack(qp, s, pkt, trigger=psn) if due else None), completions
