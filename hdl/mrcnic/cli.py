@@ -132,6 +132,10 @@ def _add_demo(sub):
                    help="fail every link of a plane at a time in microseconds (repeatable)")
     p.add_argument("--size", type=int, default=None, help="bytes written (default 1 MiB)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--qps", type=int, default=None, help="QPs per NIC (default 4)")
+    p.add_argument("--ev-count", type=int, default=None, help="EVs per QP (default 32)")
+    p.add_argument("--pmtu", type=int, default=None, help="PMTU in bytes, a power of two "
+                                                          "(default 8192)")
     p.add_argument("--pcap", action="store_true", help="write the wire traffic to wire.pcap")
     p.add_argument("--waves", action="store_true", help="write an FST waveform")
     p.add_argument("--out", default="build/demo", help="output folder")
@@ -144,6 +148,14 @@ def _run_demo(args):
            "failures": [demo.parse_failure(f) for f in args.fail]}
     if args.size is not None:
         cfg["size"] = args.size
+    if args.qps is not None:
+        cfg["qps"] = args.qps
+    if args.ev_count is not None:
+        cfg["ev_count"] = args.ev_count
+    if args.pmtu is not None:
+        if args.pmtu < 256 or args.pmtu & (args.pmtu - 1):
+            raise ValueError(f"--pmtu {args.pmtu}: a power of two, 256 or more")
+        cfg["pmtu_log2"] = args.pmtu.bit_length() - 1
     metrics = demo.run_demo(cfg, args.out, waves=args.waves)
     print(demo.summary(metrics))
     return 0 if metrics["complete"] else 1
