@@ -40,6 +40,15 @@ def random_desc(qps, nack=None):
     return d
 
 
+def with_bad_qps(records, qps, phase):
+    """Every third record from index ``phase`` gets a QP out of range (none when ``qps``
+    covers every QP number)."""
+    if qps < 1 << 16:
+        for r in records[phase::3]:
+            r["qp"] = random.randrange(qps, 1 << 16)
+    return records
+
+
 def random_nak(qps):
     r = {name: random.getrandbits(f.width) for name, f in NAK}
     r["qp"] = random.randrange(qps)
@@ -256,18 +265,8 @@ async def bad_qp_and_counters(dut):
     await tb.configure(random_cfg())
     await tb.set_context(0, random_ctx())
     await tb.set_context(tb.qps, random_ctx())         # out of range: writes nothing
-    descs = []
-    for i in range(soak(30)):
-        d = random_desc(tb.qps)
-        if i % 3 == 1 and tb.qps < 1 << 16:
-            d["qp"] = random.randrange(tb.qps, 1 << 16)
-        descs.append(d)
-    naks = []
-    for i in range(soak(12)):
-        r = random_nak(tb.qps)
-        if i % 3 == 2 and tb.qps < 1 << 16:
-            r["qp"] = random.randrange(tb.qps, 1 << 16)
-        naks.append(r)
+    descs = with_bad_qps([random_desc(tb.qps) for _ in range(soak(30))], tb.qps, 1)
+    naks = with_bad_qps([random_nak(tb.qps) for _ in range(soak(12))], tb.qps, 2)
     good = await tb.run_records(descs, naks)
     kinds = [kind(it) for it in good]
     counts = {n: await tb.regs.read(n) for n in COUNTERS}

@@ -27,6 +27,17 @@ async def configured(ctx, dut, regs):
     return drv
 
 
+def sample_outputs(ctx, dut, lay, got):
+    """Append each output's record (ready held high) to ``got[name]``; True if any."""
+    any_ = False
+    for name in OUTPUTS:
+        port = getattr(dut, name)
+        if ctx.get(port.valid):
+            got[name].append(fields(lay[name], ctx.get(port.payload.as_value())))
+            any_ = True
+    return any_
+
+
 def fields(layout, value):
     return {name: (value >> f.offset) & ((1 << f.width) - 1) for name, f in layout}
 
@@ -290,10 +301,7 @@ def run_script(steps, *, qps=2, outstanding=128, pending=16, regs=None):
         async def wait(cycles):
             for _ in range(cycles):
                 await ctx.tick()
-                for name in OUTPUTS:
-                    port = getattr(dut, name)
-                    if ctx.get(port.valid):
-                        got[name].append(fields(lay[name], ctx.get(port.payload.as_value())))
+                sample_outputs(ctx, dut, lay, got)
 
         for step in steps:
             if step[0] in ("sent", "ack"):
@@ -558,11 +566,8 @@ def test_timeouts_backoff_and_retry_exhaustion():
             first = None
             for k in range(cycles):
                 await ctx.tick()
-                for name in OUTPUTS:
-                    port = getattr(dut, name)
-                    if ctx.get(port.valid):
-                        got[name].append(fields(lay[name], ctx.get(port.payload.as_value())))
-                        first = k if first is None else first
+                if sample_outputs(ctx, dut, lay, got) and first is None:
+                    first = k
             want = model.scan(now)
             return got, want, first
 

@@ -40,31 +40,35 @@ class MemoryProtectModel:
 
     # --- Table operations ---
 
+    def _refused(self, value, limit, error):
+        """True (and ``error`` set) when ``value`` is not below ``limit``: the command is
+        refused and writes nothing."""
+        if 0 <= value < limit:
+            return False
+        self.errors[error] = True
+        return True
+
     def write_region(self, index, rkey, base, length, writable, pd):
-        if not 0 <= index < self.regions:
-            self.errors["bad_region"] = True
+        if self._refused(index, self.regions, "bad_region"):
             return False
         self.table[index] = {"rkey": rkey, "base": base, "length": length,
                              "writable": bool(writable), "pd": pd}
         return True
 
     def invalidate(self, index):
-        if not 0 <= index < self.regions:
-            self.errors["bad_region"] = True
+        if self._refused(index, self.regions, "bad_region"):
             return False
         self.table[index] = None
         return True
 
     def set_pd(self, qp, pd):
-        if not 0 <= qp < self.qps:
-            self.errors["bad_qp"] = True
+        if self._refused(qp, self.qps, "bad_qp"):
             return False
         self.pd[qp] = pd
         return True
 
     def clear_error(self, qp):
-        if not 0 <= qp < self.qps:
-            self.errors["bad_qp"] = True
+        if self._refused(qp, self.qps, "bad_qp"):
             return False
         self.error[qp] = False
         return True
