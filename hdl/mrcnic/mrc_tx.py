@@ -24,6 +24,8 @@ Operation
        packet waiting to be requested again); so the selector's request port, ready while
        its response FIFO holds at most three, always takes a packet sent round again, and
        the loop cannot lock.
+       A response for a port that has gone down since the selector made it goes round
+       again too (:data:`STALE_PORT`, counted, ``port_down``).
     3. **The fork.** A packet with its EV goes, in one cycle, to: the
        :class:`~mrcnic.roce_tx.RoceTx` descriptor (entropy = the selector's ``entropy``:
        the EV's index in SRv6 modes); the payload request ``preq`` (:data:`PAYLOAD_REQ`,
@@ -32,7 +34,8 @@ Operation
        registers, DSCP :data:`~mrcnic.proto.DSCP_DATA` or
        :data:`~mrcnic.proto.DSCP_RTX` for retransmissions, ECT(0)); the plane FIFO; and
        the tracker's ``sent`` record (QP, PSN, EV, ``now``, the segmenter's tag, rtx).
-       Each branch has a FIFO; the fork waits until all have room.
+       Each branch has a FIFO; the fork waits until all have room. The descriptor FIFO
+       holds :data:`DESC_DEPTH` packets: the frames decided ahead of the wire.
     4. **The frame.** RoceTx builds the frame with the payload that answers ``preq``
        (``s_axis``, one payload frame per request, in request order); Srv6Encap puts it on
        its EV's path; each frame leaves whole on the port of its plane, ``m{p}_axis``.
@@ -101,7 +104,7 @@ from .tx_desc import TIME_BITS, TX_DESC, sent_layout
 from .tx_segmenter import SEG_PKT, SEG_REGS, WR, WR_DONE, TxSegmenter
 
 __all__ = ["MrcTx", "PAYLOAD_REQ", "MRC_TX_REGS", "LOOP_PACKETS", "CREDIT_RULE",
-           "LOSS_FEEDBACK", "TICK_CYCLES_DEFAULT"]
+           "LOSS_FEEDBACK", "STALE_PORT", "DESC_DEPTH", "TICK_CYCLES_DEFAULT"]
 
 PAYLOAD_REQ = data.StructLayout({"qp": QP_INDEX_BITS, "wr_id": 16, "offset": 32,
                                  "length": 16})
@@ -112,6 +115,14 @@ CREDIT_RULE = "one packet per QP between the credit check and its sent record"
 # its EV is reported as TIMEOUT when the retransmission is asked for. Probes bring an EV
 # that lost a packet to random loss back.
 LOSS_FEEDBACK = "a SACK hole reports its EV as TIMEOUT"
+# Decision: the selector decides a few packets ahead of the wire (its response FIFO, the
+# descriptor FIFO, the frame RoceTx is building). A decision whose port went down while
+# it waited in the selector's response FIFO is not forked: the packet goes round again
+# like a 'none' (counted, ``port_down``); and the descriptor FIFO is kept at
+# DESC_DEPTH, so that after a port goes down at most DESC_DEPTH + 1 frames already
+# forked to it still start (docs/blocks/mrc-tx.md measures the cycles).
+STALE_PORT = "a decision for a port that went down is requested again"
+DESC_DEPTH = 2                 # decided packets waiting for RoceTx
 LOOP_PACKETS = 4               # packets in the selector's request loop (see Operation, 2)
 TICK_CYCLES_DEFAULT = 256      # 1.024 us at 250 MHz
 MAX_QPS = 1024                 # error and in-flight bits are flip-flops
@@ -119,7 +130,7 @@ PLANE_CHOICES = (1, 2, 4, 8)
 BRANCH_DEPTH = 16              # each branch of the fork
 
 COUNTERS = ["packets", "retransmissions", "no_path", "credit_wait", "dropped_error",
-            "qp_errors", "probes", "probe_answers", "losses", "payload_requests"]
+            "qp_errors", "probes", "probe_answers", "losses", "payload_requests", "port_down"]
 
 MRC_TX_REGS = RegisterMap("mrc_tx", [
     Register("info", [Field("planes", 4, "ro", desc="Planes (parameter)"),
@@ -152,6 +163,8 @@ MRC_TX_REGS = RegisterMap("mrc_tx", [
         ("probe_answers", "SACKs with pr = 1 given to the selector as probe feedback"),
         ("losses", "SACK holes reported to the selector as TIMEOUT (LOSS_FEEDBACK)"),
         ("payload_requests", "Payload requests (preq)"),
+        ("port_down", "Selector decisions for a port that went down since: the packet "
+                      "requested again (STALE_PORT)"),
     ]],
 ])
 
@@ -315,17 +328,21 @@ class MrcTx(wiring.Component):
         m.d.comb += [waiting.w_data.eq(src), waiting.w_en.eq(requested)]
         pkt = data.View(SEG_PKT, waiting.r_data)
         rsp = sel.rsp
-        none = rsp.valid & rsp.payload.none
+        r = rsp.payload
+        # STALE_PORT: a decision for a port that is down now goes round again as a 'none'.
+        stale = ~r.none & ~self.port_up.bit_select(r.plane, 1)
+        none = rsp.valid & (r.none | stale)
         round_again = none & ~retry_valid
         with m.If(requested & from_retry):
             m.d.sync += retry_valid.eq(0)
         with m.If(round_again):
             m.d.sync += [retry.eq(waiting.r_data), retry_valid.eq(1)]
-        m.d.comb += events.no_path.eq(round_again)
+        m.d.comb += [events.no_path.eq(round_again & r.none),
+                     events.port_down.eq(round_again & stale)]
 
         # --- 3. The fork ---------------------------------------------------------------------------
         branches = {
-            "desc": (TX_DESC, 4), "preq": (PAYLOAD_REQ, BRANCH_DEPTH),
+            "desc": (TX_DESC, DESC_DEPTH), "preq": (PAYLOAD_REQ, BRANCH_DEPTH),
             "encap": (ENCAP_DESC, BRANCH_DEPTH), "sent": (sent_layout(32), 4),
         }
         ins = {name: Signal(layout, name=f"{name}_in") for name, (layout, _) in branches.items()}
@@ -347,8 +364,7 @@ class MrcTx(wiring.Component):
         has_payload = pkt.length != 0
         room = (fifos["desc"].w_rdy & fifos["encap"].w_rdy & fifos["sent"].w_rdy
                 & plane_fifo.w_rdy & (fifos["preq"].w_rdy | ~has_payload))
-        r = rsp.payload
-        go = rsp.valid & ~r.none & room & ~pr.valid
+        go = rsp.valid & ~none & room & ~pr.valid
         m.d.comb += [rsp.ready.eq(go | round_again), waiting.r_en.eq(rsp.ready),
                      loop_count.eq(waiting.level)]
         d, e, s, q = ins["desc"], ins["encap"], ins["sent"], ins["preq"]
