@@ -81,13 +81,13 @@ demo: setup
 	@echo "version), then simulated over the fabric model: NIC a writes to NIC b over 4"
 	@echo "planes; first with no fault, then with plane 1 failing mid-transfer, then with 1%"
 	@echo "random loss. Each run prints goodput, retransmissions, EV state changes, failure"
-	@echo "recovery and the check that every byte arrived once, intact (metrics.json and"
-	@echo "wire.pcap in $(DEMO)/<run>)."
+	@echo "recovery and the check that every byte arrived once, intact (metrics.json,"
+	@echo "goodput.png and wire.pcap in $(DEMO)/<run>)."
 	@echo
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/clean --pcap
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/plane-failure --fail 1@60
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/loss --loss 0.01
-	@echo "== demo done: metrics, pcaps in $(DEMO)/, Verilator build in $(DEMO)/mrcnic_nic_pair_*"
+	@echo "== demo done: metrics, plots, pcaps in $(DEMO)/, Verilator build in $(DEMO)/mrcnic_nic_pair_*"
 
 clean:
 	rm -rf build sim_build .pytest_cache

@@ -90,6 +90,7 @@ class TxConfig:
     seeds: list = None              # scan-order seed per QP (default: QP index)
     min_active: int = 0
     active: int = None              # EVs below this index active, the rest backups
+    probe_interval: int = 0         # cycles between the selector's probes (0: no probes)
 
 
 async def wait_clear(regs, reg="status", name="busy"):
@@ -162,6 +163,8 @@ async def bring_up_tx(read, write, cfg, base=0, blocks=None):
                             cfg.active if cfg.active is not None else len(raws))
     if cfg.min_active:
         await sel.write_fields("ev_min_active", count=cfg.min_active)
+    if cfg.probe_interval:
+        await sel.write_fields("probe_interval", cycles=cfg.probe_interval)
     for q in range(qps):
         seed = cfg.seeds[q] if cfg.seeds else q
         await sel.write_fields("select_qp", qp=q)

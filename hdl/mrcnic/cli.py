@@ -1,6 +1,7 @@
 """The ``mrcnic`` command: Verilog export, ECP5 builds and the EV expansion tool."""
 
 import argparse
+import os
 import sys
 
 
@@ -124,8 +125,8 @@ def _add_demo(sub):
     p = sub.add_parser("demo", help="two NICs over an 8-plane fabric, simulated on Verilator",
                        description="Export two MrcNic, run them on Verilator over the fabric "
                                    "model, print goodput, retransmissions, EV state changes, "
-                                   "failure recovery and the data check; metrics.json (and "
-                                   "wire.pcap with --pcap) in --out.")
+                                   "failure recovery and the data check; metrics.json, "
+                                   "goodput.png (and wire.pcap with --pcap) in --out.")
     p.add_argument("--planes", type=int, default=8)
     p.add_argument("--loss", type=float, default=0.0, help="random loss per frame (0..1)")
     p.add_argument("--fail", action="append", default=[], metavar="PLANE@US",
@@ -136,6 +137,12 @@ def _add_demo(sub):
     p.add_argument("--ev-count", type=int, default=None, help="EVs per QP (default 32)")
     p.add_argument("--pmtu", type=int, default=None, help="PMTU in bytes, a power of two "
                                                           "(default 8192)")
+    p.add_argument("--probe-us", type=float, default=None,
+                   help="microseconds between probes of ASSUMED_BAD EVs (default: no probes)")
+    p.add_argument("--inject", default=None, metavar="KINDS",
+                   help="bad frames put on NIC b's wire, one every 5 us from 20 us, comma "
+                        "separated: icrc, truncated, unknown_qp, psn_far, bad_rkey, outside, "
+                        "or all")
     p.add_argument("--pcap", action="store_true", help="write the wire traffic to wire.pcap")
     p.add_argument("--waves", action="store_true", help="write an FST waveform")
     p.add_argument("--out", default="build/demo", help="output folder")
@@ -150,6 +157,12 @@ def _run_demo(args):
         cfg["size"] = args.size
     if args.qps is not None:
         cfg["qps"] = args.qps
+    if args.probe_us is not None:
+        cfg["probe_us"] = args.probe_us
+    if args.inject:
+        from .demo_bench import INJECT_KINDS
+        cfg["inject"] = (list(INJECT_KINDS) if args.inject == "all"
+                         else args.inject.split(","))
     if args.ev_count is not None:
         cfg["ev_count"] = args.ev_count
     if args.pmtu is not None:
@@ -158,6 +171,10 @@ def _run_demo(args):
         cfg["pmtu_log2"] = args.pmtu.bit_length() - 1
     metrics = demo.run_demo(cfg, args.out, waves=args.waves)
     print(demo.summary(metrics))
+    png = os.path.join(args.out, "goodput.png")
+    demo.plot(metrics, png)
+    print(f"metrics: {os.path.join(args.out, 'metrics.json')}, plot: {png}"
+          + (f", wire: {os.path.join(args.out, 'wire.pcap')}" if args.pcap else ""))
     return 0 if metrics["complete"] else 1
 
 

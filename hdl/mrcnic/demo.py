@@ -12,10 +12,12 @@ import os
 from pathlib import Path
 
 from .export import verilog_text
+from .demo_bench import INJECT_KINDS
 from .nic_pair import NicPair
+from .proto import EvState
 from .simrun import run as simrun
 
-__all__ = ["DEFAULTS", "run_demo", "summary", "parse_failure"]
+__all__ = ["DEFAULTS", "run_demo", "summary", "failure_report", "plot", "parse_failure"]
 
 # The demo's NIC and network. Decision: 64-bit datapath at 250 MHz (16 Gb/s), each plane's
 # links at 1/planes of it; jumbo PMTU (8192) so that a plane's loss costs its share and
@@ -24,8 +26,9 @@ DEFAULTS = {
     "planes": 8, "data_width": 64, "clock_ns": 4.0, "qps": 4, "ev_count": 32,
     "pmtu_log2": 13, "size": 1 << 20, "msg_bytes": 64 << 10, "loss": 0.0, "seed": 1,
     "spines": 4, "link_delay_ns": 200.0, "jitter_ns": 0.0, "queue_bytes": 256 << 10,
-    "timeout_exp": 8, "reorder_guard": 3, "sack_every": 8, "bin_ns": 20_000.0,
-    "max_cycles": 4_000_000, "failures": [], "pcap": False,
+    "timeout_exp": 8, "reorder_guard": 3, "sack_every": 8,
+    "max_cycles": 4_000_000, "failures": [], "pcap": False, "probe_us": 0.0,
+    "inject": [], "inject_after_ns": 20_000.0, "inject_every_ns": 5_000.0,
 }
 
 
@@ -54,6 +57,11 @@ def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
     The Verilator model is built under ``build_root`` (kept between runs), the metrics
     (and pcap) go to ``out_dir``."""
     cfg = {**DEFAULTS, **cfg}
+    bad = [k for k in cfg["inject"] if k not in INJECT_KINDS]
+    if bad:
+        raise ValueError(f"inject {bad}: kinds are {', '.join(INJECT_KINDS)}")
+    if set(cfg["inject"]) & {"bad_rkey", "outside"} and cfg["qps"] < 2:
+        raise ValueError("access-error injection needs qps >= 2 (the last QP takes them)")
     for f in cfg["failures"]:
         if not 0 <= f["plane"] < cfg["planes"]:
             raise ValueError(f"failure of plane {f['plane']}: planes are 0..{cfg['planes'] - 1}")
@@ -83,13 +91,99 @@ def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
 def goodput(metrics, t0_ns=None, t1_ns=None):
     """Payload bytes placed per ns between t0 and t1, as a share of the line rate."""
     cfg = metrics["config"]
-    bin_ns = cfg["bin_ns"]
     t0 = metrics["t_start_ns"] if t0_ns is None else t0_ns
     t1 = metrics["t_end_ns"] if t1_ns is None else t1_ns
-    placed = sum(v for b, _, v in metrics["goodput_bins"]
-                 if t0 <= b * bin_ns and (b + 1) * bin_ns <= t1)
-    span = (int(t1 // bin_ns) - int(-(-t0 // bin_ns))) * bin_ns
-    return placed * 8 / span / metrics["line_gbps"] if span > 0 else 0.0
+    placed = sum(v for t, _, v in metrics["placements"] if t0 <= t < t1)
+    return placed * 8 / (t1 - t0) / metrics["line_gbps"] if t1 > t0 else 0.0
+
+
+# b's counters that show the injected bad frames (RoceRx, memory check, PSN tracker)
+INJECT_COUNTERS = ("icrc", "length", "truncated", "verdict_drop", "no_qp", "out_of_window",
+                   "denied", "unknown_rkey", "out_of_range", "qp_in_error", "naks")
+
+
+def failure_report(metrics):
+    """Per failure: goodput after recovery (placed bytes over the last three quarters of
+    the time from the failure to the last new data frame); the data frames NIC ``a``
+    started on the failed plane after the failure (count, cycles from the failure to the
+    last one's first beat) and its probes there; and each of the plane's EVs taken
+    ASSUMED_BAD: when, and the cycles from then to the last data frame on it."""
+    cfg = metrics["config"]
+    P, clock = cfg["planes"], cfg["clock_ns"]
+    report = []
+    # The steady state ends when the last new data frame leaves (what follows is the
+    # tail: the last retransmissions and acknowledgements).
+    end = max((c * clock for c, _, _, _, rtx, probe in metrics["frames"]
+               if not rtx and not probe), default=metrics["t_end_ns"])
+    for f in cfg["failures"]:
+        t, plane = f["at_ns"], f["plane"]
+        data = [(c, p, e) for c, p, e, _, _, probe in metrics["frames"] if not probe]
+        after = [c for c, p, _ in data if p == plane and c * clock >= t]
+        probes = sum(1 for c, p, *_, probe in metrics["frames"]
+                     if probe and p == plane and c * clock >= t)
+        evs = []
+        for when, ev, state in metrics["events"]:
+            if state == EvState.ASSUMED_BAD and ev % P == plane and when >= t:
+                if any(e["ev"] == ev for e in evs):
+                    continue
+                last = max((c for c, _, e in data if e == ev and c * clock >= when),
+                           default=None)
+                evs.append({"ev": ev, "bad_ns": when, "last_after_bad_cycles":
+                            None if last is None else round(last - when / clock)})
+        report.append({
+            "plane": plane, "at_ns": t,
+            "goodput_after": goodput(metrics, t + (end - t) / 4, end),
+            "frames_after": len(after), "probes_after": probes,
+            "last_after_cycles": round(max(after) - t / clock) if after else None,
+            "evs": evs})
+    return report
+
+
+def plot(metrics, path):
+    """A PNG of goodput per plane over time (placed payload at NIC b, per receive plane,
+    in about 60 bins of time), their sum, and the failures marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = metrics["config"]
+    P = cfg["planes"]
+    plane_gbps = metrics["line_gbps"] / P
+    t0, t1 = metrics["t_start_ns"] or 0.0, metrics["t_end_ns"]
+    if t1 <= t0:
+        return
+    n = 60
+    bin_ns = (t1 - t0) / n
+    xs = [(t0 + (b + 0.5) * bin_ns) / 1000 for b in range(n)]
+    per = [[0.0] * n for _ in range(P)]
+    for t, p, v in metrics["placements"]:
+        b = min(n - 1, max(0, int((t - t0) // bin_ns)))
+        per[p][b] += v * 8 / bin_ns / plane_gbps
+    fig, (ax, tot) = plt.subplots(2, 1, figsize=(9, 6), sharex=True,
+                                  gridspec_kw={"height_ratios": [2, 1]})
+    for p in range(P):
+        ax.plot(xs, [100 * y for y in per[p]], label=f"plane {p}", linewidth=1.2,
+                drawstyle="steps-mid")
+    ax.set_ylabel("goodput, % of a plane's rate")
+    ax.set_ylim(0, max(110, 105 * max(max(y) for y in per)))
+    ax.legend(ncol=min(P, 4), fontsize=8, loc="lower left")
+    tot.plot(xs, [100 * sum(per[p][i] for p in range(P)) / P for i in range(len(xs))],
+             color="black", linewidth=1.5, drawstyle="steps-mid")
+    tot.set_ylabel("total, % of line rate")
+    tot.set_ylim(0, 110)
+    tot.set_xlabel("time, us")
+    for a in (ax, tot):
+        a.grid(alpha=0.3)
+        for f in cfg["failures"]:
+            a.axvline(f["at_ns"] / 1000, color="red", linestyle="--", linewidth=1)
+    for f in cfg["failures"]:
+        ax.text(f["at_ns"] / 1000, 104, f" plane {f['plane']} fails", color="red", fontsize=8)
+    title = (f"mrcnic demo: {P} planes, {metrics['bytes']} bytes, loss {cfg['loss']:g}, "
+             f"{metrics['line_gbps']:.0f} Gb/s line rate")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def summary(metrics):
@@ -102,16 +196,20 @@ def summary(metrics):
                  f"({metrics['cycles']} cycles, {metrics['wall_s']:.0f} s)")
     lines.append(f"goodput {100 * total:.1f}% of line rate ({metrics['line_gbps']:.0f} Gb/s) "
                  f"over the whole run")
-    for f in cfg["failures"]:
-        t = f["at_ns"]
-        after = goodput(metrics, t + (metrics["t_end_ns"] - t) / 4, metrics["t_end_ns"])
-        sent = [c * cfg["clock_ns"] for c in metrics["sent_per_plane"][f["plane"]]]
-        last = max((x for x in sent if x >= t), default=None)
-        lines.append(f"plane {f['plane']} failed at {t / 1000:.1f} us: goodput after recovery "
-                     f"{100 * after:.1f}% of line rate; last data frame sent on it "
-                     + ("before the failure" if last is None else
-                        f"{(last - t) / 1000:.2f} us ({(last - t) / cfg['clock_ns']:.0f} "
-                        f"cycles) after it"))
+    for f in failure_report(metrics):
+        lines.append(f"plane {f['plane']} failed at {f['at_ns'] / 1000:.1f} us: goodput after "
+                     f"recovery {100 * f['goodput_after']:.1f}% of line rate")
+        if f["frames_after"]:
+            lines.append(f"  {f['frames_after']} data frames started on it after the failure, "
+                         f"the last {f['last_after_cycles']} cycles after")
+        else:
+            lines.append("  no data frame started on it after the failure")
+        if f["probes_after"]:
+            lines.append(f"  {f['probes_after']} probes sent on it after the failure")
+        for e in f["evs"]:
+            lines.append(f"  EV {e['ev']}: ASSUMED_BAD {e['bad_ns'] / 1000:.1f} us, last frame "
+                         + ("before that" if e["last_after_bad_cycles"] is None else
+                            f"{e['last_after_bad_cycles']} cycles after it"))
     rt = metrics["counters"]["retransmit-tracker"]
     causes = {k: v for k, v in rt.items() if k.startswith("rtx") or "timeout" in k}
     lines.append(f"retransmissions: {metrics['counters']['mrc-tx'].get('retransmissions', 0)} "
@@ -120,7 +218,13 @@ def summary(metrics):
     for _, _, st in metrics["events"]:
         states[st] = states.get(st, 0) + 1
     lines.append(f"EV state changes: {len(metrics['events'])} "
-                 f"({', '.join(f'to state {k}: {v}' for k, v in sorted(states.items()))})")
+                 f"({', '.join(f'to {EvState(k).name}: {v}' for k, v in sorted(states.items()))})")
+    if metrics["injected"]:
+        b = {k: v for name in ("b.roce-rx", "b.memory-protect", "b.psn-tracker")
+             for k, v in metrics["counters"][name].items()}
+        seen = ", ".join(f"{k} {b[k]}" for k in INJECT_COUNTERS if b.get(k))
+        lines.append(f"bad frames injected at b: {', '.join(metrics['injected'])}; "
+                     f"b counted: {seen}")
     ok = metrics["complete"] and metrics["completions"] == metrics["work_requests"]
     lines.append("verdict: " + ("all data arrived intact, each byte once" if ok else
                                 f"FAILED: {metrics['missing']} bytes missing, "

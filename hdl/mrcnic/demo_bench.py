@@ -28,9 +28,11 @@ from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from .bringup import RxConfig, TxConfig, bring_up_rx, bring_up_tx, find_blocks
 from .fabric import Fabric, FabricConfig, Failure
+from .model import packet as pk
+from .proto import Opcode
 from .tx_desc import TICK_NS
 
-__all__ = ["CREDIT_FRAMES", "pattern"]
+__all__ = ["CREDIT_FRAMES", "INJECT_KINDS", "bad_frame", "pattern"]
 
 CREDIT_FRAMES = 2               # a port has credit while fewer frames than this wait in it
 RKEY = 0x1234
@@ -54,11 +56,15 @@ class _Port:
         self.tready = getattr(dut, f"{prefix}_tready")
         self.bytes = len(self.tkeep)
         self.parts = []                     # a frame coming out
+        self.first = None                   # the cycle of its first beat
         self.beats = []                     # a frame going in: [(data, keep, last)]
         self.driving = False
 
-    def take(self):
-        """The beat on the port (valid, ready high): returns the frame when it ends."""
+    def take(self, cycle=None):
+        """The beat on the port (valid, ready high) at ``cycle``: returns the frame when it
+        ends (its first beat's cycle in ``first``)."""
+        if not self.parts:
+            self.first = cycle
         keep = int(self.tkeep.value)
         n = keep.bit_length()               # tkeep is contiguous from lane 0
         self.parts.append(int(self.tdata.value).to_bytes(self.bytes, "little")[:n])
@@ -83,6 +89,46 @@ class _Port:
             d, k, last = self.beats[0]
             self.tdata.value, self.tkeep.value, self.tlast.value = d, k, int(last)
         self.tvalid.value = int(self.driving)
+
+
+def _frame_record(first, plane, frame):
+    """``[first beat cycle, plane, EV index, PSN, rtx, probe]`` of a frame NIC ``a`` sent
+    (the EV index is the entropy the frame carries, in SRv6 mode)."""
+    pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
+    return [first, plane, pk.stev_ev(pkt), pkt.bth["psn"], pkt.bth["rtx"],
+            int(pkt.opcode == Opcode.PROBE)]
+
+
+# Bad frames the bench can put on b's wire (``inject``), each a copy of a data frame just
+# delivered to b, changed: a wrong ICRC; cut in half; for a QP b does not have; a PSN half
+# the PSN space away; an R_Key b does not know; an address outside every region. The last
+# two are for the spare QP (they put their QP in error).
+INJECT_KINDS = ("icrc", "truncated", "unknown_qp", "psn_far", "bad_rkey", "outside")
+ACCESS_KINDS = {"bad_rkey", "outside"}
+
+
+def bad_frame(kind, frame, spare, qps):
+    if kind == "icrc":
+        return frame[:-12] + bytes([frame[-12] ^ 0x5A]) + frame[-11:]
+    if kind == "truncated":
+        return frame[:len(frame) // 2]
+    pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
+    if kind == "unknown_qp":
+        pkt.bth["dest_qp"] = qps + 5
+    elif kind == "psn_far":
+        pkt.bth["psn"] = (pkt.bth["psn"] + (1 << 23)) % (1 << 24)
+    elif kind in ACCESS_KINDS:
+        pkt.bth["dest_qp"] = spare
+        if pkt.reth is None:
+            raise ValueError("an access error needs a frame with a RETH")
+        if kind == "bad_rkey":
+            pkt.reth["rkey"] ^= 0x5A5A
+        else:
+            pkt.reth["va"] = 1 << 60
+    else:
+        raise ValueError(f"inject {kind!r}: one of {', '.join(INJECT_KINDS)}")
+    pkt.icrc = None
+    return pk.encode(pk.finalize(pkt))
 
 
 def _fields(dut, prefix, names):
@@ -128,6 +174,7 @@ async def demo(dut):
 
     # --- Bring-up of both NICs, as software would -----------------------------------------
     qps = cfg["qps"]
+    side_blocks = {}
     host = {"a": 0, "b": 1}
     peer = {"a": "b", "b": "a"}
     mac = {"a": 0x02_00_00_00_00_0A, "b": 0x02_00_00_00_00_0B}
@@ -144,21 +191,26 @@ async def demo(dut):
                       peer_ip=fab.host_addr(other), outer_src=fab.host_addr(me), evs=evs,
                       remote_qps=list(range(qps)), pmtu_log2=cfg["pmtu_log2"],
                       tick_cycles=max(1, round(TICK_NS / clock_ns)),
-                      timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"])
+                      timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"],
+                      probe_interval=round(cfg["probe_us"] * 1000 / clock_ns))
         rx = RxConfig(local_mac=mac[side], local_ip=fab.host_addr(me), peer_mac=mac[peer[side]],
                       peer_ip=fab.host_addr(other), remote_qps=list(range(qps)),
                       pmtu_log2=cfg["pmtu_log2"], regions=[(RKEY, 0, 1 << 48, 1, 0)],
                       sack_every=cfg["sack_every"])
         await bring_up_tx(rd, wr, tx, blocks=blocks)
         await bring_up_rx(rd, wr, rx, blocks=blocks)
-        if side == "a":
-            a_blocks = blocks
+        side_blocks[side] = blocks
 
     # --- Work requests and the traffic loop ---------------------------------------------------
     size, msg = cfg["size"], cfg["msg_bytes"]
     wrs = []
+    # With injected access errors the last QP carries no data: the bad frames on it put
+    # it in error (as they must), and the others must not notice.
+    inject = cfg.get("inject", [])
+    spare = qps - 1 if set(inject) & ACCESS_KINDS else None
+    data_qps = qps - (spare is not None)
     for i, off in enumerate(range(0, size, msg)):
-        wrs.append({"qp": i % qps, "wr_id": i & 0xFFFF, "va": BASE_VA + off, "rkey": RKEY,
+        wrs.append({"qp": i % data_qps, "wr_id": i & 0xFFFF, "va": BASE_VA + off, "rkey": RKEY,
                     "length": min(msg, size - off), "imm": i, "with_imm": 0})
     va_of = {(w["qp"], w["wr_id"]): w["va"] for w in wrs}
     start_cycle = cycle = 0
@@ -170,11 +222,11 @@ async def demo(dut):
     place_q = [[] for _ in range(P)]        # place records waiting for their payload
     body_q = [[] for _ in range(P)]
     delivered = {"bytes": 0}
-    per_plane_sent = [[] for _ in range(P)]  # (cycle, bytes) of a's data frames per plane
-    goodput_bins = {}                       # (bin, plane) -> payload bytes placed
+    sent_frames = []                        # a's frames: [first beat cycle, plane, EV, psn, rtx]
+    placements = []                         # [ns, plane, payload bytes] placed at b
     events, done = [], []
     wr_i = 0
-    bin_ns = cfg["bin_ns"]
+    injected, next_inject = 0, cfg.get("inject_after_ns", 0.0)
     captures = [] if cfg.get("pcap") else None
     wall0 = time.time()
     max_cycles = cfg["max_cycles"]
@@ -197,8 +249,7 @@ async def demo(dut):
                 placed[k] += 1
                 assert placed[k] == 1, f"byte at {r['va'] + k - off:#x} placed twice"
             delivered["bytes"] += len(body)
-            key = (int(now_ns() // bin_ns), p)
-            goodput_bins[key] = goodput_bins.get(key, 0) + len(body)
+            placements.append([now_ns(), p, len(body)])
 
     start_cycle = cycle
     t_start_ns = None
@@ -234,11 +285,11 @@ async def demo(dut):
             p = 0
             while valid:
                 if valid & 1:
-                    frame = out[s][p].take()
+                    frame = out[s][p].take(cycle)
                     if frame is not None:
                         fab.send(t, host[s], p, frame)
-                        if s == "a" and len(frame) > 200:
-                            per_plane_sent[p].append((cycle, len(frame)))
+                        if s == "a":
+                            sent_frames.append(_frame_record(out[s][p].first, p, frame))
                         if captures is not None:
                             captures.append((t, frame))
                 valid >>= 1
@@ -247,6 +298,12 @@ async def demo(dut):
         if fab.next_event_ns() is not None and fab.next_event_ns() <= t:
             for d in fab.run_until(t):
                 inp["a" if d.host == 0 else "b"][d.plane].load(d.frame)
+                if (d.host == 1 and injected < len(inject) and t >= next_inject
+                        and len(d.frame) > 200):
+                    kind = inject[injected]
+                    inp["b"][d.plane].load(bad_frame(kind, d.frame, spare, qps))
+                    injected += 1
+                    next_inject = t + cfg["inject_every_ns"]
         for s in "ab":
             for port in inp[s]:
                 if port.beats or port.driving:
@@ -284,24 +341,27 @@ async def demo(dut):
     sys.stderr.write("\n")
 
     # --- Counters and metrics ----------------------------------------------------------------
+    # a's transmit blocks; b's receive blocks (RoceRx summed over the planes)
     counters = {}
-    for name, regs in (("mrc-tx", a_blocks["mrc-tx"][0]),
-                       ("retransmit-tracker", a_blocks["retransmit-tracker"][0]),
-                       ("path-selector", a_blocks["path-selector"][0])):
-        counters[name] = {}
-        for reg in regs.regmap.registers.values():
-            fields = reg.fields.values() if isinstance(reg.fields, dict) else reg.fields
-            if [f.name for f in fields] == ["count"]:
-                counters[name][reg.name] = (await regs.read_fields(reg.name))["count"]
+    for side, name in (("a", "mrc-tx"), ("a", "retransmit-tracker"), ("a", "path-selector"),
+                       ("b", "roce-rx"), ("b", "memory-protect"), ("b", "psn-tracker")):
+        key = name if side == "a" else f"b.{name}"
+        counters[key] = {}
+        for regs in side_blocks[side][name]:
+            for reg in regs.regmap.registers.values():
+                fields = reg.fields.values() if isinstance(reg.fields, dict) else reg.fields
+                if [f.name for f in fields] == ["count"]:
+                    n = (await regs.read_fields(reg.name))["count"]
+                    counters[key][reg.name] = counters[key].get(reg.name, 0) + n
     complete = all(b == 1 for b in placed)
     metrics = {
         "config": cfg, "cycles": cycle, "t_start_ns": t_start_ns, "t_end_ns": now_ns(),
         "bytes": size, "delivered_bytes": delivered["bytes"], "complete": complete,
         "duplicates": sum(1 for b in placed if b > 1), "missing": placed.count(0),
-        "work_requests": len(wrs), "completions": len(done),
+        "work_requests": len(wrs), "injected": inject[:injected], "completions": len(done),
         "completion_cycles": [c for c, _ in done], "line_gbps": line_gbps,
-        "goodput_bins": [[k[0], k[1], v] for k, v in sorted(goodput_bins.items())],
-        "sent_per_plane": [[c for c, _ in per_plane_sent[p]] for p in range(P)],
+        "placements": placements,
+        "frames": sent_frames,
         "events": [[t, e["ev"], e["state"]] for t, e in events],
         "counters": counters,
         "fabric": {"drops": {str(p): dict(fab.stats.planes[p].drops) for p in range(P)},

@@ -1,0 +1,96 @@
+"""The software half of ``mrcnic demo`` without a simulation: the bad frames the bench
+injects, the failure report and goodput computed from metrics, the summary and the plot."""
+
+import pytest
+
+from mrcnic import demo
+from mrcnic.demo_bench import INJECT_KINDS, bad_frame
+from mrcnic.model import packet as pk
+from mrcnic.proto import EvState, Opcode
+
+
+def _frame(qp=0, psn=100, va=0x1_0000_0000):
+    pkt = pk.write_packet(Opcode.WRITE_ONLY, qp, psn, va, 0x1234, 512, bytes(range(256)) * 2)
+    return pk.encapsulate(pk.encode(pkt), outer_src=0xFC00 << 112,
+                          outer_dst=0xFC01 << 112 | 0x1234)
+
+
+def test_bad_frames():
+    frame = _frame()
+    with pytest.raises(pk.PacketError, match="ICRC"):
+        pk.decode(bad_frame("icrc", frame, 3, 4), udp_dport=None)
+    cut = bad_frame("truncated", frame, 3, 4)
+    assert len(cut) == len(frame) // 2
+    with pytest.raises(pk.PacketError):
+        pk.decode(cut, udp_dport=None)
+    want = {"unknown_qp": (9, 100, 0x1234, 0x1_0000_0000),
+            "psn_far": (0, 100 + (1 << 23), 0x1234, 0x1_0000_0000),
+            "bad_rkey": (3, 100, 0x1234 ^ 0x5A5A, 0x1_0000_0000),
+            "outside": (3, 100, 0x1234, 1 << 60)}
+    for kind, (qp, psn, rkey, va) in want.items():
+        p = pk.decode(bad_frame(kind, frame, 3, 4), udp_dport=None)     # ICRC right
+        assert (p.bth["dest_qp"], p.bth["psn"], p.reth["rkey"], p.reth["va"]) == \
+            (qp, psn, rkey, va), kind
+        assert p.outer is not None and p.payload == bytes(range(256)) * 2
+    assert set(want) | {"icrc", "truncated"} == set(INJECT_KINDS)
+    with pytest.raises(ValueError, match="one of"):
+        bad_frame("nonsense", frame, 3, 4)
+
+
+def _metrics():
+    """Four planes at 16 Gb/s (4 ns cycles); plane 1 fails at 10 us. Frames:
+    [first beat cycle, plane, EV, PSN, rtx, probe]."""
+    cfg = {**demo.DEFAULTS, "planes": 4, "clock_ns": 4.0,
+           "failures": [{"kind": "plane", "plane": 1, "at_ns": 10_000.0}]}
+    frames = [[c, c // 100 % 4, c // 100 % 4 + 4 * (c // 1000 % 2), c // 100, 0, 0]
+              for c in range(0, 2500, 100)]            # 25 frames, round the planes
+    frames += [[2510, 1, 5, 7, 1, 0],                 # a retransmission after the failure
+               [2600, 1, 9, 0, 0, 1],                 # a probe on plane 1
+               [5000, 0, 4, 99, 1, 0]]                # the tail: a late retransmission
+    return {"config": cfg, "frames": frames, "t_start_ns": 0.0, "t_end_ns": 20_000.0,
+            "line_gbps": 16.0, "bytes": 30_000, "delivered_bytes": 30_000,
+            "placements": [[t, t // 1000 % 4, 1000] for t in range(0, 20_000, 1000)],
+            "events": [[12_000.0, 5, int(EvState.ASSUMED_BAD)],
+                       [13_000.0, 6, int(EvState.ASSUMED_BAD)],   # another plane's EV
+                       [14_000.0, 5, int(EvState.ASSUMED_BAD)]],  # the same EV again
+            "cycles": 5000, "wall_s": 1.0, "work_requests": 2, "completions": 2,
+            "complete": True, "missing": 0, "duplicates": 0, "injected": [],
+            "counters": {"mrc-tx": {"retransmissions": 2},
+                         "retransmit-tracker": {"rtx_hole": 2, "rtx_timeout": 0}}}
+
+
+def test_failure_report():
+    m = _metrics()
+    (f,) = demo.failure_report(m)
+    # plane 1 after 10 us = cycle 2500: the retransmission at 2510 (the probe apart)
+    assert (f["frames_after"], f["last_after_cycles"], f["probes_after"]) == (1, 10, 1)
+    # EV 5 once (plane 1), ASSUMED_BAD at 12 us = cycle 3000: nothing on it after
+    assert f["evs"] == [{"ev": 5, "bad_ns": 12_000.0, "last_after_bad_cycles": None}]
+    # the steady state ends with the last new data frame (cycle 2400 = 9.6 us): the
+    # failure came after it, so the window is empty
+    assert f["goodput_after"] == 0.0
+
+
+def test_goodput_is_placed_bytes_over_time():
+    m = _metrics()
+    # 20 placements of 1000 bytes in 20 us at 16 Gb/s: 160000 bits / 320000
+    assert demo.goodput(m) == pytest.approx(0.5)
+    assert demo.goodput(m, 0.0, 2_000.0) == pytest.approx(2 * 8000 / 2000 / 16)
+
+
+def test_summary_and_plot(tmp_path):
+    m = _metrics()
+    text = demo.summary(m)
+    assert "plane 1 failed at 10.0 us" in text and "1 probes sent on it" in text
+    assert "to ASSUMED_BAD: 3" in text and "all data arrived intact" in text
+    m["complete"], m["missing"] = False, 7
+    assert "FAILED: 7 bytes missing" in demo.summary(m)
+    png = tmp_path / "goodput.png"
+    demo.plot(m, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parse_failure():
+    assert demo.parse_failure("3@12.5") == {"kind": "plane", "plane": 3, "at_ns": 12_500.0}
+    with pytest.raises(ValueError, match="PLANE@"):
+        demo.parse_failure("3")
