@@ -87,7 +87,7 @@ demo: setup
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/clean --pcap
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/plane-failure --fail 1@60
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/loss --loss 0.01
-	@echo "== demo done: metrics, plots, pcaps in $(DEMO)/, Verilator build in $(DEMO)/mrcnic_nic_pair_*"
+	@echo "== demo done: metrics, plots, pcaps in $(DEMO)/, Verilator builds in $(DEMO)/nic_pair_*"
 
 clean:
 	rm -rf build sim_build .pytest_cache

@@ -94,8 +94,7 @@ class TxConfig:
 
 
 async def wait_clear(regs, reg="status", name="busy"):
-    while await regs.read_field(reg, name):
-        pass
+    await regs.wait_clear(reg, name)
 
 
 async def _selector_profile(regs, p, prof, raws, active):

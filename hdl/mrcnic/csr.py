@@ -522,6 +522,17 @@ class RegisterDriver:
         self.regmap[reg].field(field)          # fail on a bad name before touching the bus
         return (await self.read_fields(reg))[field]
 
+    async def wait_clear(self, reg, field):
+        """Read ``reg`` until its ``field`` is 0 (a busy flag). A bus whose ``read`` has a
+        ``poll(addr, mask)`` coroutine (:class:`~mrcnic.csr_script.ScriptRecorder`) is
+        asked for that instead: it records the wait."""
+        poll = getattr(self._read, "poll", None)
+        if poll is not None:
+            await poll(self._addr(reg), self.regmap[reg].field(field).mask)
+            return
+        while await self.read_field(reg, field):
+            pass
+
     async def write(self, reg, value):
         r = self.regmap[reg]
         if not isinstance(value, int) or not 0 <= value < (1 << self.regmap.data_width):

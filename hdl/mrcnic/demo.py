@@ -1,7 +1,7 @@
 """``mrcnic demo``: two NICs over the fabric model, simulated on Verilator.
 
 :func:`run_demo` exports :class:`~mrcnic.nic_pair.NicPair` as Verilog, builds it once with
-Verilator (optimised C++; the build is kept in ``build/demo/<module>``), runs
+Verilator (optimised C++; the build is kept in ``build/demo/nic_pair_<hash>``), runs
 :mod:`mrcnic.demo_bench` on it, and returns the metrics it wrote; :func:`summary` turns
 them into the printed report.
 """
@@ -35,6 +35,7 @@ DEFAULTS = {
 # Modules that make no gateware: a change to them needs no new Verilog.
 _SOFTWARE = {"demo.py", "demo_bench.py", "bringup.py", "cli.py", "fabric.py", "pcap.py",
              "simrun.py", "synth.py", "formal.py", "__init__.py"}
+TOP = "mrcnic_nic_pair"
 
 
 def parse_failure(text):
@@ -52,6 +53,34 @@ def _nic_params(cfg):
             "ev_count": cfg["ev_count"], "buffer_bytes": 4 << cfg["pmtu_log2"]}
 
 
+def _verilog(params, root):
+    """The Verilog of the NIC pair of ``params``, in ``root/nic_pair_<hash of the
+    Verilog>/`` (one Verilator build per distinct Verilog). Exported only when the
+    parameters or a gateware module changed since the last export (``root/exports.json``
+    maps a hash of both to the folder): a change that leaves the Verilog as it was (a
+    docstring, a Python helper) reuses the build."""
+    digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.name not in _SOFTWARE:
+            digest.update(path.read_bytes())
+    key = digest.hexdigest()
+    index_path = root / "exports.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    if key in index and (root / index[key] / f"{TOP}.v").exists():
+        return root / index[key] / f"{TOP}.v"
+    print(f"mrcnic demo: exporting two MrcNic ({params}) to Verilog")
+    text = verilog_text(NicPair(**params), TOP)
+    folder = f"nic_pair_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+    source = root / folder / f"{TOP}.v"
+    if not source.exists():
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text(text)
+        print(f"mrcnic demo: new Verilog in {source.parent}: Verilator builds it (minutes)")
+    index[key] = folder
+    index_path.write_text(json.dumps(index, indent=1))
+    return source
+
+
 def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
     """Run the two-NIC simulation of ``cfg`` (``DEFAULTS`` updated); returns the metrics.
     The Verilator model is built under ``build_root`` (kept between runs), the metrics
@@ -66,22 +95,10 @@ def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
         if not 0 <= f["plane"] < cfg["planes"]:
             raise ValueError(f"failure of plane {f['plane']}: planes are 0..{cfg['planes'] - 1}")
     params = _nic_params(cfg)
-    # The module name says which parameters and which gateware: a change of either
-    # exports and builds anew.
-    digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        if path.name not in _SOFTWARE:
-            digest.update(path.read_bytes())
-    tag = digest.hexdigest()[:10]
-    top = f"mrcnic_nic_pair_{tag}"
-    build = Path(build_root) / top
-    build.mkdir(parents=True, exist_ok=True)
-    source = build / f"{top}.v"
-    if not source.exists():
-        print(f"mrcnic demo: exporting two MrcNic ({params}) to {source}")
-        source.write_text(verilog_text(NicPair(**params), top))
+    source = _verilog(params, Path(build_root))
+    build = source.parent
     cfg["out_dir"] = str(Path(out_dir).resolve())
-    simrun(top, source, params, "mrcnic.demo_bench", "verilator", build / "verilator",
+    simrun(TOP, source, params, "mrcnic.demo_bench", "verilator", build / "verilator",
            extra_env={"MRCNIC_DEMO": json.dumps(cfg)}, seed=cfg["seed"], waves=waves,
            optimize=cfg.get("optimize", True))
     with open(os.path.join(cfg["out_dir"], "metrics.json")) as f:

@@ -426,8 +426,7 @@ async def table_op(drv, op):
     else:
         raise ValueError(f"unknown table operation {op!r}")
     if kind != "clear_error":           # done when applied: the next op comes after it
-        while (await drv.read_fields("status"))["busy"]:
-            pass
+        await drv.wait_clear("status", "busy")
 
 
 def output_fifo(m, name, o):

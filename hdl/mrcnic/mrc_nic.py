@@ -79,6 +79,12 @@ class MrcNic(wiring.Component):
             members[f"m{p}_axis"] = Out(axis)
         super().__init__(members)
 
+    def csr_buses(self, base=0):
+        """``[(base, CsrBus)]`` of every register bus, the nested ones at their bases (for
+        :class:`~mrcnic.csr_script.ScriptRecorder`)."""
+        wb = self.bus.window_bits
+        return [(base, self.bus), (base + (1 << wb), self.tx.bus), (base + (2 << wb), self.rx.bus)]
+
     def elaborate(self, platform):
         m = Module()
         m.submodules.bus = bus = self.bus
