@@ -20,7 +20,8 @@ Operation
 Parameters
     ``planes`` 1, 2, 4 or 8 (default 4); ``data_width`` (default 64); ``qps`` (default 8);
     ``ev_count`` (default 32); ``msgs`` (default 16); ``buffer_bytes`` per plane (default
-    16384); ``regions`` (default 16).
+    16384); ``regions`` (default 16); ``outstanding`` PSNs per QP in the retransmit
+    tracker (default 1024).
 
 Latency, throughput
     As the halves, plus one cycle on each plane's output (the frame mux).
@@ -62,9 +63,9 @@ class MrcNic(wiring.Component):
     """See the module docstring: the NIC datapath, ``mrc-nic``."""
 
     def __init__(self, planes=4, data_width=64, qps=8, ev_count=32, msgs=16,
-                 buffer_bytes=16384, regions=16):
+                 buffer_bytes=16384, regions=16, outstanding=1024):
         self.planes, self.data_width, self.qps = planes, data_width, qps
-        self.tx = MrcTx(planes, data_width, qps, msgs, ev_count)
+        self.tx = MrcTx(planes, data_width, qps, msgs, ev_count, outstanding=outstanding)
         self.rx = MrcRx(planes, data_width, qps, buffer_bytes=buffer_bytes, regions=regions)
         self.bus = CsrBus([("csr-bus", self.tx.bus.addr_width),
                            ("csr-bus", self.rx.bus.addr_width)])
@@ -113,6 +114,8 @@ class MrcNic(wiring.Component):
                    "ports, one register port", defaults={"planes": 4, "data_width": 64,
                                                          "qps": 8, "ev_count": 32,
                                                          "msgs": 16, "buffer_bytes": 16384,
-                                                         "regions": 16})
-def _mrc_nic_block(planes, data_width, qps, ev_count, msgs, buffer_bytes, regions):
-    return MrcNic(planes, data_width, qps, ev_count, msgs, buffer_bytes, regions)
+                                                         "regions": 16,
+                                                         "outstanding": 1024})
+def _mrc_nic_block(planes, data_width, qps, ev_count, msgs, buffer_bytes, regions,
+                   outstanding):
+    return MrcNic(planes, data_width, qps, ev_count, msgs, buffer_bytes, regions, outstanding)
