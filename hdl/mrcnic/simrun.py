@@ -43,8 +43,9 @@ def prepare(simulator):
 
 def run(top, source, params, module, simulator, build_dir, *, testcase=None, extra_env=None,
         seed=None, waves=None, test_dir=None, optimize=False):
-    """Build (once per ``build_dir``) and run; ``optimize``: compile Verilator's C++ with
-    -O2 (long runs) rather than -O0 (short ones: the compile is the cost)."""
+    """Build (once per ``build_dir``) and run; ``optimize``: the C++ optimisation of a
+    Verilator model, False for -O0 (short runs: the compile is the cost), True for -O2, or
+    the flag itself ("-O1")."""
     prepare(simulator)
     build_dir = Path(build_dir).resolve()       # the simulator runs in it: no relative paths
     if waves is None:
@@ -58,7 +59,7 @@ def run(top, source, params, module, simulator, build_dir, *, testcase=None, ext
         # breaks the C++ build as soon as Verilator splits a large model into several files;
         # a variable in MAKEFLAGS overrides the makefile's, for the make cocotb runs.
         # -O0: these models are large and run briefly; the C++ compile is the cost.
-        opt = "-O2" if optimize else "-O0"
+        opt = optimize if isinstance(optimize, str) else "-O2" if optimize else "-O0"
         os.environ["MAKEFLAGS"] = f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={opt} OPT_SLOW=-O0"
     runner = get_runner(simulator)
     runner.build(sources=[source], hdl_toplevel=top, build_dir=build_dir,
