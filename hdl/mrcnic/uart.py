@@ -1,0 +1,157 @@
+"""A UART for a board's status and commands: :class:`UartTx` and :class:`UartRx` (8 data
+bits, no parity, one stop bit; ``divisor`` clock cycles per bit, e.g. 217 for 115200
+baud at 25 MHz), and :class:`StatusLine`, which prints named values as hex over a UartTx.
+
+Ports
+    UartTx: ``i`` (in, a stream of bytes), ``tx`` (out, idle high). UartRx: ``rx`` (in,
+    through two synchronising flip-flops), ``o`` (out, a stream of bytes; a byte not taken
+    before the next arrives is lost and counted in ``overruns``), ``errors`` (framing:
+    stop bit low). StatusLine: ``trigger`` (in: print one line), ``o`` (out, bytes to a
+    UartTx), ``busy``.
+
+Timing
+    A byte takes ``10 x divisor`` cycles on the line. UartRx samples each bit in its middle
+    (``divisor // 2`` cycles after the start bit's falling edge, then every ``divisor``).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["UartTx", "UartRx", "StatusLine", "divisor_for"]
+
+
+def divisor_for(clk_hz, baud=115200):
+    """Cycles per bit, and the error of the baud rate it gives (must stay under 2%)."""
+    divisor = round(clk_hz / baud)
+    error = abs(clk_hz / divisor - baud) / baud
+    if divisor < 4 or error > 0.02:
+        raise ValueError(f"{clk_hz} Hz cannot make {baud} baud within 2% (divisor {divisor})")
+    return divisor
+
+
+def _check_divisor(divisor):
+    if not isinstance(divisor, int) or divisor < 4:
+        raise ValueError(f"divisor = {divisor!r} must be an int >= 4")
+
+
+class UartTx(wiring.Component):
+    """See the module docstring."""
+
+    def __init__(self, divisor):
+        _check_divisor(divisor)
+        self.divisor = divisor
+        super().__init__({"i": In(stream.Signature(8)), "tx": Out(1, init=1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        shift = Signal(10, init=0x3FF)          # stop, data LSB first, start; shifts right
+        bits = Signal(range(11))
+        timer = Signal(range(self.divisor))
+        m.d.comb += [self.tx.eq(shift[0]), self.i.ready.eq(bits == 0)]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [shift.eq(Cat(Const(0, 1), self.i.payload, Const(1, 1))),
+                         bits.eq(10), timer.eq(self.divisor - 1)]
+        with m.Elif(bits != 0):
+            with m.If(timer == 0):
+                m.d.sync += [shift.eq(Cat(shift[1:], Const(1, 1))), bits.eq(bits - 1),
+                             timer.eq(self.divisor - 1)]
+            with m.Else():
+                m.d.sync += timer.eq(timer - 1)
+        return m
+
+
+class UartRx(wiring.Component):
+    """See the module docstring."""
+
+    def __init__(self, divisor):
+        _check_divisor(divisor)
+        self.divisor = divisor
+        super().__init__({"rx": In(1, init=1), "o": Out(stream.Signature(8)),
+                          "errors": Out(16), "overruns": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        rx = Signal(init=1)
+        m.submodules.sync = FFSynchronizer(self.rx, rx, init=1)
+        timer = Signal(range(self.divisor + self.divisor // 2 + 1))
+        bits = Signal(range(10))
+        shift = Signal(8)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(~rx):                  # the start bit's edge
+                    m.d.sync += [timer.eq(self.divisor + self.divisor // 2 - 1), bits.eq(0)]
+                    m.next = "BITS"
+            with m.State("BITS"):                # the middle of each data bit, then stop
+                with m.If(timer == 0):
+                    with m.If(bits == 8):
+                        with m.If(rx):
+                            with m.If(self.o.valid & ~self.o.ready):
+                                m.d.sync += self.overruns.eq(self.overruns + 1)
+                            m.d.sync += [self.o.payload.eq(shift), self.o.valid.eq(1)]
+                        with m.Else():
+                            m.d.sync += self.errors.eq(self.errors + 1)
+                        m.next = "WAIT_HIGH"
+                    with m.Else():
+                        m.d.sync += [shift.eq(Cat(shift[1:], rx)), bits.eq(bits + 1),
+                                     timer.eq(self.divisor - 1)]
+                with m.Else():
+                    m.d.sync += timer.eq(timer - 1)
+            with m.State("WAIT_HIGH"):           # a low stop bit: wait for the line idle
+                with m.If(rx):
+                    m.next = "IDLE"
+        return m
+
+
+class StatusLine(wiring.Component):
+    """One line of ``name=HEX`` items, separated by spaces and ended by CR LF, each time
+    ``trigger`` is high while idle. ``items``: ``[(name, width)]``; the values are the
+    input ports ``v_<name>`` (a value is latched when its line starts, so a line is one
+    instant's). Text: ``prefix`` first."""
+
+    def __init__(self, items, prefix="MRC"):
+        items = [(str(n), int(w)) for n, w in items]
+        for name, width in items:
+            if not name.isidentifier() or not 1 <= width <= 64:
+                raise ValueError(f"item {name!r}: a name, and a width of 1 .. 64 bits")
+        self.items = items
+        self.text = self._program(prefix)
+        super().__init__({"trigger": In(1), "o": Out(stream.Signature(8)), "busy": Out(1),
+                          **{f"v_{n}": In(w) for n, w in items}})
+
+    def _program(self, prefix):
+        """The line as a list of characters (str) and nibbles ((item index, nibble))."""
+        text = list(prefix)
+        for k, (name, width) in enumerate(self.items):
+            text += list(f" {name}=")
+            text += [(k, i) for i in reversed(range((width + 3) // 4))]
+        return text + ["\r", "\n"]
+
+    def elaborate(self, platform):
+        m = Module()
+        latched = [Signal(w, name=f"l_{n}") for n, w in self.items]
+        pos = Signal(range(len(self.text) + 1), init=len(self.text))
+        char = Signal(8)
+        with m.Switch(pos):
+            for i, t in enumerate(self.text):
+                with m.Case(i):
+                    if isinstance(t, str):
+                        m.d.comb += char.eq(ord(t))
+                    else:
+                        k, nib = t
+                        v = latched[k].shape().width
+                        n = Signal(4, name=f"nib_{i}")
+                        m.d.comb += n.eq(latched[k][4 * nib:min(4 * nib + 4, v)])
+                        m.d.comb += char.eq(Mux(n < 10, ord("0") + n, ord("A") - 10 + n))
+        idle = pos == len(self.text)
+        m.d.comb += [self.busy.eq(~idle), self.o.valid.eq(~idle), self.o.payload.eq(char)]
+        with m.If(idle & self.trigger):
+            m.d.sync += pos.eq(0)
+            for (name, _), reg in zip(self.items, latched):
+                m.d.sync += reg.eq(getattr(self, f"v_{name}"))
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += pos.eq(pos + 1)
+        return m
