@@ -45,16 +45,25 @@ def _run_verilog(args):
 
 
 def _add_build(sub):
-    p = sub.add_parser("build", help="synthesize a block for an ECP5 board (open toolchain)",
-                       description="Place and route one block with registered ports on an "
-                                   "ECP5 board through YoWASP Yosys and nextpnr; print fmax "
-                                   "and LUT/FF/BRAM use.")
+    p = sub.add_parser("build", help="build a board's self-test bitstream, or one block, for "
+                                     "an ECP5 board (open toolchain)",
+                       description="Without --block: the board's self-test bitstream (an "
+                                   "MrcNic looped back through an on-chip fabric, traffic, "
+                                   "checker, UART status); with --block: one block with "
+                                   "registered ports. Through YoWASP Yosys and nextpnr; "
+                                   "prints fmax against the clock and LUT/FF/BRAM use.")
     p.add_argument("--board", help="board name (see --list-boards)")
-    p.add_argument("--block", default="skid-buffer", help="block name")
+    p.add_argument("--block", default=None, help="a block instead of the self-test")
     p.add_argument("--data-width", type=int)
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
-    p.add_argument("--freq", type=float, default=100.0, help="clock constraint in MHz")
+    p.add_argument("--freq", type=float, default=None,
+                   help="clock in MHz (default: 100 for a block, the board's for the "
+                        "self-test: 25, 24 on the OrangeCrab)")
     p.add_argument("--build-dir", default=None)
+    p.add_argument("--program", action="store_true",
+                   help="load the self-test into the board's SRAM (openFPGALoader)")
+    p.add_argument("--flash", action="store_true",
+                   help="write the self-test to the board's SPI flash (openFPGALoader)")
     p.add_argument("--list-boards", action="store_true")
     p.set_defaults(func=_run_build)
 
@@ -62,14 +71,34 @@ def _add_build(sub):
 def _run_build(args):
     from . import synth
     if args.list_boards:
+        from .board import SELFTEST_BOARDS
         for name in synth.BOARDS:
-            print(name)
+            print(name + ("  (self-test)" if name in SELFTEST_BOARDS else ""))
         return 0
     if not args.board:
         raise ValueError("--board is required (see --list-boards)")
+    if args.block is None:
+        from . import board
+        params = {}
+        for item in args.param:
+            name, _, value = item.partition("=")
+            params[name] = int(value, 0)
+        if args.data_width is not None:
+            params["data_width"] = args.data_width
+        result = board.build_selftest(args.board, args.freq, args.build_dir, **params)
+        print(f"{result.board} self-test: {result.luts} LUT4 / {result.ffs} FF / "
+              f"{result.brams} DP16KD of {result.available.get('TRELLIS_COMB', '?')} / "
+              f"{result.available.get('TRELLIS_FF', '?')} / {result.available.get('DP16KD', '?')}"
+              f"; fmax {result.fmax_mhz:.1f} MHz against {result.pll_mhz:.2f} MHz: "
+              + ("met" if result.met else "NOT MET") + f"; bitstream {result.bitstream}")
+        if result.met and (args.program or args.flash):
+            print(board.program(result.bitstream, args.board, flash=args.flash))
+        return 0 if result.met else 1
+    if args.program or args.flash:
+        raise ValueError("--program and --flash load the self-test (no --block)")
     from . import registry
     params = registry.parse_params(args.block, args.param, args.data_width)
-    result = synth.build_block(args.board, args.block, params, freq_mhz=args.freq,
+    result = synth.build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
                               build_dir=args.build_dir)
     print(result.summary())
     return 0 if result.met else 1

