@@ -11,7 +11,7 @@ from mrcnic import proto
 from mrcnic.bringup import TxConfig, bring_up_tx
 from mrcnic.model import packet as pk
 from mrcnic.model.psn_tracker import PsnTrackerModel
-from mrcnic.mrc_tx import DESC_DEPTH, LOOP_PACKETS, MrcTx
+from mrcnic.mrc_tx import DESC_LOOKAHEAD, LOOP_PACKETS, MrcTx
 from axil import AxiLiteSimMaster
 from nic_host import EVS, PMTU_LOG2, Host, check_delivery, random_wrs
 from simtools import seeded
@@ -161,10 +161,10 @@ def test_loss_a_port_down_and_a_plane_without_credit():
     assert not late, f"decisions for plane 1 after its port went down: {late}"
     starved = [c for c, p in loop.decisions if p == 3 and t - 302 <= c < t - 104]
     assert not starved, f"decisions for plane 3 while it had no credit: {starved}"
-    # Frames forked before still leave on plane 1 (STALE_PORT): at most those in the
-    # descriptor FIFO, the one RoceTx builds and the one leaving Srv6Encap.
+    # Frames forked before still leave on plane 1 (STALE_PORT): at most the descriptors
+    # RoceTx holds, and the frame it was sending (its end comes after t).
     wire = [c for c, p in loop.arrivals if p == 1 and c >= t]
-    assert len(wire) <= DESC_DEPTH + 2, f"{len(wire)} frames on plane 1 after its port went down"
+    assert len(wire) <= DESC_LOOKAHEAD + 1, f"{len(wire)} frames on plane 1 after its port went down"
     last = max((c for c, p in loop.decisions if p == 1), default=t)
     print(f"port down at {t}: last request given plane 1 {last - t} cycles after, "
           f"{len(wire)} frames on its wire after, the last {max(wire, default=t) - t} after; "

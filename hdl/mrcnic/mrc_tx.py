@@ -34,8 +34,9 @@ Operation
        registers, DSCP :data:`~mrcnic.proto.DSCP_DATA` or
        :data:`~mrcnic.proto.DSCP_RTX` for retransmissions, ECT(0)); the plane FIFO; and
        the tracker's ``sent`` record (QP, PSN, EV, ``now``, the segmenter's tag, rtx).
-       Each branch has a FIFO; the fork waits until all have room. The descriptor FIFO
-       holds :data:`DESC_DEPTH` packets: the frames decided ahead of the wire.
+       Each branch but RoceTx's has a FIFO; the fork waits until all have room. RoceTx
+       holds :data:`DESC_LOOKAHEAD` descriptors besides the frame it sends: the frames
+       decided ahead of the wire.
     4. **The frame.** RoceTx builds the frame with the payload that answers ``preq``
        (``s_axis``, one payload frame per request, in request order); Srv6Encap puts it on
        its EV's path; each frame leaves whole on the port of its plane, ``m{p}_axis``.
@@ -104,7 +105,8 @@ from .tx_desc import TIME_BITS, TX_DESC, sent_layout
 from .tx_segmenter import SEG_PKT, SEG_REGS, WR, WR_DONE, TxSegmenter
 
 __all__ = ["MrcTx", "PAYLOAD_REQ", "MRC_TX_REGS", "LOOP_PACKETS", "CREDIT_RULE",
-           "LOSS_FEEDBACK", "STALE_PORT", "DESC_DEPTH", "TICK_CYCLES_DEFAULT"]
+           "LOSS_FEEDBACK", "STALE_PORT", "DESC_LOOKAHEAD",
+           "TICK_CYCLES_DEFAULT"]
 
 PAYLOAD_REQ = data.StructLayout({"qp": QP_INDEX_BITS, "wr_id": 16, "offset": 32,
                                  "length": 16})
@@ -115,14 +117,14 @@ CREDIT_RULE = "one packet per QP between the credit check and its sent record"
 # its EV is reported as TIMEOUT when the retransmission is asked for. Probes bring an EV
 # that lost a packet to random loss back.
 LOSS_FEEDBACK = "a SACK hole reports its EV as TIMEOUT"
-# Decision: the selector decides a few packets ahead of the wire (its response FIFO, the
-# descriptor FIFO, the frame RoceTx is building). A decision whose port went down while
-# it waited in the selector's response FIFO is not forked: the packet goes round again
-# like a 'none' (counted, ``port_down``); and the descriptor FIFO is kept at
-# DESC_DEPTH, so that after a port goes down at most DESC_DEPTH + 1 frames already
-# forked to it still start (docs/blocks/mrc-tx.md measures the cycles).
+# Decision: the selector decides a few packets ahead of the wire (its response FIFO, then
+# the descriptors RoceTx holds). A decision whose port went down while it waited in the
+# selector's response FIFO is not forked: the packet goes round again like a 'none'
+# (counted, ``port_down``); and the fork feeds RoceTx with no FIFO between, so that
+# after a port goes down at most DESC_LOOKAHEAD frames already forked to it still start
+# (docs/blocks/mrc-tx.md measures the cycles).
 STALE_PORT = "a decision for a port that went down is requested again"
-DESC_DEPTH = 2                 # decided packets waiting for RoceTx
+DESC_LOOKAHEAD = 3             # RoceTx's descriptor skid buffer (2) and first stage (1)
 LOOP_PACKETS = 4               # packets in the selector's request loop (see Operation, 2)
 TICK_CYCLES_DEFAULT = 256      # 1.024 us at 250 MHz
 MAX_QPS = 1024                 # error and in-flight bits are flip-flops
@@ -342,10 +344,16 @@ class MrcTx(wiring.Component):
 
         # --- 3. The fork ---------------------------------------------------------------------------
         branches = {
-            "desc": (TX_DESC, DESC_DEPTH), "preq": (PAYLOAD_REQ, BRANCH_DEPTH),
+            "preq": (PAYLOAD_REQ, BRANCH_DEPTH),
             "encap": (ENCAP_DESC, BRANCH_DEPTH), "sent": (sent_layout(32), 4),
         }
         ins = {name: Signal(layout, name=f"{name}_in") for name, (layout, _) in branches.items()}
+        # DESC_LOOKAHEAD: no FIFO before RoceTx. Its descriptor skid buffer (two) and first
+        # stage (one) are all the frames decided ahead of the one it sends; its ready is a
+        # register, so the fork offers a descriptor in the cycle it is taken, like a FIFO's
+        # w_rdy.
+        ins["desc"] = tx.desc.payload
+        desc_room = tx.desc.ready
         fifos = {}
         for name, (layout, depth) in branches.items():
             fifo = SyncFIFOBuffered(width=layout.size, depth=depth)
@@ -358,11 +366,11 @@ class MrcTx(wiring.Component):
         # steady stream of data it would otherwise never leave. It takes the frame branches
         # only: no payload, no PSN, no sent record (spec §2.2: never retransmitted).
         pr = sel.probe
-        probe_room = fifos["desc"].w_rdy & fifos["encap"].w_rdy & plane_fifo.w_rdy
+        probe_room = desc_room & fifos["encap"].w_rdy & plane_fifo.w_rdy
         go_probe = pr.valid & probe_room
         m.d.comb += pr.ready.eq(probe_room)
         has_payload = pkt.length != 0
-        room = (fifos["desc"].w_rdy & fifos["encap"].w_rdy & fifos["sent"].w_rdy
+        room = (desc_room & fifos["encap"].w_rdy & fifos["sent"].w_rdy
                 & plane_fifo.w_rdy & (fifos["preq"].w_rdy | ~has_payload))
         go = rsp.valid & ~none & room & ~pr.valid
         m.d.comb += [rsp.ready.eq(go | round_again), waiting.r_en.eq(rsp.ready),
@@ -393,7 +401,7 @@ class MrcTx(wiring.Component):
             s.tag.eq(pkt.tag), s.rtx.eq(pkt.rtx),
             q.qp.eq(pkt.qp), q.wr_id.eq(pkt.wr_id), q.offset.eq(pkt.offset),
             q.length.eq(pkt.length),
-            fifos["desc"].w_en.eq(frame), fifos["encap"].w_en.eq(frame),
+            tx.desc.valid.eq(frame), fifos["encap"].w_en.eq(frame),
             fifos["sent"].w_en.eq(go), fifos["preq"].w_en.eq(go & has_payload),
             plane_fifo.w_en.eq(frame),
             events.packets.eq(go & ~pkt.rtx), events.retransmissions.eq(go & pkt.rtx),
@@ -404,7 +412,6 @@ class MrcTx(wiring.Component):
             m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
                          fifo.r_en.eq(port.ready)]
 
-        drain(fifos["desc"], tx.desc)
         drain(fifos["encap"], encap.desc)
         drain(fifos["sent"], trk.sent)
         drain(fifos["preq"], self.preq)
