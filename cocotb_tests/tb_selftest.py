@@ -61,7 +61,9 @@ class Serial:
                 await RisingEdge(self.dut.clk)
             line = self.lines[self.seen]
             self.seen += 1
-            assert not line["bad"] and not line["err"], f"the self-test reports trouble: {line}"
+            self.dut._log.info("status: %s", " ".join(f"{k}={v:x}" for k, v in line.items()))
+            trouble = line["data"] or line["dup"] or line["stray"] or line["err"]
+            assert not trouble, f"the self-test reports trouble: {line}"
             if where(line):
                 return line
         raise AssertionError(f"not seen in {limit} lines; the last: {line}")

@@ -90,14 +90,15 @@ class Nic:
             place_rdy, pl_rdy = plane_rdy[2 * p], plane_rdy[2 * p + 1]
             if q and not q[0][2] and place_rdy:
                 q[0][2] = True
-            elif q and q[0][2] and q[0][1] and pl_rdy:
-                q[0][1].pop(0)
-            if q and q[0][2] and not q[0][1]:
-                key = q.pop(0)[3]
-                if key is not None:
+                key = q[0][3]                   # a NIC completes a message when its last
+                if key is not None:             # record is out, before the data
                     self.left[key] -= 1
                     if not self.left[key]:
                         self.dones.append(key)
+            elif q and q[0][2] and q[0][1] and pl_rdy:
+                q[0][1].pop(0)
+            if q and q[0][2] and not q[0][1]:
+                q.pop(0)
 
     def _to_pool(self, qp, wr_id, va, body):
         B = self.B

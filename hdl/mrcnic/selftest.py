@@ -12,7 +12,8 @@ Operation
        byte and that every chunk of a run is placed once.
     3. A status line leaves on the UART every ``1 / report_hz`` seconds (and on the
        command ``s``): ``MRC`` then ``runs`` (runs completed), ``bytes`` (placed, wraps),
-       ``bad`` (bad beats, duplicates and strays together: 0 when all is well), ``ev``
+       ``data`` (beats not the pattern), ``dup`` (chunks placed twice in a run),
+       ``stray`` (placements outside the run's chunks): all 0 when all is well; ``ev``
        (the path selector's EV state changes), ``fail`` (the planes failed, a bit each),
        ``loss`` (the loss setting), ``script`` (operations done of the bring-up; ``err`` 1
        if one was refused), and per plane ``f<p>`` frames and ``l<p>`` frames lost or
@@ -22,7 +23,7 @@ Operation
        ``buttons`` input does as ``0``, ``1``, ... on a rising edge (debounced ~10 ms).
 
     ``leds``: 0 changes state at each report while runs complete and nothing is bad, 1 is on when
-    something is bad (``bad`` > 0 or the script failed), 2 is on once the NIC is up, 3 on
+    something is bad (``data``, ``dup`` or ``stray`` > 0, or the script failed), 2 is on once the NIC is up, 3 on
     while loss is on, 4 .. 7 show planes 0 .. 3 up.
 
 Parameters
@@ -97,7 +98,8 @@ class SelfTest(wiring.Component):
         self.ev_count, self.pmtu_log2 = ev_count, pmtu_log2
         self.msg_log2, self.msgs, self.clk_hz = msg_log2, msgs, clk_hz
         self.divisor = divisor_for(clk_hz, baud)
-        self.items = [("runs", 32), ("bytes", 32), ("bad", 32), ("ev", 16), ("fail", planes),
+        self.items = [("runs", 32), ("bytes", 32), ("data", 16), ("dup", 16), ("stray", 16),
+                      ("ev", 16), ("fail", planes),
                       ("loss", 16), ("script", 16), ("err", 1)]
         for p in range(planes):
             self.items += [(f"f{p}", 32), (f"l{p}", 32)]
@@ -192,7 +194,8 @@ class SelfTest(wiring.Component):
         utx = m.submodules.utx = UartTx(self.divisor)
         wiring.connect(m, line.o, utx.i)
         m.d.comb += [self.tx.eq(utx.tx), line.v_runs.eq(gen.runs), line.v_bytes.eq(chk.bytes),
-                     line.v_bad.eq(bad), line.v_ev.eq(events), line.v_fail.eq(fail),
+                     line.v_data.eq(chk.bad_data), line.v_dup.eq(chk.duplicates),
+                     line.v_stray.eq(chk.strays), line.v_ev.eq(events), line.v_fail.eq(fail),
                      line.v_loss.eq(loss), line.v_script.eq(script.step),
                      line.v_err.eq(script.error)]
         for p, lp in enumerate(loops):

@@ -181,6 +181,7 @@ class DataChecker(wiring.Component):
             o = ins[0]
         beat_events = []
         byte_counts = []
+        waiting = []                          # per plane: placements whose data is due
         for p in range(P):
             place, pl = getattr(self, f"place{p}"), getattr(self, f"pl{p}_axis")
             rec = SyncFIFOBuffered(width=64, depth=4)          # the va of each placement
@@ -202,6 +203,7 @@ class DataChecker(wiring.Component):
             lanes_ok = Cat(*((pl.tdata[64 * j:64 * j + 64] == want[64 * j:64 * j + 64])
                              | ~pl.tkeep[8 * j] for j in range(W // 64)))
             m.d.comb += pl.tready.eq(rec.r_rdy)
+            waiting.append(rec.r_rdy)
             beat = pl.tvalid & pl.tready
             with m.If(beat):
                 with m.If(pl.tlast):
@@ -242,7 +244,10 @@ class DataChecker(wiring.Component):
             m.d.sync += self.strays.eq(self.strays + 1)
         with m.If(s1_valid & ~s1_stray & ~fresh):
             m.d.sync += self.duplicates.eq(self.duplicates + 1)
-        m.d.comb += self.run_ok.eq((self.placed == C) & (odd_d == self.odd))
+        # The run is whole when every chunk was placed and every placement's data checked
+        # (a NIC gives a placement record before its data).
+        m.d.comb += self.run_ok.eq((self.placed == C) & (odd_d == self.odd)
+                                   & ~Cat(*waiting).any())
         return m
 
 
