@@ -49,7 +49,7 @@ from .mrc_tx import MRC_TX_REGS
 from .plane_loop import PlaneLoop
 from .traffic import DataChecker, TrafficGen
 from .tx_desc import TICK_NS
-from .uart import StatusLine, UartRx, UartTx, divisor_for
+from .uart import StatusLine, UartRx, UartTx, divisor_for, status_text
 
 __all__ = ["SelfTest", "LOSS_LEVELS", "MAC", "IP", "RKEY", "BASE", "evs"]
 
@@ -103,7 +103,7 @@ class SelfTest(wiring.Component):
                       ("loss", 16), ("script", 16), ("err", 1)]
         for p in range(planes):
             self.items += [(f"f{p}", 32), (f"l{p}", 32)]
-        line_cycles = len(StatusLine(self.items).text) * 10 * self.divisor
+        line_cycles = len(status_text(self.items)) * 10 * self.divisor
         self.report_cycles = clk_hz // report_hz if report_hz > 0 else 0
         if self.report_cycles < 2 * line_cycles:
             raise ValueError(f"report_hz = {report_hz!r}: a line takes {line_cycles} cycles "

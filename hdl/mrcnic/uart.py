@@ -19,7 +19,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["UartTx", "UartRx", "StatusLine", "divisor_for"]
+__all__ = ["UartTx", "UartRx", "StatusLine", "status_text", "divisor_for"]
 
 
 def divisor_for(clk_hz, baud=115200):
@@ -106,6 +106,16 @@ class UartRx(wiring.Component):
         return m
 
 
+def status_text(items, prefix="MRC"):
+    """A :class:`StatusLine`'s line as a list of characters (str) and nibbles ((item
+    index, nibble)); its length is the line's in bytes."""
+    text = list(prefix)
+    for k, (name, width) in enumerate(items):
+        text += list(f" {name}=")
+        text += [(k, i) for i in reversed(range((width + 3) // 4))]
+    return text + ["\r", "\n"]
+
+
 class StatusLine(wiring.Component):
     """One line of ``name=HEX`` items, separated by spaces and ended by CR LF, each time
     ``trigger`` is high while idle. ``items``: ``[(name, width)]``; the values are the
@@ -118,17 +128,9 @@ class StatusLine(wiring.Component):
             if not name.isidentifier() or not 1 <= width <= 64:
                 raise ValueError(f"item {name!r}: a name, and a width of 1 .. 64 bits")
         self.items = items
-        self.text = self._program(prefix)
+        self.text = status_text(items, prefix)
         super().__init__({"trigger": In(1), "o": Out(stream.Signature(8)), "busy": Out(1),
                           **{f"v_{n}": In(w) for n, w in items}})
-
-    def _program(self, prefix):
-        """The line as a list of characters (str) and nibbles ((item index, nibble))."""
-        text = list(prefix)
-        for k, (name, width) in enumerate(self.items):
-            text += list(f" {name}=")
-            text += [(k, i) for i in reversed(range((width + 3) // 4))]
-        return text + ["\r", "\n"]
 
     def elaborate(self, platform):
         m = Module()
