@@ -12,6 +12,12 @@ from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
 from tbutil import params
 
+
+def cfg_long():
+    """The plane failure and loss test: Verilator in ``make soak`` (a few minutes)."""
+    import os
+    return int(os.environ.get("MRCNIC_SOAK", "1")) > 1
+
 LINE = re.compile(r"MRC((?: \w+=[0-9A-F]+)+)\r\n")
 
 
@@ -69,32 +75,50 @@ class Serial:
         raise AssertionError(f"not seen in {limit} lines; the last: {line}")
 
 
-@cocotb.test()
-async def runs_survive_a_failed_plane_and_loss(dut):
-    cfg = params()
+async def start(dut, cfg):
     cocotb.start_soon(Clock(dut.clk, 40, unit="ns").start())
     serial = Serial(dut, cfg["divisor"])
     dut.buttons.value = 0
     dut.rst.value = 1
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
-
-    first = await serial.line(lambda s: s["script"] == cfg["ops"] and s["runs"] >= 2, 40)
+    first = await serial.line(lambda s: s["script"] == cfg["ops"] and s["runs"] >= 2, 10)
     dut._log.info("up, runs going: %s", first)
-    assert first["fail"] == 0 and first["loss"] == 0
+    assert first["fail"] == 0 and first["loss"] == 0 and int(dut.up.value) == 1
+    return serial, first
 
+
+@cocotb.test()
+async def comes_up_and_runs(dut):
+    """The bring-up script completes and runs complete with nothing bad."""
+    cfg = params()
+    serial, first = await start(dut, cfg)
+    later = await serial.line(lambda s: s["runs"] >= first["runs"] + 2, 4)
+    assert later["bytes"] > first["bytes"] and int(dut.bad.value) == 0
+    assert later["f0"] > first["f0"] and later["f1"] > first["f1"], "a plane unused"
+
+
+@cocotb.test(skip=not cfg_long())
+async def runs_survive_a_failed_plane_and_loss(dut):
+    """Plane 1 failed by command: runs go on over plane 0, the plane's EVs are reported;
+    restored with 1/64 loss on both planes: runs go on, the losses recovered."""
+    cfg = params()
+    serial, first = await start(dut, cfg)
     await serial.type("1")                                   # plane 1 fails
-    failed = await serial.line(lambda s: s["fail"] == 2, 5)
-    later = await serial.line(lambda s: s["runs"] >= failed["runs"] + 3, 60)
-    assert later["f1"] - failed["f1"] <= 2, "frames still taken on the failed plane"
-    assert later["l1"] > failed["l1"] or later["f1"] == failed["f1"]
-    dut._log.info("plane 1 failed: %d runs more, %d frames on plane 1 after its failure",
-                  later["runs"] - failed["runs"], later["f1"] - failed["f1"])
+    failed = await serial.line(lambda s: s["fail"] == 2, 4)
+    later = await serial.line(lambda s: s["runs"] >= failed["runs"] + 3, 20)
+    assert later["ev"] > failed["ev"], "no EV state change after a plane failed"
+    assert later["l1"] - failed["l1"] == later["f1"] - failed["f1"], \
+        "a frame went through a failed plane"
+    dut._log.info("plane 1 failed: %d runs more, %d EV changes, %d frames into plane 1 "
+                  "(probes and answers; all dropped)", later["runs"] - failed["runs"],
+                  later["ev"] - failed["ev"], later["f1"] - failed["f1"])
 
     await serial.type("1l")                                  # plane 1 back, loss 1/64
-    lossy = await serial.line(lambda s: s["fail"] == 0 and s["loss"] == 1024, 5)
-    after = await serial.line(lambda s: s["runs"] >= lossy["runs"] + 3, 80)
+    lossy = await serial.line(lambda s: s["fail"] == 0 and s["loss"] == 1024, 4)
+    after = await serial.line(lambda s: s["runs"] >= lossy["runs"] + 3, 30)
     lost = sum(after[f"l{p}"] - lossy[f"l{p}"] for p in range(cfg["planes"]))
-    dut._log.info("loss 1/64: %d runs more, %d frames lost on the way, ev changes %d",
-                  after["runs"] - lossy["runs"], lost, after["ev"])
+    assert lost > 0 and after["f1"] > lossy["f1"]
+    dut._log.info("loss 1/64: %d runs more, %d frames lost on the way, %d EV changes",
+                  after["runs"] - lossy["runs"], lost, after["ev"] - lossy["ev"])
     assert int(dut.bad.value) == 0

@@ -652,6 +652,34 @@ def test_probes_for_assumed_bad_evs_and_answers():
         assert p["plane"] == plane_of(p["ev"], 4)
 
 
+def test_no_probe_for_an_ev_whose_port_is_down():
+    """EVs 3 and 10 ASSUMED_BAD; EV 10's port down (EV 3's without credit): probes go to
+    EV 3 only (a probe on a port that is down would only be lost)."""
+    rng = seeded()
+    params = dict(SMALL, qps=2, profiles=1)
+
+    async def scenario(b):
+        n = b.model.n
+        await b.profile(0, stev_profile(), raws=[rand_raw(rng) for _ in range(n)])
+        await b.qp(0, 0, 0)
+        await b.qp(1, 0, 5)
+        acc, accf, log = await b.traffic([], [fb(0, 3, FeedbackKind.TIMEOUT),
+                                              fb(1, 10, FeedbackKind.ALWAYS_SKIP)])
+        b.model.run([], accf, log)
+        full = (1 << 4) - 1
+        b.ctx.set(b.dut.port_up, full & ~(1 << plane_of(10, 4)))
+        b.ctx.set(b.dut.credit, full & ~(1 << plane_of(3, 4)))
+        await b.regs.write_fields("probe_interval", cycles=50)
+        await b.ctx.tick().repeat(400)
+        await b.regs.write_fields("probe_interval", cycles=0)
+        await b.ctx.tick().repeat(10)
+        return await b.counters()
+
+    b, sinks, counts = simulate(params, scenario)
+    probes = sinks["probe"].decoded
+    assert len(probes) >= 3 and {p["ev"] for p in probes} == {3}, probes
+
+
 def test_probe_answer_applies_to_the_outstanding_probe_only():
     rng = seeded()
     params = dict(SMALL, qps=1, profiles=1)

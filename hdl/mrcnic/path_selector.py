@@ -72,8 +72,9 @@ Operation
     end of a rotation is the expiry of a temporary state and is not reported.
 
     *Probes.* Every ``probe_interval`` cycles (0: never) the block looks for the next QP,
-    round robin, whose profile has an ASSUMED_BAD EV, and sends one probe for the first
-    ASSUMED_BAD EV after the one the profile last probed: (QP, EV, plane, entropy,
+    round robin, whose profile has an ASSUMED_BAD EV on a port enabled and up, and sends
+    one probe for the first such EV after the one the profile last probed (a port that is
+    down would only lose the probe): (QP, EV, plane, entropy,
     expanded EV) on ``probe``. A QP has at most one probe outstanding; a newer probe
     replaces it, so a lost answer never blocks probing.
 
@@ -408,7 +409,9 @@ class PathSelector(wiring.Component):
         probe_valid = Signal(qps, name="probe_valid")
 
         port_ok = Signal(P, name="port_ok")
-        m.d.sync += port_ok.eq(f["ports"]["admin"][:P] & self.port_up & self.credit)
+        port_live = Signal(P, name="port_live")      # enabled and up: worth a probe
+        m.d.sync += [port_ok.eq(f["ports"]["admin"][:P] & self.port_up & self.credit),
+                     port_live.eq(f["ports"]["admin"][:P] & self.port_up)]
 
         def idx_of(profile, ev):
             return Cat(ev[:nb], profile[:prb]) if NP > 1 else ev[:nb]
@@ -758,7 +761,7 @@ class PathSelector(wiring.Component):
             for p in range(NP):
                 with m.Case(p):
                     m.d.comb += bad_vec.eq(Cat(*(loaded[p * N + e] & (st[p * N + e] == BAD)
-                                                 for e in range(N))))
+                                                 & port_live[e % P] for e in range(N))))
         g_ptr = Signal(max(nb, 1))
         m.d.comb += g_ptr.eq(pptr[g_prof])
         gfh, gjh = first_set_of(m, bad_vec & at_or_after(g_ptr, N), "bad_hi")
