@@ -157,3 +157,51 @@ def test_runs_follow_one_another_and_faults_are_counted(width, planes, faults):
     assert out["bytes"] >= 3 * chunks * (1 << pmtu_log2)
     print(f"{width} bits, {planes} planes: {out['runs']} runs in {out['cycle']} cycles, {out}")
 
+
+
+def test_the_checker_forgets_the_run_before_a_reset():
+    """Every chunk of run 0 placed, a reset, every chunk placed again: the chunk bitmap
+    (a memory, which a reset leaves as it was) is cleared before the checker is ready, so
+    the second run sees no duplicate."""
+    from amaranth.hdl import ClockDomain, Module
+    pmtu_log2, msg_log2, msgs = 8, 9, 2
+    chk = DataChecker(64, 1, msg_log2=msg_log2, msgs=msgs, pmtu_log2=pmtu_log2, base=BASE)
+    top = Module()
+    top.domains.sync = sync = ClockDomain("sync")      # its reset driven by the bench
+    top.submodules.chk = chk
+    chunks = msgs << (msg_log2 - pmtu_log2)
+    out = []
+
+    async def place_all(ctx):
+        place, pl = chk.place0, chk.pl0_axis
+        for k in range(chunks):
+            va = BASE + (k << pmtu_log2)
+            ctx.set(place.valid, 1)
+            ctx.set(place.payload, {"qp": 0, "psn": k, "va": va, "length": 1 << pmtu_log2,
+                                    "tag": 0})
+            await ctx.tick().until(place.ready)
+            ctx.set(place.valid, 0)
+            body = pattern_bytes(va, 1 << pmtu_log2, 0)
+            for i in range(0, len(body), 8):
+                ctx.set(pl.tvalid, 1)
+                ctx.set(pl.tdata, int.from_bytes(body[i:i + 8], "little"))
+                ctx.set(pl.tkeep, 0xFF)
+                ctx.set(pl.tlast, i + 8 >= len(body))
+                await ctx.tick().until(pl.tready)
+            ctx.set(pl.tvalid, 0)
+        await ctx.tick().repeat(4)
+
+    async def bench(ctx):
+        await ctx.tick().until(chk.ready)
+        await place_all(ctx)
+        out.append((ctx.get(chk.run_ok), ctx.get(chk.duplicates)))
+        ctx.set(sync.rst, 1)
+        await ctx.tick()
+        ctx.set(sync.rst, 0)
+        assert not ctx.get(chk.ready)
+        await ctx.tick().until(chk.ready)
+        await place_all(ctx)
+        out.append((ctx.get(chk.run_ok), ctx.get(chk.duplicates), ctx.get(chk.bad_data)))
+
+    run(top, bench)
+    assert out == [(1, 0), (1, 0, 0)]

@@ -129,7 +129,7 @@ class SelfTest(wiring.Component):
                    base=BASE)
         gen = m.submodules.gen = TrafficGen(W, self.qps, rkey=RKEY, **run)
         chk = m.submodules.chk = DataChecker(W, P, **run)
-        m.d.comb += [gen.start.eq(up), chk.odd.eq(gen.odd), gen.run_ok.eq(chk.run_ok),
+        m.d.comb += [gen.start.eq(up & chk.ready), chk.odd.eq(gen.odd), gen.run_ok.eq(chk.run_ok),
                      self.runs.eq(gen.runs)]
         wiring.connect(m, gen.wr, nic.wr)
         wiring.connect(m, nic.done, gen.done)

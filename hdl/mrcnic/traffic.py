@@ -145,7 +145,7 @@ class DataChecker(wiring.Component):
 
     Ports: ``place{p}`` and ``pl{p}_axis`` in (the NIC's, ``planes`` of each), ``odd`` in
     (the run's parity, from the generator), ``run_ok`` out (every chunk of the run placed
-    once), counters out: ``bytes`` placed, ``bad_data`` (beats not the pattern),
+    once), ``ready`` out (the chunk bitmap cleared after reset: start traffic then), counters out: ``bytes`` placed, ``bad_data`` (beats not the pattern),
     ``duplicates`` (a chunk placed twice in a run), ``strays`` (a placement that is not a
     whole chunk of the run's buffer), ``placed`` (chunks of this run).
 
@@ -158,7 +158,8 @@ class DataChecker(wiring.Component):
         self.data_width, self.planes = data_width, planes
         self.pmtu_log2, self.base = pmtu_log2, base
         self.chunks = msgs << (msg_log2 - pmtu_log2)
-        members = {"odd": In(1), "run_ok": Out(1), "bytes": Out(32), "bad_data": Out(32),
+        members = {"odd": In(1), "run_ok": Out(1), "ready": Out(1),
+                   "bytes": Out(32), "bad_data": Out(32),
                    "duplicates": Out(32), "strays": Out(32),
                    "placed": Out(range(self.chunks + 1))}
         for p in range(planes):
@@ -221,18 +222,24 @@ class DataChecker(wiring.Component):
                      self.bad_data.eq(self.bad_data + sum(beat_events))]
 
         # Chunks: one bit a chunk holds the parity of the last run that placed it (all 1
-        # at reset: run 0 is even). Read, then compare and write the next cycle; a chunk
-        # written the cycle before is forwarded.
+        # after reset: run 0 is even). Read, then compare and write the next cycle; a chunk
+        # written the cycle before is forwarded. A memory keeps its contents through a
+        # reset: after one, a pass writes every bit to 1 before the checker is ``ready``.
         m.submodules.seen = seen = Memory(shape=1, depth=C, init=[1] * C)
         rd, wr = seen.read_port(), seen.write_port()
-        m.d.comb += [o.ready.eq(1), rd.addr.eq(o.payload.index), rd.en.eq(1)]
+        clear = Signal(range(C + 1))              # bits cleared; C: done
+        m.d.comb += self.ready.eq(clear == C)
+        with m.If(clear != C):
+            m.d.sync += clear.eq(clear + 1)
+        m.d.comb += [o.ready.eq(self.ready), rd.addr.eq(o.payload.index), rd.en.eq(1)]
         s1_valid, s1_index, s1_stray = Signal(), Signal(chunk_bits), Signal()
-        m.d.sync += [s1_valid.eq(o.valid), s1_index.eq(o.payload.index),
+        m.d.sync += [s1_valid.eq(o.valid & o.ready), s1_index.eq(o.payload.index),
                      s1_stray.eq(o.payload.stray)]
         last_w, last_valid = Signal(chunk_bits), Signal()
         stored = Mux(last_valid & (last_w == s1_index), self.odd, rd.data)
         fresh = s1_valid & ~s1_stray & (stored != self.odd)
-        m.d.comb += [wr.addr.eq(s1_index), wr.data.eq(self.odd), wr.en.eq(fresh)]
+        m.d.comb += [wr.addr.eq(Mux(self.ready, s1_index, clear)),
+                     wr.data.eq(Mux(self.ready, self.odd, 1)), wr.en.eq(fresh | ~self.ready)]
         m.d.sync += [last_w.eq(s1_index), last_valid.eq(fresh)]
         odd_d = Signal()
         m.d.sync += odd_d.eq(self.odd)
