@@ -167,7 +167,7 @@ def _add_demo(sub):
     p.add_argument("--pmtu", type=int, default=None, help="PMTU in bytes, a power of two "
                                                           "(default 8192)")
     p.add_argument("--probe-us", type=float, default=None,
-                   help="microseconds between probes of ASSUMED_BAD EVs (default: no probes)")
+                   help="microseconds between probes of ASSUMED_BAD EVs (default 20; 0: none)")
     p.add_argument("--inject", default=None, metavar="KINDS",
                    help="bad frames put on NIC b's wire, one every 5 us from 20 us, comma "
                         "separated: icrc, truncated, unknown_qp, psn_far, bad_rkey, outside, "

@@ -27,7 +27,7 @@ DEFAULTS = {
     "pmtu_log2": 13, "size": 1 << 20, "msg_bytes": 64 << 10, "loss": 0.0, "seed": 1,
     "spines": 4, "link_delay_ns": 200.0, "jitter_ns": 0.0, "queue_bytes": 256 << 10,
     "timeout_exp": 8, "reorder_guard": 3, "sack_every": 8,
-    "max_cycles": 4_000_000, "failures": [], "pcap": False, "probe_us": 0.0,
+    "max_cycles": 4_000_000, "failures": [], "pcap": False, "probe_us": 20.0,
     "inject": [], "inject_after_ns": 20_000.0, "inject_every_ns": 5_000.0,
     # -O1: the model's C++ (over 150 MB at 4 planes) compiles in about half the time of
     # -O2, and runs nearly as fast
