@@ -94,3 +94,23 @@ def test_parse_failure():
     assert demo.parse_failure("3@12.5") == {"kind": "plane", "plane": 3, "at_ns": 12_500.0}
     with pytest.raises(ValueError, match="PLANE@"):
         demo.parse_failure("3")
+
+
+def test_one_build_per_distinct_verilog(tmp_path, monkeypatch):
+    """The demo exports only when the parameters or a gateware module changed, and keeps
+    one folder (one Verilator build) per distinct Verilog."""
+    exports = []
+
+    def fake_text(component, top):
+        exports.append(component)
+        return f"module {top}; // {component['planes']}\nendmodule\n"
+    monkeypatch.setattr(demo, "verilog_text", fake_text)
+    monkeypatch.setattr(demo, "NicPair", lambda **params: params)
+    a = demo._verilog({"planes": 4}, tmp_path)
+    assert a == demo._verilog({"planes": 4}, tmp_path) and len(exports) == 1   # reused
+    b = demo._verilog({"planes": 8}, tmp_path)
+    assert b.parent != a.parent and len(exports) == 2
+    # a source change that leaves the Verilog as it was: exported again, same folder
+    monkeypatch.setattr(demo, "_SOFTWARE", demo._SOFTWARE - {"pcap.py"})
+    assert demo._verilog({"planes": 4}, tmp_path) == a and len(exports) == 3
+    assert a.read_text().startswith(f"module {demo.TOP};")
