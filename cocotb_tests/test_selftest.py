@@ -15,5 +15,6 @@ CONFIG = {"planes": 2, "data_width": 64, "qps": 2, "ev_count": 8, "clk_hz": 25_0
 @pytest.mark.parametrize("simulator", ["verilator"])
 def test_selftest(simulator):
     top = SelfTest(**CONFIG)
-    params = dict(CONFIG, divisor=top.divisor, ops=len(top.ops))
+    params = dict(CONFIG, divisor=top.divisor, ops=len(top.ops),
+                  run_bytes=top.msgs << top.msg_log2)
     run_cocotb_component("mrcnic_selftest", top, params, "tb_selftest", simulator)

@@ -3,7 +3,7 @@ import pytest
 from harness import SIMULATORS, run_cocotb, width_cases
 
 
-@pytest.mark.parametrize("simulator,data_width", width_cases([64, 512], soak_on_verilator=[512]))
+@pytest.mark.parametrize("simulator,data_width", width_cases([64, 512], soak_on_verilator=[64, 512]))
 def test_srv6_encap(simulator, data_width):
     run_cocotb("srv6-encap", {"data_width": data_width}, "tb_srv6_encap", simulator)
 
