@@ -227,15 +227,21 @@ def test_icrc_is_an_affine_map_of_the_fields():
         assert set(changed) == set(VARIABLES) - unused
 
 
+def random_inputs(rng, qps, written, n):
+    """Random registers, contexts for ``written`` random QPs of ``qps``, ``n`` random
+    descriptors: ``(cfg, contexts, descs)``."""
+    cfg = random_cfg(rng)
+    contexts = {qp: random_ctx(rng) for qp in rng.sample(range(qps), written)}
+    return cfg, contexts, [random_desc(rng, qps) for _ in range(n)]
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_frames_match_the_model(width):
     """Random descriptors, random contexts and registers, random idle and backpressure."""
     rng = seeded()
     qps = 16
-    cfg = random_cfg(rng)
-    contexts = {qp: random_ctx(rng) for qp in rng.sample(range(qps), 6)}
     n = soak(80 if width < 512 else 120)
-    descs = [random_desc(rng, qps) for _ in range(n)]
+    cfg, contexts, descs = random_inputs(rng, qps, 6, n)
     for d in descs[: n // 2]:
         d["qp"] = rng.choice(list(contexts))     # mostly QPs whose context was written
     sink, _, counters, _ = run_traffic(width, descs, qps=qps, cfg=cfg, contexts=contexts,
@@ -272,10 +278,8 @@ def test_naks_and_descriptors_mixed(width):
     counted."""
     rng = seeded()
     qps = 12
-    cfg = random_cfg(rng)
-    contexts = {qp: random_ctx(rng) for qp in rng.sample(range(qps), 8)}
     n = soak(60 if width < 512 else 80)
-    descs = [random_desc(rng, qps) for _ in range(n)]
+    cfg, contexts, descs = random_inputs(rng, qps, 8, n)
     naks = [random_nak(rng, qps) for _ in range(n // 2)]
     for r in naks[::5]:
         r["qp"] = rng.randrange(qps, 1 << 16)

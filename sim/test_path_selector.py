@@ -619,23 +619,34 @@ def test_event_fifo_full_drops_with_counts():
         pos += 1
 
 
+async def _two_bad_evs(b, rng):
+    """One STEV profile for QPs 0 and 1; EV 3 taken ASSUMED_BAD (timeout) by QP 0, EV 10
+    by QP 1 (ALWAYS_SKIP)."""
+    n = b.model.n
+    await b.profile(0, stev_profile(), raws=[rand_raw(rng) for _ in range(n)])
+    await b.qp(0, 0, 0)
+    await b.qp(1, 0, 5)
+    acc, accf, log = await b.traffic([], [fb(0, 3, FeedbackKind.TIMEOUT),
+                                          fb(1, 10, FeedbackKind.ALWAYS_SKIP)])
+    b.model.run([], accf, log)
+
+
+async def _probe_a_while(b):
+    """Probes every 50 cycles for 400 cycles, then off; returns the counters."""
+    await b.regs.write_fields("probe_interval", cycles=50)
+    await b.ctx.tick().repeat(400)
+    await b.regs.write_fields("probe_interval", cycles=0)
+    await b.ctx.tick().repeat(10)
+    return await b.counters()
+
+
 def test_probes_for_assumed_bad_evs_and_answers():
     rng = seeded()
     params = dict(SMALL, qps=2, profiles=1)
 
     async def scenario(b):
-        n = b.model.n
-        await b.profile(0, stev_profile(), raws=[rand_raw(rng) for _ in range(n)])
-        await b.qp(0, 0, 0)
-        await b.qp(1, 0, 5)
-        acc, accf, log = await b.traffic([], [fb(0, 3, FeedbackKind.TIMEOUT),
-                                              fb(1, 10, FeedbackKind.ALWAYS_SKIP)])
-        b.model.run([], accf, log)
-        await b.regs.write_fields("probe_interval", cycles=50)
-        await b.ctx.tick().repeat(400)
-        await b.regs.write_fields("probe_interval", cycles=0)
-        await b.ctx.tick().repeat(10)
-        return await b.counters()
+        await _two_bad_evs(b, rng)
+        return await _probe_a_while(b)
 
     b, sinks, counts = simulate(params, scenario)
     probes = sinks["probe"].decoded
@@ -659,21 +670,11 @@ def test_no_probe_for_an_ev_whose_port_is_down():
     params = dict(SMALL, qps=2, profiles=1)
 
     async def scenario(b):
-        n = b.model.n
-        await b.profile(0, stev_profile(), raws=[rand_raw(rng) for _ in range(n)])
-        await b.qp(0, 0, 0)
-        await b.qp(1, 0, 5)
-        acc, accf, log = await b.traffic([], [fb(0, 3, FeedbackKind.TIMEOUT),
-                                              fb(1, 10, FeedbackKind.ALWAYS_SKIP)])
-        b.model.run([], accf, log)
+        await _two_bad_evs(b, rng)
         full = (1 << 4) - 1
         b.ctx.set(b.dut.port_up, full & ~(1 << plane_of(10, 4)))
         b.ctx.set(b.dut.credit, full & ~(1 << plane_of(3, 4)))
-        await b.regs.write_fields("probe_interval", cycles=50)
-        await b.ctx.tick().repeat(400)
-        await b.regs.write_fields("probe_interval", cycles=0)
-        await b.ctx.tick().repeat(10)
-        return await b.counters()
+        return await _probe_a_while(b)
 
     b, sinks, counts = simulate(params, scenario)
     probes = sinks["probe"].decoded

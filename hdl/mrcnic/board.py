@@ -14,13 +14,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, Signal
+from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import io
-from amaranth.lib.cdc import ResetSynchronizer
 
 from .selftest import SelfTest
 from .synth import (_build_only, _critical_path, _run, find_pll, get_board,
-                    parse_nextpnr_report, tool_versions, yowasp_env)
+                    parse_nextpnr_report, pll_sync_domain, tool_versions, yowasp_env)
 
 __all__ = ["SELFTEST_BOARDS", "BoardSelfTest", "build_selftest", "program"]
 
@@ -70,16 +69,7 @@ class BoardSelfTest(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.domains.sync = ClockDomain("sync")
-        clk_port = platform.request(platform.default_clk, dir="-")
-        m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_port)
-        self.pll = find_pll(platform.default_clk_frequency / 1e6, self.freq_mhz)
-        clk = Signal(name="clk_selftest", attrs={"keep": 1})
-        locked = Signal(name="pll_locked")
-        m.submodules.pll = self.pll.instance(clk_buf.i, clk, locked)
-        platform.add_clock_constraint(clk, self.pll.f_out_mhz * 1e6)
-        m.d.comb += ClockSignal("sync").eq(clk)
-        m.submodules.rst_sync = ResetSynchronizer(~locked, domain="sync")
+        self.pll = pll_sync_domain(m, platform, self.freq_mhz, "clk_selftest")
 
         st = self.selftest = self.core(clk_hz=round(self.pll.f_out_mhz * 1e6), **self.params)
         m.submodules.selftest = st

@@ -65,7 +65,7 @@ from . import registry
 from .export import flat_ports
 
 
-__all__ = ["BOARDS", "get_board", "PllConfig", "find_pll", "BlockHarness", "BuildResult",
+__all__ = ["BOARDS", "get_board", "PllConfig", "find_pll", "pll_sync_domain", "BlockHarness", "BuildResult",
            "build_block", "synth_block_alone", "parse_nextpnr_report", "parse_yosys_stat",
            "yowasp_env", "SynthError", "ToolchainNotFound"]
 
@@ -279,6 +279,27 @@ def _request_led(platform):
     raise ValueError(f"{type(platform).__name__} has no LED to drive")
 
 
+def pll_sync_domain(m, platform, freq_mhz, clk_name):
+    """Add to ``m`` a ``sync`` domain clocked by a PLL at ``freq_mhz`` from the board's
+    clock, held in reset until the PLL locks; the clock net is named ``clk_name`` (the
+    name nextpnr constrains and reports). Returns the :class:`PllConfig`."""
+    m.domains.sync = ClockDomain("sync")
+    clk_port = platform.request(platform.default_clk, dir="-")
+    m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_port)
+    pll = find_pll(platform.default_clk_frequency / 1e6, freq_mhz)
+    # After flattening this net is also the design's own "clk"; Yosys keeps the
+    # alphabetically first name unless one carries an attribute, and the LPF constraint on
+    # clk_name would then be ignored. "keep" makes it the name nextpnr sees.
+    clk = Signal(name=clk_name, attrs={"keep": 1})
+    locked = Signal(name="pll_locked")
+    m.submodules.pll = pll.instance(clk_buf.i, clk, locked)
+    platform.add_clock_constraint(clk, pll.f_out_mhz * 1e6)
+    m.d.comb += ClockSignal("sync").eq(clk)
+    # Held in reset until the PLL locks; the synchroniser releases it on a clock edge.
+    m.submodules.rst_sync = ResetSynchronizer(~locked, domain="sync")
+    return pll
+
+
 class BlockHarness(Elaboratable):
     """A top that clocks ``block`` at ``freq_mhz`` and registers every one of its ports.
 
@@ -321,21 +342,7 @@ class BlockHarness(Elaboratable):
         m = Module()
 
         if platform is not None:
-            m.domains.sync = ClockDomain("sync")
-            clk_port = platform.request(platform.default_clk, dir="-")
-            m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_port)
-            self.pll = find_pll(platform.default_clk_frequency / 1e6, self.freq_mhz)
-            # After flattening this net is also the block's "block.clk"; Yosys keeps the
-            # alphabetically first name unless one carries an attribute, and the LPF constraint
-            # on "clk_block" would then be ignored. "keep" makes "clk_block" the name nextpnr
-            # sees, constrains and reports.
-            clk_block = Signal(name="clk_block", attrs={"keep": 1})
-            locked = Signal(name="pll_locked")
-            m.submodules.pll = self.pll.instance(clk_buf.i, clk_block, locked)
-            platform.add_clock_constraint(clk_block, self.pll.f_out_mhz * 1e6)
-            m.d.comb += ClockSignal("sync").eq(clk_block)
-            # Held in reset until the PLL locks; the synchroniser releases it on a clock edge.
-            m.submodules.rst_sync = ResetSynchronizer(~locked, domain="sync")
+            self.pll = pll_sync_domain(m, platform, self.freq_mhz, "clk_block")
             m.submodules.led_buf = led_buf = io.Buffer("o", _request_led(platform))
             m.d.comb += led_buf.o.eq(self.led)
 
