@@ -8,7 +8,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic import cli
-from mrcnic.board import SELFTEST_BOARDS, BoardSelfTest, program
+from mrcnic.board import SELFTEST_BOARDS, BoardSelfTest, fits_default, program
 from mrcnic.selftest import SelfTest
 from mrcnic.synth import _build_only, get_board
 
@@ -59,6 +59,15 @@ def test_the_command_line_says_what_is_wrong(capsys):
     assert "load the self-test" in capsys.readouterr().err
     assert cli.main(["build", "--list-boards"]) == 0
     assert "ulx3s-85f  (self-test)" in capsys.readouterr().out
+    # A board too small for the default self-test is refused before any tool runs.
+    assert cli.main(["build", "--board", "versa-ecp5"]) == 2
+    err = capsys.readouterr().err
+    assert "LFE5UM-45F cannot hold it" in err and "ecpix5-85f" in err
+
+
+def test_the_default_selftest_boards_have_an_85f():
+    assert [b for b in SELFTEST_BOARDS if fits_default(b)] == [
+        "ulx3s-85f", "ecpix5-85f", "orangecrab-r0.2-85f"]
 
 
 def test_programming_without_a_loader_or_board_is_a_clear_error(tmp_path, monkeypatch):

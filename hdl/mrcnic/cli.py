@@ -58,7 +58,7 @@ def _add_build(sub):
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--freq", type=float, default=None,
                    help="clock in MHz (default: 100 for a block, the board's for the "
-                        "self-test: 25, 24 on the OrangeCrab)")
+                        "self-test: 16.667 on the ULX3S, 20 on the others)")
     p.add_argument("--build-dir", default=None)
     p.add_argument("--program", action="store_true",
                    help="load the self-test into the board's SRAM (openFPGALoader)")
@@ -71,9 +71,11 @@ def _add_build(sub):
 def _run_build(args):
     from . import synth
     if args.list_boards:
-        from .board import SELFTEST_BOARDS
+        from .board import SELFTEST_BOARDS, fits_default
         for name in synth.BOARDS:
-            print(name + ("  (self-test)" if name in SELFTEST_BOARDS else ""))
+            mark = ("" if name not in SELFTEST_BOARDS else "  (self-test)" if fits_default(name)
+                    else "  (self-test pins; the default self-test needs an 85F)")
+            print(name + mark)
         return 0
     if not args.board:
         raise ValueError("--board is required (see --list-boards)")

@@ -131,7 +131,7 @@ def parse_xilinx_stat(stat):
 
 
 def synth_xilinx(component, module, work_dir, *, family=XILINX_FAMILY, env=None):
-    """Synthesise ``component`` with Yosys ``synth_xilinx -family <family>``; returns
+    """Synthesise ``component`` with Yosys ``synth_xilinx -family <family>``, flattened; returns
     :func:`parse_xilinx_stat`'s figures plus ``"lut_depth"`` (LUT levels; the MUXF7/F8 that
     widen a LUT and the carry chain are not counted)."""
     env = synth.yowasp_env() if env is None else env
@@ -140,7 +140,7 @@ def synth_xilinx(component, module, work_dir, *, family=XILINX_FAMILY, env=None)
     (work_dir / f"{module}.il").write_text(rtlil.convert(component, name=module))
     (work_dir / "synth.ys").write_text(
         f"read_rtlil {module}.il\n"
-        f"synth_xilinx -family {family} -noiopad -top {module}\n"
+        f"synth_xilinx -family {family} -flatten -noiopad -top {module}\n"
         f"tee -q -o stat.json stat -json\n"
         f"write_json netlist.json\n")
     synth._run([env["YOSYS"], "-q", "-l", "yosys.log", "synth.ys"], cwd=work_dir, env=env,
