@@ -649,18 +649,28 @@ def test_probes_for_assumed_bad_evs_and_answers():
         return await _probe_a_while(b)
 
     b, sinks, counts = simulate(params, scenario)
+    _assert_probes_as_model(b.model, sinks["probe"], (1 << 4) - 1, 50)
     probes = sinks["probe"].decoded
-    assert 5 <= len(probes) <= 9, len(probes)
+    assert 8 <= len(probes) <= 9, len(probes)             # 400 cycles at one per 50
     assert counts["probes"] == len(probes)
     assert {p["ev"] for p in probes} == {3, 10}
     assert {p["qp"] for p in probes} == {0, 1}
-    gaps = [b_ - a for a, b_ in zip(sinks["probe"].cycles, sinks["probe"].cycles[1:])]
-    assert min(gaps) >= 50, f"probes closer than probe_interval: {gaps}"
-    m = b.model
-    for p in probes:
-        assert p["expanded"] == m.prof[0].expanded[p["ev"]]
-        assert p["entropy"] == m.entropy(0, p["ev"])
-        assert p["plane"] == plane_of(p["ev"], 4)
+
+
+def _assert_probes_as_model(model, sink, live, interval):
+    """Every probe the block sent is the model's next one (QP, EV, plane, entropy, expanded
+    EV), ``interval`` + (QPs passed over) cycles after the one before."""
+    prev = None
+    for p, cycle in zip(sink.decoded, sink.cycles):
+        qp, ev, passed = model.next_probe(live)
+        prof = model.qp_profile[qp]
+        assert (p["qp"], p["ev"]) == (qp, ev), (p, qp, ev)
+        assert p["plane"] == plane_of(ev, model.planes)
+        assert p["expanded"] == model.prof[prof].expanded[ev]
+        assert p["entropy"] == model.entropy(prof, ev)
+        if prev is not None:
+            assert cycle - prev == interval + passed, f"probe at {cycle}, {prev} before"
+        prev = cycle
 
 
 def test_no_probe_for_an_ev_whose_port_is_down():
@@ -679,6 +689,32 @@ def test_no_probe_for_an_ev_whose_port_is_down():
     b, sinks, counts = simulate(params, scenario)
     probes = sinks["probe"].decoded
     assert len(probes) >= 3 and {p["ev"] for p in probes} == {3}, probes
+    _assert_probes_as_model(b.model, sinks["probe"], (1 << 4) - 1 & ~(1 << plane_of(10, 4)), 50)
+
+
+def test_probe_round_passes_over_qps_with_nothing_to_probe():
+    """QPs 0 and 2 on a profile with EV 6 ASSUMED_BAD, QP 1 on one with every EV GOOD: the
+    round passes over QP 1 (a cycle), so every other gap is one cycle longer."""
+    rng = seeded()
+    params = dict(SMALL, qps=3, profiles=2)
+
+    async def scenario(b):
+        n = b.model.n
+        for prof in (0, 1):
+            await b.profile(prof, stev_profile(), raws=[rand_raw(rng) for _ in range(n)])
+        await b.qp(0, 0, 0)
+        await b.qp(1, 1, 3)
+        await b.qp(2, 0, 7)
+        acc, accf, log = await b.traffic([], [fb(2, 6, FeedbackKind.TIMEOUT)])
+        b.model.run([], accf, log)
+        return await _probe_a_while(b)
+
+    b, sinks, counts = simulate(params, scenario)
+    probes = sinks["probe"].decoded
+    assert [p["qp"] for p in probes[:4]] == [0, 2, 0, 2] and {p["ev"] for p in probes} == {6}
+    _assert_probes_as_model(b.model, sinks["probe"], (1 << 4) - 1, 50)
+    gaps = {b_ - a for a, b_ in zip(sinks["probe"].cycles, sinks["probe"].cycles[1:])}
+    assert gaps == {50, 51}, gaps
 
 
 def test_probe_answer_applies_to_the_outstanding_probe_only():

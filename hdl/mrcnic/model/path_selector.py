@@ -15,7 +15,11 @@ block's documented timing (module docstring of :mod:`mrcnic.path_selector`):
   usable);
 * a rotation that ends in cycle x clears the profile's SKIP EVs in cycle x+1;
 * a feedback record accepted in cycle f is matched to the QP's probe in f+1 and changes
-  the state in f+2, after that cycle's SKIP clear.
+  the state in f+2, after that cycle's SKIP clear;
+* probes (:meth:`PathSelectorModel.next_probe`): the probe round visits one QP a cycle
+  while it finds none to probe, and after each probe waits ``probe_interval`` cycles, so
+  the k-th probe leaves ``probe_interval`` + (QPs passed over) cycles after the one before
+  (with room in the block's probe FIFO).
 
 Everything else (which EV, which transition, which backup) is the policy itself and is
 written here without reference to the gateware.
@@ -111,6 +115,8 @@ class PathSelectorModel:
         self.qp_seed = [0] * qps
         self.qp_ptr = [0] * qps
         self.probe = {}                       # qp -> (ev, entropy) outstanding
+        self.probe_qp = 0                     # where the probe round looks next
+        self.probe_ptr = [0] * profiles       # per profile: probe at or after this EV
         self.events = []
         self.counts = defaultdict(int)
 
@@ -162,6 +168,35 @@ class PathSelectorModel:
     def set_probe(self, qp, ev, entropy):
         """A probe the block sent (it replaces the QP's outstanding one)."""
         self.probe[qp] = (ev, entropy)
+
+    def next_probe(self, live):
+        """The block's next probe, with ``live`` the mask of ports enabled and up: the next
+        QP of the round (from the one after the last probed) whose profile has an
+        ASSUMED_BAD EV on a live port, and of those EVs the first at or after the one after
+        the profile's last probed, wrapping. Returns ``(qp, ev, passed)`` (``passed``: QPs
+        the round visited and passed over first, a cycle each) and makes it the QP's
+        outstanding probe; None when no QP has one (the block's round then keeps moving a
+        QP a cycle, so where it starts again depends on the cycle: call :meth:`probe_round`
+        with it)."""
+        for k in range(self.qps):
+            qp = (self.probe_qp + k) % self.qps
+            p = self.qp_profile[qp]
+            pr = self.prof[p]
+            bad = [e for e in range(self.n)
+                   if pr.loaded[e] and pr.state[e] == EvState.ASSUMED_BAD
+                   and live >> plane_of(e, self.planes) & 1]
+            if bad:
+                ev = next((e for e in bad if e >= self.probe_ptr[p]), bad[0])
+                self.probe_ptr[p] = ev + 1
+                self.probe_qp = (qp + 1) % self.qps
+                self.probe[qp] = (ev, self.entropy(p, ev))
+                self.counts["probes"] += 1
+                return qp, ev, k
+        return None
+
+    def probe_round(self, qp):
+        """Set where the probe round looks next (the block's after a reset: QP 0)."""
+        self.probe_qp = qp
 
     def healthy_count(self, p):
         pr = self.prof[p]
