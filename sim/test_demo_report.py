@@ -81,13 +81,39 @@ def test_goodput_is_placed_bytes_over_time():
 def test_summary_and_plot(tmp_path):
     m = _metrics()
     text = demo.summary(m)
-    assert "plane 1 failed at 10.0 us" in text and "1 probes sent on it" in text
+    assert "plane 1 failed at 10.0 us" in text and "1 probes sent on its EVs" in text
     assert "to ASSUMED_BAD: 3" in text and "all data arrived intact" in text
     m["complete"], m["missing"] = False, 7
     assert "FAILED: 7 bytes missing" in demo.summary(m)
     png = tmp_path / "goodput.png"
     demo.plot(m, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gray_link_report_counts_the_evs_through_its_spine():
+    m = _metrics()
+    gray = demo.parse_gray("1:1@10:0.5")
+    assert gray == {"kind": "gray", "plane": 1, "spine": 1, "at_ns": 10_000.0,
+                    "nodes": [["leaf", 0], ["spine", 1]], "drop": 0.5}
+    m["config"]["failures"] = [gray]
+    # 32 EVs over 4 planes and 4 spines: plane 1 through spine 1 is EVs 5 and 21
+    assert demo.affected_evs(gray, m["config"]) == [5, 21]
+    (f,) = demo.failure_report(m)
+    # the retransmission on EV 5 counts, the probe on EV 9 (spine 2) does not
+    assert (f["frames_after"], f["probes_after"], f["cut_evs"]) == (1, 0, [5, 21])
+    assert [e["ev"] for e in f["evs"]] == [5]
+    text = demo.summary(m)
+    assert "gray link plane 1 spine 1 (50% lost) failed at 10.0 us" in text
+    assert "EVs (5, 21)" in text
+    with pytest.raises(ValueError, match="PLANE:SPINE@"):
+        demo.parse_gray("1@10")
+
+
+def test_bad_gray_or_incast_is_refused():
+    with pytest.raises(ValueError, match="spines are 0..3"):
+        demo.run_demo({"planes": 4, "failures": [demo.parse_gray("1:7@10")]})
+    with pytest.raises(ValueError, match="0..64 sources"):
+        demo.run_demo({"planes": 4, "incast": -1})
 
 
 def test_parse_failure():

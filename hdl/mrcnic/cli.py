@@ -162,6 +162,13 @@ def _add_demo(sub):
     p.add_argument("--loss", type=float, default=0.0, help="random loss per frame (0..1)")
     p.add_argument("--fail", action="append", default=[], metavar="PLANE@US",
                    help="fail every link of a plane at a time in microseconds (repeatable)")
+    p.add_argument("--gray", action="append", default=[], metavar="PLANE:SPINE@US[:DROP]",
+                   help="the link from NIC a's leaf to SPINE in PLANE turns gray at a time in "
+                        "microseconds: up, but losing DROP of its frames (default 0.2) "
+                        "(repeatable)")
+    p.add_argument("--incast", type=int, default=0, metavar="N",
+                   help="N more hosts send to NIC b on every plane from 20 us, each at a "
+                        "plane link's full rate (queues and trimming at b's leaf)")
     p.add_argument("--size", type=int, default=None, help="bytes written (default 1 MiB)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--qps", type=int, default=None, help="QPs per NIC (default 4)")
@@ -183,7 +190,8 @@ def _add_demo(sub):
 def _run_demo(args):
     from . import demo
     cfg = {"planes": args.planes, "loss": args.loss, "seed": args.seed, "pcap": args.pcap,
-           "failures": [demo.parse_failure(f) for f in args.fail]}
+           "failures": [demo.parse_failure(f) for f in args.fail]
+           + [demo.parse_gray(g) for g in args.gray], "incast": args.incast}
     if args.size is not None:
         cfg["size"] = args.size
     if args.qps is not None:

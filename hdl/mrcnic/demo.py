@@ -17,7 +17,8 @@ from .nic_pair import NicPair
 from .proto import EvState
 from .simrun import run as simrun
 
-__all__ = ["DEFAULTS", "run_demo", "summary", "failure_report", "plot", "parse_failure"]
+__all__ = ["DEFAULTS", "run_demo", "summary", "failure_report", "plot", "parse_failure",
+           "parse_gray", "affected_evs"]
 
 # The demo's NIC and network. Decision: 64-bit datapath at 250 MHz (16 Gb/s), each plane's
 # links at 1/planes of it; jumbo PMTU (8192) so that a plane's loss costs its share and
@@ -29,6 +30,9 @@ DEFAULTS = {
     "timeout_exp": 8, "reorder_guard": 3, "sack_every": 8,
     "max_cycles": 4_000_000, "failures": [], "pcap": False, "probe_us": 20.0,
     "inject": [], "inject_after_ns": 20_000.0, "inject_every_ns": 5_000.0,
+    # incast: extra hosts, each sending cross traffic to b on every plane at incast_share of
+    # a plane link's rate from incast_start_ns on (b's leaf egress is then oversubscribed)
+    "incast": 0, "incast_share": 1.0, "incast_start_ns": 20_000.0,
     # -O1: the model's C++ (over 150 MB at 4 planes) compiles in about half the time of
     # -O2, and runs nearly as fast
     "optimize": "-O1",
@@ -49,6 +53,36 @@ def parse_failure(text):
         raise ValueError(f"--fail {text!r}: use PLANE@MICROSECONDS")
     plane = int(what.split(":")[-1])
     return {"kind": "plane", "plane": plane, "at_ns": float(when) * 1000.0}
+
+
+def parse_gray(text):
+    """``plane:spine@TIME[:DROP]`` (TIME in us, DROP the share of frames lost, default 0.2):
+    the link between NIC a's leaf and ``spine`` in ``plane`` turns gray (up, but losing
+    frames both ways) for good; returns the failure dict of the bench."""
+    where, _, rest = text.partition("@")
+    when, _, drop = rest.partition(":")
+    try:
+        plane, spine = (int(x) for x in where.split(":"))
+        at, drop = float(when), float(drop or 0.2)
+    except ValueError:
+        raise ValueError(f"--gray {text!r}: use PLANE:SPINE@MICROSECONDS[:DROP]") from None
+    return {"kind": "gray", "plane": plane, "spine": spine, "at_ns": at * 1000.0,
+            "nodes": [["leaf", 0], ["spine", spine]], "drop": drop}
+
+
+def affected_evs(failure, cfg):
+    """The EV indices whose path a failure cuts: every EV of the plane, or for a gray link
+    those through its spine (EV e: plane e mod planes, spine (e div planes) mod spines, as
+    the bench configures them)."""
+    P = cfg["planes"]
+    return [e for e in range(cfg["ev_count"]) if e % P == failure["plane"] and
+            (failure["kind"] != "gray" or (e // P) % cfg["spines"] == failure["spine"])]
+
+
+def _failure_name(f):
+    if f["kind"] == "gray":
+        return f"gray link plane {f['plane']} spine {f['spine']} ({100 * f['drop']:g}% lost)"
+    return f"plane {f['plane']}"
 
 
 def _nic_params(cfg):
@@ -97,6 +131,12 @@ def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
     for f in cfg["failures"]:
         if not 0 <= f["plane"] < cfg["planes"]:
             raise ValueError(f"failure of plane {f['plane']}: planes are 0..{cfg['planes'] - 1}")
+        if f["kind"] == "gray" and not (0 <= f["spine"] < cfg["spines"] and 0 <= f["drop"] <= 1):
+            raise ValueError(f"gray link {f}: spines are 0..{cfg['spines'] - 1}, drop 0..1")
+    if not (isinstance(cfg["incast"], int) and 0 <= cfg["incast"] <= 64
+            and 0 < cfg["incast_share"] <= 4):
+        raise ValueError(f"incast {cfg['incast']} sources at {cfg['incast_share']} of a link: "
+                         "0..64 sources, a share in (0, 4]")
     params = _nic_params(cfg)
     source = _verilog(params, Path(build_root))
     build = source.parent
@@ -137,13 +177,14 @@ def failure_report(metrics):
                if not rtx and not probe), default=metrics["t_end_ns"])
     for f in cfg["failures"]:
         t, plane = f["at_ns"], f["plane"]
+        cut = set(affected_evs(f, cfg))
         data = [(c, p, e) for c, p, e, _, _, probe in metrics["frames"] if not probe]
-        after = [c for c, p, _ in data if p == plane and c * clock >= t]
-        probes = sum(1 for c, p, *_, probe in metrics["frames"]
-                     if probe and p == plane and c * clock >= t)
+        after = [c for c, _, e in data if e in cut and c * clock >= t]
+        probes = sum(1 for c, p, e, *_, probe in metrics["frames"]
+                     if probe and e in cut and c * clock >= t)
         evs = []
         for when, ev, state in metrics["events"]:
-            if state == EvState.ASSUMED_BAD and ev % P == plane and when >= t:
+            if state == EvState.ASSUMED_BAD and ev in cut and when >= t:
                 if any(e["ev"] == ev for e in evs):
                     continue
                 last = max((c for c, _, e in data if e == ev and c * clock >= when),
@@ -151,7 +192,7 @@ def failure_report(metrics):
                 evs.append({"ev": ev, "bad_ns": when, "last_after_bad_cycles":
                             None if last is None else round(last - when / clock)})
         report.append({
-            "plane": plane, "at_ns": t,
+            "plane": plane, "at_ns": t, "name": _failure_name(f), "cut_evs": sorted(cut),
             "goodput_after": goodput(metrics, t + (end - t) / 4, end),
             "frames_after": len(after), "probes_after": probes,
             "last_after_cycles": round(max(after) - t / clock) if after else None,
@@ -200,7 +241,7 @@ def plot(metrics, path):
         for f in cfg["failures"]:
             a.axvline(f["at_ns"] / 1000, color="red", linestyle="--", linewidth=1)
     for f in cfg["failures"]:
-        ax.text(f["at_ns"] / 1000, 104, f" plane {f['plane']} fails", color="red", fontsize=8)
+        ax.text(f["at_ns"] / 1000, 104, f" {_failure_name(f)} fails", color="red", fontsize=8)
     title = (f"mrcnic demo: {P} planes, {metrics['bytes']} bytes, loss {cfg['loss']:g}, "
              f"{metrics['line_gbps']:.0f} Gb/s line rate")
     fig.suptitle(title, fontsize=10)
@@ -220,15 +261,16 @@ def summary(metrics):
     lines.append(f"goodput {100 * total:.1f}% of line rate ({metrics['line_gbps']:.0f} Gb/s) "
                  f"over the whole run")
     for f in failure_report(metrics):
-        lines.append(f"plane {f['plane']} failed at {f['at_ns'] / 1000:.1f} us: goodput after "
+        lines.append(f"{f['name']} failed at {f['at_ns'] / 1000:.1f} us: goodput after "
                      f"recovery {100 * f['goodput_after']:.1f}% of line rate")
+        evs = ", ".join(map(str, f["cut_evs"]))
         if f["frames_after"]:
-            lines.append(f"  {f['frames_after']} data frames started on it after the failure, "
-                         f"the last {f['last_after_cycles']} cycles after")
+            lines.append(f"  {f['frames_after']} data frames started on its EVs ({evs}) after "
+                         f"the failure, the last {f['last_after_cycles']} cycles after")
         else:
-            lines.append("  no data frame started on it after the failure")
+            lines.append(f"  no data frame started on its EVs ({evs}) after the failure")
         if f["probes_after"]:
-            lines.append(f"  {f['probes_after']} probes sent on it after the failure")
+            lines.append(f"  {f['probes_after']} probes sent on its EVs after the failure")
         for e in f["evs"]:
             lines.append(f"  EV {e['ev']}: ASSUMED_BAD {e['bad_ns'] / 1000:.1f} us, last frame "
                          + ("before that" if e["last_after_bad_cycles"] is None else
@@ -242,6 +284,14 @@ def summary(metrics):
         states[st] = states.get(st, 0) + 1
     lines.append(f"EV state changes: {len(metrics['events'])} "
                  f"({', '.join(f'to {EvState(k).name}: {v}' for k, v in sorted(states.items()))})")
+    if cfg["incast"]:
+        fab = metrics["fabric"]
+        nak = metrics["counters"]["b.psn-tracker"]
+        lines.append(f"incast: {cfg['incast']} sources at {100 * cfg['incast_share']:g}% of a "
+                     f"plane link each, into b from {cfg['incast_start_ns'] / 1000:g} us: "
+                     f"{fab['trims']} frames trimmed ({fab['trims_lasthop']} at the last hop), "
+                     f"{fab['ecn_marks']} ECN marks; b answered {nak['trimmed']} trimmed "
+                     f"packets with NACKs")
     if metrics["injected"]:
         b = {k: v for name in ("b.roce-rx", "b.memory-protect", "b.psn-tracker")
              for k, v in metrics["counters"][name].items()}

@@ -142,7 +142,7 @@ async def demo(dut):
     clock_ns = cfg["clock_ns"]
     B = W // 8
     line_gbps = W / clock_ns
-    fab = Fabric(FabricConfig(planes=P, hosts=2, spines=cfg["spines"],
+    fab = Fabric(FabricConfig(planes=P, hosts=2 + cfg["incast"], spines=cfg["spines"],
                               link_gbps=line_gbps / P, link_delay_ns=cfg["link_delay_ns"],
                               jitter_ns=cfg["jitter_ns"], loss=cfg["loss"],
                               seed=cfg["seed"], queue_bytes=cfg["queue_bytes"],
@@ -152,6 +152,12 @@ async def demo(dut):
         fab.schedule(Failure(f["kind"], f["at_ns"], f.get("until_ns"), plane=f["plane"],
                              nodes=tuple(tuple(n) for n in f.get("nodes", ())),
                              drop=f.get("drop", 0.0), slow=f.get("slow", 1.0)))
+    # Incast: hosts 2.. send to b (host 1) on every plane until the run's cycle limit.
+    for src in range(2, 2 + cfg["incast"]):
+        for p in range(P):
+            fab.cross_traffic(src, 1, p, cfg["incast_share"] * line_gbps / P,
+                              cfg["incast_start_ns"], cfg["max_cycles"] * clock_ns,
+                              frame_bytes=1 << cfg["pmtu_log2"])
 
     cocotb.start_soon(Clock(dut.clk, clock_ns, unit="ns").start())
     dut.rst.value = 1
@@ -365,7 +371,10 @@ async def demo(dut):
         "events": [[t, e["ev"], e["state"]] for t, e in events],
         "counters": counters,
         "fabric": {"drops": {str(p): dict(fab.stats.planes[p].drops) for p in range(P)},
-                   "trims": sum(ps.trims for ps in fab.stats.planes)},
+                   "trims": fab.stats.total("trims"),
+                   "trims_lasthop": fab.stats.total("trims_lasthop"),
+                   "ecn_marks": fab.stats.total("ecn_marks"),
+                   "cross_sunk": fab.stats.total("sunk")},
         "wall_s": time.time() - wall0,
     }
     os.makedirs(cfg["out_dir"], exist_ok=True)
