@@ -14,7 +14,7 @@ DEMO    := build/demo
 # configuration measured so far; mrcnic demo's own defaults are the 8-plane ones).
 DEMO_NIC ?= --planes 4 --qps 2 --ev-count 16 --pmtu 4096 --size 196608
 
-.PHONY: all setup tools test test-fast soak demo lint clean help
+.PHONY: all setup tools test test-fast soak demo lint report clean help
 
 all: help
 
@@ -23,6 +23,7 @@ help:
 	@echo "make test      full suite: unit tests, cocotb on Icarus and Verilator, lint, ECP5 build"
 	@echo "make test-fast unit tests on Amaranth's simulator only"
 	@echo "make soak      long randomized runs, every width, full-length Icarus runs"
+	@echo "make report    measure every block (ECP5 place and route, Xilinx synthesis): hours"
 	@echo "make clean     remove build outputs (keeps .venv)"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -88,6 +89,10 @@ demo: setup
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/plane-failure --fail 1@60
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/loss --loss 0.01
 	@echo "== demo done: metrics, plots, pcaps in $(DEMO)/, Verilator builds in $(DEMO)/nic_pair_*"
+
+# Measures what build/report does not hold yet and rewrites docs/performance.md.
+report: setup
+	$(BIN)/mrcnic report
 
 clean:
 	rm -rf build sim_build .pytest_cache
