@@ -2,13 +2,16 @@
 its platform (pins found, PLL reachable), the self-test's bring-up script is recorded,
 and the command line refuses what it cannot do with a clear message."""
 
+import json
+
 import pytest
 from amaranth.hdl import Cat, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic import cli
-from mrcnic.board import SELFTEST_BOARDS, BoardSelfTest, fits_default, program
+from mrcnic.board import (SELFTEST_BOARDS, BoardSelfTest, fits_default, program,
+                          selftest_result)
 from mrcnic.selftest import SelfTest
 from mrcnic.synth import _build_only, get_board
 
@@ -74,3 +77,16 @@ def test_programming_without_a_loader_or_board_is_a_clear_error(tmp_path, monkey
     monkeypatch.setenv("PATH", str(tmp_path))       # no openFPGALoader on the path
     with pytest.raises(RuntimeError, match="openFPGALoader not found"):
         program(tmp_path / "top.bit", "ulx3s-85f")
+
+
+def test_a_finished_build_is_read_from_nextpnrs_report(tmp_path):
+    report = {"fmax": {"$glbnet$clk_selftest": {"achieved": 18.2, "constraint": 16.667}},
+              "utilization": {"TRELLIS_COMB": {"used": 80000, "available": 83640},
+                              "DP16KD": {"used": 41, "available": 208}}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    r = selftest_result("ulx3s-85f", tmp_path, 16.667, 16.6667, 12.0)
+    assert (r.fmax_mhz, r.met, r.luts, r.brams) == (18.2, True, 80000, 41)
+    assert json.loads((tmp_path / "summary.json").read_text())["met"] is True
+    report["fmax"]["$glbnet$clk_selftest"]["achieved"] = 16.6
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert not selftest_result("ulx3s-85f", tmp_path, 16.667, 16.6667, 12.0).met
