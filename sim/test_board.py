@@ -3,6 +3,7 @@ its platform (pins found, PLL reachable), the self-test's bring-up script is rec
 and the command line refuses what it cannot do with a clear message."""
 
 import json
+import zipfile
 
 import pytest
 from amaranth.hdl import Cat, Module
@@ -68,9 +69,32 @@ def test_the_command_line_says_what_is_wrong(capsys):
     assert "LFE5UM-45F cannot hold it" in err and "ecpix5-85f" in err
 
 
-def test_the_default_selftest_boards_have_an_85f():
+def test_the_default_selftest_boards_have_an_85f_or_a_kintex():
     assert [b for b in SELFTEST_BOARDS if fits_default(b)] == [
-        "ulx3s-85f", "ecpix5-85f", "orangecrab-r0.2-85f"]
+        "ulx3s-85f", "ecpix5-85f", "orangecrab-r0.2-85f", "kc705", "kcu105"]
+
+
+@pytest.mark.parametrize("board,primitive", [("kcu105", "MMCME3_BASE"),
+                                             ("kc705", "MMCME2_BASE")])
+def test_xilinx_boards_get_a_build_plan(board, primitive, tmp_path, capsys):
+    # a block in its harness (seconds); the self-test's plan differs only in the top
+    assert cli.main(["build", "--board", board, "--plan-only", "--block", "skid-buffer",
+                     "--build-dir", str(tmp_path)]) == 0
+    assert "build_top.sh where Vivado" in capsys.readouterr().out
+    with zipfile.ZipFile(tmp_path / "top_plan.zip") as z:
+        names = set(z.namelist())
+        verilog = z.read("top.v").decode()
+    assert {"top.v", "top.xdc", "top.tcl", "build_top.sh"} <= names
+    assert primitive in verilog and "BUFG" in verilog
+
+
+def test_vivado_boards_and_plans_are_refused_where_they_do_not_apply(capsys):
+    assert cli.main(["build", "--board", "kc705"]) == 2
+    assert "--plan-only writes its build plan" in capsys.readouterr().err
+    assert cli.main(["build", "--board", "kcu105", "--block", "skid-buffer"]) == 2
+    assert "Vivado" in capsys.readouterr().err
+    assert cli.main(["build", "--board", "ulx3s-85f", "--plan-only"]) == 2
+    assert "builds here" in capsys.readouterr().err
 
 
 def test_programming_without_a_loader_or_board_is_a_clear_error(tmp_path, monkeypatch):

@@ -57,6 +57,23 @@ def test_pll_is_optimal_and_legal(f_in, f_out):
     assert 400 <= pll.vco_mhz <= 800
 
 
+@pytest.mark.parametrize("f_in,f_out,prim", [(125, 62.5, "MMCME3_BASE"), (156, 62.5, "MMCME2_BASE"),
+                                             (125, 100, "MMCME3_BASE"), (200, 33.333, "MMCME2_BASE")])
+def test_mmcm_is_legal_and_close(f_in, f_out, prim):
+    c = synth.find_mmcm(f_in, f_out, prim)
+    assert c.primitive == prim
+    assert synth.MMCM_F_VCO[0] <= c.vco_mhz <= synth.MMCM_F_VCO[1]
+    assert c.vco_mhz == pytest.approx(f_in * c.mult / c.divclk)
+    assert c.f_out_mhz == pytest.approx(c.vco_mhz / c.div)
+    assert abs(c.f_out_mhz - f_out) <= 0.01 * f_out
+    assert synth.MMCM_F_PFD[0] <= f_in / c.divclk <= synth.MMCM_F_PFD[1]
+
+
+def test_mmcm_impossible_request_raises():
+    with pytest.raises(ValueError, match="no MMCME2_BASE setting"):
+        synth.find_mmcm(125, 2000)
+
+
 def test_pll_known_settings():
     # ULX3S 25 MHz -> 100 MHz: the highest PFD (no input division), VCO mid-range.
     pll = synth.find_pll(25, 100)

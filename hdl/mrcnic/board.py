@@ -18,8 +18,9 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import io
 
 from .selftest import SelfTest
-from .synth import (_build_only, _critical_path, _run, find_pll, get_board,
-                    parse_nextpnr_report, pll_sync_domain, tool_versions, yowasp_env)
+from .synth import (XILINX_BOARDS, _build_only, _critical_path, _refuse_xilinx, _run,
+                    find_pll, get_board, parse_nextpnr_report, pll_sync_domain,
+                    tool_versions, yowasp_env)
 
 __all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default",
            "BoardSelfTest", "build_selftest", "selftest_result", "program"]
@@ -49,6 +50,9 @@ SELFTEST_BOARDS = {
                                      (("button", 0),)),
     # its LED and button share their pins with the UART: the UART it is
     "colorlight-5a-75b-r7": BoardPins(True, (), ()),
+    # Xilinx (--plan-only): an MMCM makes the clock from the board's
+    "kc705": BoardPins(True, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
+    "kcu105": BoardPins(False, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
 }
 
 
@@ -59,8 +63,8 @@ SELFTEST_DEVICE = "85F"
 
 
 def fits_default(board):
-    """Whether ``board``'s device holds the default self-test (an 85F)."""
-    return get_board(board).device.endswith(SELFTEST_DEVICE)
+    """Whether ``board``'s device holds the default self-test (an 85F, or a Kintex)."""
+    return board in XILINX_BOARDS or get_board(board).device.endswith(SELFTEST_DEVICE)
 
 
 class BoardSelfTest(Elaboratable):
@@ -132,6 +136,7 @@ NEXTPNR_OPTS = "--report report.json --timing-allow-fail --router router2 --thre
 def build_selftest(board, freq_mhz=None, build_dir=None, **params):
     """Place and route the self-test of ``board``; returns a :class:`SelfTestBuild` (also
     ``summary.json`` in ``build_dir``, default ``build/boards/<board>``)."""
+    _refuse_xilinx(board)
     top = BoardSelfTest(board, freq_mhz, **params)
     platform = _build_only(get_board(board))()
     if not params and not fits_default(board):

@@ -64,6 +64,9 @@ def _add_build(sub):
                    help="load the self-test into the board's SRAM (openFPGALoader)")
     p.add_argument("--flash", action="store_true",
                    help="write the self-test to the board's SPI flash (openFPGALoader)")
+    p.add_argument("--plan-only", action="store_true",
+                   help="Xilinx boards (kcu105, kc705): write the Vivado build plan (a zip) "
+                        "to run where Vivado is installed")
     p.add_argument("--list-boards", action="store_true")
     p.set_defaults(func=_run_build)
 
@@ -76,9 +79,13 @@ def _run_build(args):
             mark = ("" if name not in SELFTEST_BOARDS else "  (self-test)" if fits_default(name)
                     else "  (self-test pins; the default self-test needs an 85F)")
             print(name + mark)
+        for name in synth.XILINX_BOARDS:
+            print(f"{name}  (self-test; --plan-only: Vivado)")
         return 0
     if not args.board:
         raise ValueError("--board is required (see --list-boards)")
+    if args.plan_only:
+        return _plan_only(args)
     if args.block is None:
         from . import board
         params = {}
@@ -104,6 +111,24 @@ def _run_build(args):
                               build_dir=args.build_dir)
     print(result.summary())
     return 0 if result.met else 1
+
+
+def _plan_only(args):
+    from . import registry, synth
+    if args.program or args.flash:
+        raise ValueError("--plan-only builds nothing to load")
+    if args.block is None:
+        from .board import BoardSelfTest
+        top, what = BoardSelfTest(args.board, args.freq), "selftest"
+    else:
+        params = registry.parse_params(args.block, args.param, args.data_width)
+        block = registry.get(args.block)
+        top = synth.BlockHarness(block.build(params), args.freq or 100.0)
+        what = registry.module_name(args.block, {**block.defaults, **params})
+    path = synth.plan_only(args.board, top, args.build_dir or f"build/plans/{args.board}/{what}")
+    print(f"wrote {path}: unzip it and run build_top.sh where Vivado is installed "
+          f"(clock {top.pll.f_out_mhz:.3f} MHz from the board's {top.pll.f_in_mhz:g} MHz)")
+    return 0
 
 
 def _add_packet(sub):

@@ -44,6 +44,7 @@ from amaranth.hdl import (Cat, ClockDomain, ClockSignal, Elaboratable, Instance,
                           Value)
 from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.vendor import XilinxPlatform
 
 from amaranth_boards.butterstick import ButterStickPlatform
 from amaranth_boards.colorlight_5a75b_r7_0 import Colorlight_5A75B_R70Platform
@@ -58,6 +59,8 @@ from amaranth_boards.orangecrab_r0_2 import (OrangeCrabR0_2_25FPlatform,
 from amaranth_boards.supercon19badge import Supercon19BadgePlatform
 from amaranth_boards.ulx3s import (ULX3S_12F_Platform, ULX3S_25F_Platform, ULX3S_45F_Platform,
                                    ULX3S_85F_Platform)
+from amaranth_boards.kc705 import KC705Platform
+from amaranth_boards.kcu105 import KCU105Platform
 from amaranth_boards.versa_ecp5 import VersaECP5Platform
 from amaranth_boards.versa_ecp5_5g import VersaECP55GPlatform
 
@@ -65,7 +68,8 @@ from . import registry
 from .export import flat_ports
 
 
-__all__ = ["BOARDS", "get_board", "PllConfig", "find_pll", "pll_sync_domain", "BlockHarness", "BuildResult",
+__all__ = ["BOARDS", "XILINX_BOARDS", "get_board", "PllConfig", "find_pll", "MmcmConfig",
+           "find_mmcm", "pll_sync_domain", "plan_only", "BlockHarness", "BuildResult",
            "build_block", "synth_block_alone", "parse_nextpnr_report", "parse_yosys_stat",
            "yowasp_env", "SynthError", "ToolchainNotFound"]
 
@@ -126,12 +130,21 @@ class ToolchainNotFound(SynthError, ValueError):
     a one-line error instead of a traceback."""
 
 
+# Xilinx boards: Vivado is not installed here, so for them `mrcnic build --plan-only` writes
+# Amaranth's build plan (sources, constraints and Vivado scripts, as a zip) to run elsewhere.
+XILINX_BOARDS = {
+    "kcu105":               KCU105Platform,      # XCKU040-2E, 125 MHz LVDS clock
+    "kc705":                KC705Platform,       # XC7K325T-2, 156 MHz LVDS clock
+}
+
+
 def get_board(name):
     """The amaranth-boards platform class of board ``name``; ``ValueError`` lists the names."""
     try:
-        return BOARDS[name]
+        return {**BOARDS, **XILINX_BOARDS}[name]
     except KeyError:
-        raise ValueError(f"unknown board {name!r}; boards: {', '.join(BOARDS)}") from None
+        raise ValueError(f"unknown board {name!r}; boards: "
+                         f"{', '.join([*BOARDS, *XILINX_BOARDS])}") from None
 
 
 # --- PLL -----------------------------------------------------------------------------------
@@ -279,13 +292,88 @@ def _request_led(platform):
     raise ValueError(f"{type(platform).__name__} has no LED to drive")
 
 
+# Xilinx MMCM (MMCME2_BASE on 7-series, MMCME3_BASE on UltraScale): integer multiplier and
+# dividers, and the VCO range every speed grade of both families allows.
+MMCM_F_VCO = (600, 1200)
+MMCM_F_PFD = (10, 450)
+MMCM_MULT, MMCM_DIVCLK, MMCM_DIV = (2, 64), (1, 106), (1, 128)
+
+
+@dataclass(frozen=True)
+class MmcmConfig:
+    """One MMCM setting: ``vco = f_in * mult / divclk``, ``f_out = vco / div`` (MHz)."""
+    primitive: str
+    f_in_mhz: float
+    f_target_mhz: float
+    f_out_mhz: float
+    mult: int
+    divclk: int
+    div: int
+    vco_mhz: float
+
+    def instance(self, m, clk_in, clk_out, locked):
+        """Add the MMCM and a BUFG on its output to ``m``."""
+        feedback, raw = Signal(name="mmcm_feedback"), Signal(name="mmcm_clkout0")
+        m.submodules.mmcm = Instance(
+            self.primitive,
+            p_CLKIN1_PERIOD=round(1000 / self.f_in_mhz, 3), p_BANDWIDTH="OPTIMIZED",
+            p_DIVCLK_DIVIDE=self.divclk, p_CLKFBOUT_MULT_F=float(self.mult),
+            p_CLKOUT0_DIVIDE_F=float(self.div),
+            i_CLKIN1=clk_in, i_CLKFBIN=feedback, o_CLKFBOUT=feedback, o_CLKOUT0=raw,
+            o_LOCKED=locked, i_RST=0, i_PWRDWN=0)
+        m.submodules.mmcm_bufg = Instance("BUFG", i_I=raw, o_O=clk_out)
+
+
+def find_mmcm(f_in_mhz, f_out_mhz, primitive="MMCME2_BASE", *, tolerance=PLL_TOLERANCE):
+    """The MMCM setting nearest ``f_out_mhz``: the smallest error, then the highest
+    phase-detector frequency, then the VCO nearest mid-range. ``ValueError`` when nothing
+    comes within ``tolerance``."""
+    f_in, target = _exact(f_in_mhz), _exact(f_out_mhz)
+    vco_mid = Fraction(sum(MMCM_F_VCO), 2)
+    best, best_key = None, None
+    for divclk in range(MMCM_DIVCLK[0], MMCM_DIVCLK[1] + 1):
+        pfd = f_in / divclk
+        if pfd < MMCM_F_PFD[0]:
+            break
+        if pfd > MMCM_F_PFD[1]:
+            continue
+        for mult in range(MMCM_MULT[0], MMCM_MULT[1] + 1):
+            vco = pfd * mult
+            if not MMCM_F_VCO[0] <= vco <= MMCM_F_VCO[1]:
+                continue
+            div = min(max(round(vco / target), MMCM_DIV[0]), MMCM_DIV[1])
+            key = (abs(vco / div - target), divclk, abs(vco - vco_mid))
+            if best_key is None or key < best_key:
+                best_key, best = key, (mult, divclk, div, vco)
+    if best is None or best_key[0] > target * Fraction(tolerance):
+        raise ValueError(f"no {primitive} setting turns {f_in_mhz} MHz into {f_out_mhz} MHz "
+                         f"within {tolerance:.0%}")
+    mult, divclk, div, vco = best
+    return MmcmConfig(primitive, float(f_in), float(target), float(vco / div), mult, divclk,
+                      div, float(vco))
+
+
+def _mmcm_primitive(platform):
+    return "MMCME3_BASE" if platform.device.startswith(("xcku", "xcvu")) else "MMCME2_BASE"
+
+
 def pll_sync_domain(m, platform, freq_mhz, clk_name):
     """Add to ``m`` a ``sync`` domain clocked by a PLL at ``freq_mhz`` from the board's
-    clock, held in reset until the PLL locks; the clock net is named ``clk_name`` (the
-    name nextpnr constrains and reports). Returns the :class:`PllConfig`."""
+    clock (an ECP5 EHXPLLL, or on a Xilinx board an MMCM), held in reset until the PLL
+    locks; the clock net is named ``clk_name`` (the name nextpnr constrains and reports).
+    Returns the :class:`PllConfig` (:class:`MmcmConfig`)."""
     m.domains.sync = ClockDomain("sync")
     clk_port = platform.request(platform.default_clk, dir="-")
     m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_port)
+    if isinstance(platform, XilinxPlatform):
+        # Vivado derives the MMCM's output clock from the board clock's constraint.
+        mmcm = find_mmcm(platform.default_clk_frequency / 1e6, freq_mhz,
+                         _mmcm_primitive(platform))
+        clk, locked = Signal(name=clk_name), Signal(name="pll_locked")
+        mmcm.instance(m, clk_buf.i, clk, locked)
+        m.d.comb += ClockSignal("sync").eq(clk)
+        m.submodules.rst_sync = ResetSynchronizer(~locked, domain="sync")
+        return mmcm
     pll = find_pll(platform.default_clk_frequency / 1e6, freq_mhz)
     # After flattening this net is also the design's own "clk"; Yosys keeps the
     # alphabetically first name unless one carries an attribute, and the LPF constraint on
@@ -631,6 +719,27 @@ class BuildResult:
         return "\n".join(lines)
 
 
+def plan_only(board, top, out_dir):
+    """Amaranth's build plan of ``top`` (a :class:`BlockHarness` or a board self-test) for
+    the Xilinx ``board``, written as ``top_plan.zip`` in ``out_dir``: the Verilog, the
+    constraints and the Vivado scripts (``build_top.sh``) to run where Vivado is installed.
+    Returns the zip's path."""
+    if board not in XILINX_BOARDS:
+        raise ValueError(f"--plan-only is for the Xilinx boards ({', '.join(XILINX_BOARDS)}); "
+                         f"{board!r} builds here")
+    plan = XILINX_BOARDS[board]().build(top, name="top", do_build=False, do_program=False)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plan.archive(out / "top_plan.zip")
+    return out / "top_plan.zip"
+
+
+def _refuse_xilinx(board):
+    if board in XILINX_BOARDS:
+        raise ValueError(f"{board} is built with Vivado, which is not installed here: "
+                         f"--plan-only writes its build plan")
+
+
 def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=None):
     """Place and route block ``block_name`` with ``params`` in a :class:`BlockHarness` for
     ``board`` at ``freq_mhz``; returns a :class:`BuildResult`, also written as
@@ -641,6 +750,7 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
     or an unreachable frequency, :class:`ToolchainNotFound` without YoWASP, and
     :class:`SynthError` if a tool fails (the design does not fit, ...).
     """
+    _refuse_xilinx(board)
     platform_cls = get_board(board)
     block = registry.get(block_name)
     params = dict(params or {})
