@@ -58,3 +58,9 @@ def sibling(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def netlist_cell(kind, ins, outs):
+    """A cell of a Yosys ``write_json`` netlist: ``ins``/``outs`` map port -> net bits."""
+    return {"type": kind, "connections": {**ins, **outs},
+            "port_directions": {**{p: "input" for p in ins}, **{p: "output" for p in outs}}}

@@ -7,6 +7,7 @@ import pytest
 
 from mrcnic import registry, report, synth
 from mrcnic.cli import main
+from simtools import netlist_cell
 
 
 def test_every_block_has_a_case_of_each_kind():
@@ -43,20 +44,15 @@ def test_xilinx_stat_counts_each_kind():
                                              "lutram": 4, "srl": 4, "carry": 5, "dsps": 1}
 
 
-def _cell(kind, ins, outs):
-    return {"type": kind, "connections": {**ins, **outs},
-            "port_directions": {**{p: "input" for p in ins}, **{p: "output" for p in outs}}}
-
-
 def test_xilinx_depth_counts_luts_only():
     cells = {
-        "ff": _cell("FDRE", {"D": [10]}, {"Q": [2]}),
-        "a": _cell("LUT6", {"I0": [2]}, {"O": [3]}),
-        "b": _cell("LUT6", {"I0": [2]}, {"O": [4]}),
-        "f7": _cell("MUXF7", {"I0": [3], "I1": [4]}, {"O": [5]}),
-        "c1": _cell("CARRY4", {"S": [5], "CI": [30]}, {"O": [6], "CO": [31]}),
-        "c2": _cell("CARRY4", {"S": [2], "CI": [31]}, {"O": [7], "CO": [32]}),
-        "z": _cell("LUT3", {"I0": [6], "I1": [7]}, {"O": [10]}),
+        "ff": netlist_cell("FDRE", {"D": [10]}, {"Q": [2]}),
+        "a": netlist_cell("LUT6", {"I0": [2]}, {"O": [3]}),
+        "b": netlist_cell("LUT6", {"I0": [2]}, {"O": [4]}),
+        "f7": netlist_cell("MUXF7", {"I0": [3], "I1": [4]}, {"O": [5]}),
+        "c1": netlist_cell("CARRY4", {"S": [5], "CI": [30]}, {"O": [6], "CO": [31]}),
+        "c2": netlist_cell("CARRY4", {"S": [2], "CI": [31]}, {"O": [7], "CO": [32]}),
+        "z": netlist_cell("LUT3", {"I0": [6], "I1": [7]}, {"O": [10]}),
     }
     netlist = {"modules": {"top": {"cells": cells}}}
     # ff -> a -> F7 (free) -> carry (free) -> z: two levels; the ripple c1 -> c2 not followed.

@@ -15,7 +15,7 @@ from amaranth.vendor import LatticeECP5Platform
 
 from mrcnic import synth
 from mrcnic.stream import SkidBuffer
-from simtools import run
+from simtools import netlist_cell, run
 
 
 # --- PLL search ----------------------------------------------------------------------------
@@ -204,10 +204,7 @@ def test_yosys_stat_counts_carry_cells_as_two_luts():
 
 
 def test_lut_depth_follows_luts_not_carries_or_muxes():
-    def cell(kind, ins, outs):
-        conns = {**ins, **outs}
-        dirs = {**{p: "input" for p in ins}, **{p: "output" for p in outs}}
-        return {"type": kind, "connections": conns, "port_directions": dirs}
+    cell = netlist_cell
     cells = {
         "ff": cell("TRELLIS_FF", {"DI": [10]}, {"Q": [2]}),
         "l1": cell("LUT4", {"A": [2]}, {"Z": [3]}),

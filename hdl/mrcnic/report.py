@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from amaranth.back import rtlil
-
 from . import registry, synth
 
 
@@ -134,22 +132,12 @@ def synth_xilinx(component, module, work_dir, *, family=XILINX_FAMILY, env=None)
     """Synthesise ``component`` with Yosys ``synth_xilinx -family <family>``, flattened; returns
     :func:`parse_xilinx_stat`'s figures plus ``"lut_depth"`` (LUT levels; the MUXF7/F8 that
     widen a LUT and the carry chain are not counted)."""
-    env = synth.yowasp_env() if env is None else env
-    work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / f"{module}.il").write_text(rtlil.convert(component, name=module))
-    (work_dir / "synth.ys").write_text(
-        f"read_rtlil {module}.il\n"
-        f"synth_xilinx -family {family} -flatten -noiopad -top {module}\n"
-        f"tee -q -o stat.json stat -json\n"
-        f"write_json netlist.json\n")
-    synth._run([env["YOSYS"], "-q", "-l", "yosys.log", "synth.ys"], cwd=work_dir, env=env,
-               log=work_dir / "run.log")
-    figures = parse_xilinx_stat(json.loads((work_dir / "stat.json").read_text()))
-    netlist = json.loads((work_dir / "netlist.json").read_text())
+    stat, netlist = synth.yosys_alone(
+        component, module, work_dir,
+        f"synth_xilinx -family {family} -flatten -noiopad -top {module}", env=env)
+    figures = parse_xilinx_stat(stat)
     figures["lut_depth"] = synth.lut_depth(netlist, module, comb=_XILINX_COMB,
                                            levels=_XILINX_LUTS, chain="CI")
-    (work_dir / "netlist.json").unlink()          # tens of MB for the large blocks
     return figures
 
 
@@ -202,6 +190,15 @@ def _cp_text(cp):
             f"{cp['delay_ns']:.1f} ns").replace("|", "/")
 
 
+def _conf(case):
+    return case.label() + (f" ({case.note})" if case.note else "")
+
+
+def _missing(case, columns):
+    """The row of a case not measured yet, in a table of ``columns`` columns."""
+    return f"| {case.block} | {_conf(case)} | not measured yet |" + " |" * (columns - 3)
+
+
 def render(ecp5, xilinx):
     """docs/performance.md from ``[(Case, result or None)]`` of each kind."""
     results = [r for _, r in ecp5 + xilinx if r]
@@ -238,9 +235,9 @@ def render(ecp5, xilinx):
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for case, r in ecp5:
-        conf = case.label() + (f" ({case.note})" if case.note else "")
+        conf = _conf(case)
         if r is None:
-            lines.append(f"| {case.block} | {conf} | not measured yet | | | | | | |")
+            lines.append(_missing(case, 9))
             continue
         fmax = r["fmax_mhz"]
         share = (f"{100 * fmax / slice_fmax:.0f}%" if fmax and slice_fmax else "")
@@ -267,9 +264,9 @@ def render(ecp5, xilinx):
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case, r in xilinx:
-        conf = case.label() + (f" ({case.note})" if case.note else "")
+        conf = _conf(case)
         if r is None:
-            lines.append(f"| {case.block} | {conf} | not measured yet | | | | | | | | |")
+            lines.append(_missing(case, 11))
             continue
         lines.append(f"| {case.block} | {conf} | {r['luts']} | {r['ffs']} | {r['bram36']} | "
                      f"{r['bram18']} | {r['lutram']} | {r['srl']} | {r['carry']} | {r['dsps']} "

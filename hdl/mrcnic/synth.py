@@ -603,22 +603,32 @@ def lut_depth(netlist, top, *, comb=_COMB_CELLS, levels=("LUT4", "CCU2C"), chain
     return max((depth(n) for n in cells if cells[n]["type"] in comb), default=0)
 
 
-def synth_block_alone(component, module, work_dir, *, env=None):
-    """Synthesise ``component`` on its own with ``synth_ecp5`` (no harness, no place and
-    route); returns :func:`parse_yosys_stat`'s figures plus ``"lut_depth"``."""
+def yosys_alone(component, module, work_dir, synth_cmd, *, env=None):
+    """Run Yosys ``synth_cmd`` (e.g. ``synth_ecp5 -top {module}``) on ``component`` alone in
+    ``work_dir``; returns ``(stat, netlist)``: ``stat -json`` and ``write_json`` output."""
     env = yowasp_env() if env is None else env
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / f"{module}.il").write_text(rtlil.convert(component, name=module))
     (work_dir / "synth.ys").write_text(
         f"read_rtlil {module}.il\n"
-        f"synth_ecp5 -top {module}\n"
+        f"{synth_cmd}\n"
         f"tee -q -o stat.json stat -json\n"
         f"write_json netlist.json\n")
     _run([env["YOSYS"], "-q", "-l", "yosys.log", "synth.ys"], cwd=work_dir, env=env,
          log=work_dir / "run.log")
-    figures = parse_yosys_stat(json.loads((work_dir / "stat.json").read_text()))
+    stat = json.loads((work_dir / "stat.json").read_text())
     netlist = json.loads((work_dir / "netlist.json").read_text())
+    (work_dir / "netlist.json").unlink()          # tens of MB for the large blocks
+    return stat, netlist
+
+
+def synth_block_alone(component, module, work_dir, *, env=None):
+    """Synthesise ``component`` on its own with ``synth_ecp5`` (no harness, no place and
+    route); returns :func:`parse_yosys_stat`'s figures plus ``"lut_depth"``."""
+    stat, netlist = yosys_alone(component, module, work_dir, f"synth_ecp5 -top {module}",
+                                env=env)
+    figures = parse_yosys_stat(stat)
     figures["lut_depth"] = lut_depth(netlist, module)
     return figures
 
