@@ -286,6 +286,23 @@ def test_cack_runs_over_a_filled_hole_fast():
     assert rate >= 64
 
 
+@pytest.mark.parametrize("mpr_max", [1, 2, 4])
+def test_a_full_window_filled_by_its_first_psn(mpr_max):
+    """Every PSN of the window but the first arrives, then the first: CACK runs to the
+    window's end and stops there. With a ring shorter than the 384-PSN window read
+    (mpr_max 1 or 2), the window's later laps alias the packet's own position, which must
+    read "not arrived" in the search and in the SACK bitmap."""
+    ring = mpr_max * 128
+    recs = [data_packet(0, p) for p in range(1, ring)]
+    recs += [data_packet(0, 0, ack_req=1), data_packet(0, ring, ack_req=1)]
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=1, mpr_max=mpr_max,
+                                                     sack_every=0)
+    check(want, got, model, regs)
+    first, last = got["ack"][-2:]
+    assert (first["cack"], first["bitmap"]) == (ring - 1, 0)
+    assert (last["cack"], last["bitmap"]) == (ring, 0)
+
+
 def test_completions_wait_for_cack_and_leave_in_order():
     # Three single-packet messages with immediate, PSNs 1, 2, 3 arrive before 0.
     recs = [data_packet(0, p, Opcode.WRITE_ONLY_IMM, imm=100 + p, tag=p) for p in (3, 1, 2)]

@@ -76,6 +76,8 @@ Latency, throughput
 """
 
 import enum
+import functools
+import operator
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
@@ -379,8 +381,17 @@ class PsnTracker(wiring.Component):
         m.d.comb += may_place.eq(pkt_op & data_ok & in_win & ~(wimm & ~immediate & pool_full))
         own = Signal(WINDOW)
         m.d.comb += own.eq(Mux(may_place & (rel_p < WINDOW), Const(1, WINDOW) << rel_p[:9], 0))
+        # With a ring shorter than the window (mpr_max 1 or 2), the window's later laps of
+        # the packet's position read its bit from before this write: "arrived" for a packet
+        # not yet placed. Those positions read "not arrived", as after the write (the next
+        # lap's PSN there has not arrived; the one after is beyond any window).
+        laps = Signal(WINDOW)
+        later = [Cat(Const(0, k * self.ring), own)[:WINDOW]
+                 for k in range(1, -(-WINDOW // self.ring))]
+        if later:
+            m.d.comb += laps.eq(functools.reduce(operator.or_, later))
         arr_own = Signal(WINDOW)
-        m.d.comb += arr_own.eq(arr | own)
+        m.d.comb += arr_own.eq((arr | own) & ~laps)
         o = Signal(PSN)
         m.d.comb += o.eq(cack + 1 - wb)
         o_ok = o < WINDOW
