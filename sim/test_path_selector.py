@@ -465,6 +465,63 @@ def test_assumed_bad_and_port_down_reach_the_decisions_within_cycles():
     assert d_ev == 2 and d_port == 0
 
 
+def test_peer_port_down_leaves_its_plane_for_every_qp_of_the_profile():
+    """QPs 0 and 2 share profile 0, QPs 1 and 3 profile 1. QP 0's peer reports port 2 down
+    (PEER_PORTS): from the third cycle after the record's handshake no decision of QP 0 or
+    QP 2 is on plane 2, while QPs 1 and 3 keep all four planes; a probe of profile 0 never
+    goes to plane 2; the peer reporting all ports up brings plane 2 back; the register
+    reads the mask; a clear of the profile forgets it."""
+    rng = seeded()
+    params = dict(SMALL, qps=4)
+    n = 200
+    box = {}
+
+    async def scenario(b):
+        await setup_small(b, rng)
+        full = (1 << 4) - 1
+        reqs = [request(i % 4, i) for i in range(n)]
+        fbs = [None] * 40 + [fb(0, 0, FeedbackKind.PEER_PORTS, 0xFFFFFFFF & ~(1 << 2))]
+        fbs += [None] * 100 + [fb(2, 200, FeedbackKind.PEER_PORTS, 0xFFFFFFFF)]
+        acc, accf, log = await b.traffic(reqs, fbs)
+        want = b.model.run(acc, accf, log)
+        box["fb"] = [c for c, _ in accf]
+        await b.ctx.tick().repeat(4)
+        # Down again, read back, probes, then a clear of the profile.
+        acc2, accf2, log2 = await b.traffic([], [fb(2, 0, FeedbackKind.PEER_PORTS, 0b1011)])
+        b.model.run([], accf2, log2)
+        await b.regs.write_fields("select", profile=0)
+        box["mask"] = (await b.regs.read_fields("peer_ports"))["ports"]
+        await b.regs.write_fields("select", profile=1)
+        box["mask1"] = (await b.regs.read_fields("peer_ports"))["ports"]
+        # EVs 2, 6 (plane 2) and 5 (plane 1) ASSUMED_BAD
+        _, accf3, log3 = await b.traffic([], [fb(0, e, FeedbackKind.TIMEOUT) for e in (2, 6, 5)])
+        b.model.run([], accf3, log3)
+        box["counts"] = await _probe_a_while(b)
+        await b.regs.write_fields("select", profile=0)
+        await b.regs.write_fields("command", clear_profile=1)
+        await b.wait_idle()
+        b.model.clear_profile(0)
+        box["cleared"] = (await b.regs.read_fields("peer_ports"))["ports"]
+        return acc, want
+
+    b, sinks, (acc, want) = simulate(params, scenario)
+    got = sinks["rsp"].decoded
+    check_responses(got, want)
+    down, up = box["fb"]
+    on2 = {q: [c for (c, r), g in zip(acc, got) if r["qp"] == q and g["plane"] == 2
+               and not g["none"]] for q in range(4)}
+    for q in (0, 2):
+        assert on2[q] and not [c for c in on2[q] if down + 3 - 4 <= c < up + 3 - 4], \
+            f"QP {q} used plane 2 while its peer's port 2 was down"
+        assert [c for c in on2[q] if c >= up], f"plane 2 not back for QP {q}"
+    for q in (1, 3):
+        assert [c for c in on2[q] if down <= c < up], f"QP {q} (other profile) left plane 2"
+    assert box["mask"] == 0b1011 and box["mask1"] == 0b1111 and box["cleared"] == 0b1111
+    probes = sinks["probe"].decoded
+    assert probes and {p["ev"] for p in probes} == {5}, probes
+    assert box["counts"]["peer_updates"] == 3 and box["counts"]["bad_feedback"] == 0
+
+
 def test_retransmissions_avoid_and_every_ev_bad_stalls():
     rng = seeded()
     params = dict(SMALL, qps=2, profiles=1)

@@ -17,6 +17,10 @@ Decisions kept here
       the record's ``entropy`` equals the 32-bit entropy the probe was sent with (otherwise
       the answer is stale: counted, ignored). For every other kind ``entropy`` is ignored.
     * Which NACK reasons are "resource" NACKs (no state change, §4): :data:`RESOURCE_NACKS`.
+    * A peer's port status update (§4 "Ports": a 32-bit port mask) reaches the selector as
+      a PEER_PORTS record of one of the QPs to that peer, the mask in ``entropy``: it
+      applies to the QP's EV profile, so that every QP sharing the profile stops using the
+      planes whose port is down at the far end.
 """
 
 import enum
@@ -26,7 +30,7 @@ from amaranth.lib import data
 from .ack_desc import QP_INDEX_BITS
 from .proto import NackCode, SackMode
 
-__all__ = ["FeedbackKind", "EV_FEEDBACK", "EV_INDEX_BITS", "RESOURCE_NACKS",
+__all__ = ["FeedbackKind", "EV_FEEDBACK", "EV_INDEX_BITS", "RESOURCE_NACKS", "PROBE_KINDS",
            "sack_kind", "nack_kind", "ev_feedback_fields"]
 
 EV_INDEX_BITS = 8       # an EV's index in its QP's set; ev_count <= 256
@@ -44,6 +48,11 @@ class FeedbackKind(enum.IntEnum):
     PROBE_GOOD      = 7     # probe answered with M = NONE: -> GOOD
     PROBE_SKIP      = 8     # probe answered with M = SKIP_ONCE: -> SKIP
     PROBE_BAD       = 9     # probe answered with M = ALWAYS_SKIP: stays ASSUMED_BAD
+    PEER_PORTS      = 10    # the QP's peer reports its ports: bit p of ``entropy`` = port p
+                            # up (the 32-bit port mask of §4 "Ports"); ``ev`` ignored
+
+
+PROBE_KINDS = (FeedbackKind.PROBE_GOOD, FeedbackKind.PROBE_SKIP, FeedbackKind.PROBE_BAD)
 
 
 FEEDBACK_KIND_BITS = 4
@@ -54,9 +63,11 @@ RESOURCE_NACKS = (NackCode.NO_BITMAP, NackCode.NO_PKT_BUFFER, NackCode.NO_RESOUR
 
 EV_FEEDBACK = data.StructLayout({
     "qp":      QP_INDEX_BITS,
-    "ev":      EV_INDEX_BITS,       # EV index in the QP's set (ignored for PROBE_* kinds)
+    "ev":      EV_INDEX_BITS,       # EV index in the QP's set (ignored for PROBE_* and
+                                    # PEER_PORTS)
     "kind":    FEEDBACK_KIND_BITS,  # FeedbackKind
-    "entropy": 32,                  # PROBE_* kinds: the echoed entropy of the answer
+    "entropy": 32,                  # PROBE_* kinds: the echoed entropy of the answer;
+                                    # PEER_PORTS: the peer's port mask
 })
 
 

@@ -16,8 +16,16 @@ Operation
     whose EVs are listed plane after plane is spread evenly over the planes.
 
     *Usable.* An EV is usable when loaded, active, GOOD, and its port is enabled
-    (``ports.admin``), up (``port_up``) and has credit (``credit``); the three port inputs
-    are registered once (``port_ok``).
+    (``ports.admin``), up (``port_up``) and has credit (``credit``), and the profile's peer
+    has that port up (``peer_ports``); the three port inputs are registered once
+    (``port_ok``).
+
+    *Peer ports* (§4 "Ports": the peers are told with a port status update). A PEER_PORTS
+    feedback record of a QP carries the peer's port mask in ``entropy`` (bit p = port p up)
+    and sets the mask of the QP's profile: the profile's EVs on a port down at the far end
+    are not used, nor probed, from the third cycle after the record is accepted (as for any
+    feedback), until a record with the port up comes. Reset and ``clear_profile`` set the
+    mask to all ports up; ``peer_ports`` reads it for ``select.profile``.
 
     *Selection pipeline*, a request accepted in cycle t:
 
@@ -55,8 +63,8 @@ Operation
     *Transitions* (``transition`` in the model): SKIP_ONCE and TRIMMED: GOOD -> SKIP;
     ALWAYS_SKIP and TIMEOUT: GOOD or SKIP -> ASSUMED_BAD; ACKED, TRIMMED_LASTHOP and
     RESOURCE: none;
-    PROBE_GOOD -> GOOD, PROBE_SKIP -> SKIP, PROBE_BAD -> ASSUMED_BAD. DENIED changes only
-    by a controller force. Feedback for an unloaded EV is counted as bad and ignored.
+    PROBE_GOOD -> GOOD, PROBE_SKIP -> SKIP, PROBE_BAD -> ASSUMED_BAD; PEER_PORTS changes no
+    EV state (see *Peer ports*). DENIED changes only by a controller force. Feedback for an unloaded EV is counted as bad and ignored.
 
     *min_active and backups* (:data:`BACKUP_RULE`). An EV loaded at an index below the
     profile's ``active`` count is active; the others are backups. The block counts the
@@ -72,9 +80,9 @@ Operation
     end of a rotation is the expiry of a temporary state and is not reported.
 
     *Probes.* Every ``probe_interval`` cycles (0: never) the block looks for the next QP,
-    round robin, whose profile has an ASSUMED_BAD EV on a port enabled and up, and sends
-    one probe for the first such EV after the one the profile last probed (a port that is
-    down would only lose the probe): (QP, EV, plane, entropy,
+    round robin, whose profile has an ASSUMED_BAD EV on a port enabled and up at both ends,
+    and sends one probe for the first such EV after the one the profile last probed (a
+    port that is down would only lose the probe): (QP, EV, plane, entropy,
     expanded EV) on ``probe``. A QP has at most one probe outstanding; a newer probe
     replaces it, so a lost answer never blocks probing.
 
@@ -139,7 +147,7 @@ from amaranth.utils import ceil_log2
 from . import proto, registry
 from .ack_desc import QP_INDEX_BITS
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
-from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, FeedbackKind
+from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, PROBE_KINDS, FeedbackKind
 from .gates import first_set_of
 from .model.ev import MAX_FIELD_WIDTH, MAX_FORMAT_FIELDS
 from .proto import EvMode, EvState
@@ -223,7 +231,7 @@ class Cmd(enum.IntEnum):
 
 COUNTERS = ["requests", "decisions", "no_path", "revoked", "bad_request", "wraps",
             "feedback", "bad_feedback", "stale_probe", "transitions", "promotions",
-            "no_backup", "events", "events_dropped", "probes", "refused"]
+            "no_backup", "events", "events_dropped", "probes", "refused", "peer_updates"]
 
 _COUNTER_DESC = {
     "requests": "Requests accepted",
@@ -242,6 +250,7 @@ _COUNTER_DESC = {
     "events_dropped": "Events dropped, the event FIFO full",
     "probes": "Probes sent",
     "refused": "Configuration commands refused",
+    "peer_updates": "Peer port status updates applied (PEER_PORTS feedback)",
 }
 
 SELECTOR_REGS = RegisterMap("path_selector", [
@@ -262,6 +271,9 @@ SELECTOR_REGS = RegisterMap("path_selector", [
     Register("stalled", [Field("qp", 16, "ro", desc="The last QP that found no usable EV")]),
     Register("ports", [Field("admin", 8, "rw", reset=0xFF,
                              desc="Port administratively enabled, bit = plane")]),
+    Register("peer_ports", [Field("ports", 8, "ro",
+                                  desc="Ports up at the peer of select.profile, bit = plane "
+                                       "(PEER_PORTS feedback; all after reset or a clear)")]),
     Register("ev_min_active", [Field("count", 9, "rw", desc="Healthy active EVs a profile "
                                                             "keeps by promoting backups")]),
     Register("probe_interval", [Field("cycles", 24, "rw", desc="Cycles between probes; 0: "
@@ -407,6 +419,8 @@ class PathSelector(wiring.Component):
                      qp_ptr.eq(Cat(*qp_ptr_l))]
 
         probe_valid = Signal(qps, name="probe_valid")
+        # Per profile, the peer's ports (PEER_PORTS feedback; all up after reset or a CLEAR).
+        peer_ports = [Signal(P, init=(1 << P) - 1, name=f"peer_ports_{p}") for p in range(NP)]
 
         port_ok = Signal(P, name="port_ok")
         port_live = Signal(P, name="port_live")      # enabled and up: worth a probe
@@ -419,9 +433,14 @@ class PathSelector(wiring.Component):
         def healthy_state(s):
             return (s == GOOD) | (s == SKIP)
 
+        # Ports usable by profile p: enabled, up and with credit here, up at the peer.
+        prof_ok = [Signal(P, name=f"prof_ports_ok_{p}") for p in range(NP)]
+        for p in range(NP):
+            m.d.comb += prof_ok[p].eq(port_ok & peer_ports[p])
+
         def usable_vec(p):
             return Cat(*(loaded[p * N + e] & active[p * N + e] & (st[p * N + e] == GOOD) &
-                         port_ok[e % P] for e in range(N)))
+                         prof_ok[p][e % P] for e in range(N)))
 
         usable = [Signal(N, name=f"usable{p}") for p in range(NP)]
         for p in range(NP):
@@ -535,9 +554,14 @@ class PathSelector(wiring.Component):
         # S4: recheck against this cycle's state, write the response.
         s4_idx = idx_of(s4.prof, s4.ev)
         s4_usable = Signal()
+        s4_ports = Signal(P)
+        with m.Switch(s4.prof):
+            for p in range(NP):
+                with m.Case(p):
+                    m.d.comb += s4_ports.eq(prof_ok[p])
         m.d.comb += s4_usable.eq(loaded.bit_select(s4_idx, 1) & active.bit_select(s4_idx, 1) &
                                  (st[s4_idx] == GOOD) &
-                                 port_ok.bit_select(s4.ev[:pb] if pb else 0, 1))
+                                 s4_ports.bit_select(s4.ev[:pb] if pb else 0, 1))
         s4_emit = Signal()
         m.d.comb += s4_emit.eq(s4.valid & s4.found & (s4_usable | self._skip_recheck))
         s4_hdr = Signal(HDR)
@@ -569,11 +593,14 @@ class PathSelector(wiring.Component):
                     Assert(port_ok.bit_select(rsp.plane[:max(pb, 1)], 1) if pb else
                            port_ok[0], "EV on a disabled port emitted"),
                     Assert(~rsp.rtx | (rsp.ev != s4.req.avoid), "avoided EV emitted"),
+                    Assert(Cat(*peer_ports).bit_select(s4.prof * P + (rsp.plane[:pb] if pb
+                                                                     else 0), 1),
+                           "EV on a plane the peer reported down emitted"),
                 ]
 
         # --- Commands and the F2 slot ---------------------------------------------------------
         OP = data.StructLayout({"valid": 1, "cmd": 2, "kind": 4, "state": 2, "prof": prb,
-                                "ev": max(nb, 1), "qp": qb, "probe": 1})
+                                "ev": max(nb, 1), "qp": qb, "probe": 1, "ports": P})
         cmd_pending = Signal(name="cmd_pending")
         cmd = Signal(OP, name="cmd")
         m.d.comb += self.fb.ready.eq(~cmd_pending)
@@ -596,14 +623,15 @@ class PathSelector(wiring.Component):
         f1_qi = Signal(qb)
         m.d.comb += f1_qi.eq(Mux(f1_qok, f1.qp, 0))
         m.d.comb += pm_r.addr.eq(f1_qi)
-        is_probe = f1.kind >= FeedbackKind.PROBE_GOOD
+        is_probe = (f1.kind >= min(PROBE_KINDS)) & (f1.kind <= max(PROBE_KINDS))
+        is_peer = f1.kind == FeedbackKind.PEER_PORTS
         kind_ok = f1.kind <= max(FeedbackKind)
         probe_match = probe_valid.bit_select(f1_qi, 1) & (pm_r.data.entropy == f1.entropy)
         f1_ok = Signal()
         f1_stale = Signal()
         f1_bad = Signal()
         m.d.comb += [
-            f1_bad.eq(f1_valid & (~f1_qok | ~kind_ok | (~is_probe & (f1.ev >= N)))),
+            f1_bad.eq(f1_valid & (~f1_qok | ~kind_ok | (~is_probe & ~is_peer & (f1.ev >= N)))),
             f1_stale.eq(f1_valid & ~f1_bad & is_probe & ~probe_match),
             f1_ok.eq(f1_valid & ~f1_bad & ~f1_stale),
         ]
@@ -613,7 +641,7 @@ class PathSelector(wiring.Component):
             m.d.sync += [f2.valid.eq(f1_ok), f2.cmd.eq(Cmd.FEEDBACK), f2.kind.eq(f1.kind),
                          f2.prof.eq(qp_profile[f1_qi]),
                          f2.ev.eq(Mux(is_probe, pm_r.data.ev, f1.ev[:max(nb, 1)])),
-                         f2.qp.eq(f1_qi), f2.probe.eq(is_probe)]
+                         f2.qp.eq(f1_qi), f2.probe.eq(is_probe), f2.ports.eq(f1.entropy[:P])]
         with m.Elif(cmd_go):
             m.d.sync += [f2.eq(cmd), cmd_pending.eq(0)]
         with m.Else():
@@ -645,7 +673,8 @@ class PathSelector(wiring.Component):
                 m.d.comb += s_new.eq(SKIP)
             with m.Default():
                 m.d.comb += s_new.eq(s_old)
-        is_fb = f2.valid & (f2.cmd == Cmd.FEEDBACK)
+        is_peer_fb = f2.valid & (f2.cmd == Cmd.FEEDBACK) & (f2.kind == FeedbackKind.PEER_PORTS)
+        is_fb = f2.valid & (f2.cmd == Cmd.FEEDBACK) & ~is_peer_fb
         fb_apply = Signal()
         fb_unloaded = Signal()
         m.d.comb += [fb_apply.eq(is_fb & ld & (s_old != DENIED)),
@@ -690,6 +719,11 @@ class PathSelector(wiring.Component):
         now_healthy = Signal()
         m.d.comb += now_healthy.eq(Mux(is_load, load_active,
                                        ld & ac & healthy_state(w_state)))
+        for p in range(NP):
+            with m.If(is_clear & (f2.prof == p)):
+                m.d.sync += peer_ports[p].eq((1 << P) - 1)
+            with m.Elif(is_peer_fb & (f2.prof == p)):
+                m.d.sync += peer_ports[p].eq(f2.ports)
         for p in range(NP):
             with m.If(is_clear & (f2.prof == p)):
                 m.d.sync += healthy_cnt[p].eq(0)
@@ -761,7 +795,8 @@ class PathSelector(wiring.Component):
             for p in range(NP):
                 with m.Case(p):
                     m.d.comb += bad_vec.eq(Cat(*(loaded[p * N + e] & (st[p * N + e] == BAD)
-                                                 & port_live[e % P] for e in range(N))))
+                                                 & port_live[e % P] & peer_ports[p][e % P]
+                                                 for e in range(N))))
         g_ptr = Signal(max(nb, 1))
         m.d.comb += g_ptr.eq(pptr[g_prof])
         gfh, gjh = first_set_of(m, bad_vec & at_or_after(g_ptr, N), "bad_hi")
@@ -1063,6 +1098,7 @@ class PathSelector(wiring.Component):
             evs.events_dropped.eq(ev_dropped),
             evs.probes.eq(g_issue),
             evs.refused.eq(refused),
+            evs.peer_updates.eq(is_peer_fb),
         ]
         event_counters(m, f, evs, COUNTERS, f["control"]["clear"])
 
@@ -1071,6 +1107,10 @@ class PathSelector(wiring.Component):
                      f["ev_status"]["active"].eq(active.bit_select(es_idx, 1)),
                      f["ev_status"]["loaded"].eq(loaded.bit_select(es_idx, 1)),
                      f["ev_status"]["healthy"].eq(healthy_cnt[sp[:prb]])]
+        with m.Switch(sp):
+            for p in range(NP):
+                with m.Case(p):
+                    m.d.comb += f["peer_ports"]["ports"].eq(peer_ports[p])
         return m
 
 

@@ -27,7 +27,7 @@ written here without reference to the gateware.
 
 from collections import defaultdict
 
-from ..ev_feedback import FeedbackKind
+from ..ev_feedback import PROBE_KINDS, FeedbackKind
 from ..path_selector import EVENT_MASK_DEFAULT, RESEED_MULT
 from ..proto import EvMode, EvState
 from . import ev as evm
@@ -117,6 +117,8 @@ class PathSelectorModel:
         self.probe = {}                       # qp -> (ev, entropy) outstanding
         self.probe_qp = 0                     # where the probe round looks next
         self.probe_ptr = [0] * profiles       # per profile: probe at or after this EV
+        self.all_ports = (1 << planes) - 1
+        self.peer_ports = [self.all_ports] * profiles   # per profile: the peer's ports up
         self.events = []
         self.counts = defaultdict(int)
 
@@ -141,6 +143,7 @@ class PathSelectorModel:
         pr.state = [EvState.GOOD] * self.n
         pr.loaded = [False] * self.n
         pr.active = [False] * self.n
+        self.peer_ports[p] = self.all_ports
 
     def generate(self, p):
         """Clear profile ``p`` and load its generated EVs; returns how many."""
@@ -184,7 +187,7 @@ class PathSelectorModel:
             pr = self.prof[p]
             bad = [e for e in range(self.n)
                    if pr.loaded[e] and pr.state[e] == EvState.ASSUMED_BAD
-                   and live >> plane_of(e, self.planes) & 1]
+                   and (live & self.peer_ports[p]) >> plane_of(e, self.planes) & 1]
             if bad:
                 ev = next((e for e in bad if e >= self.probe_ptr[p]), bad[0])
                 self.probe_ptr[p] = ev + 1
@@ -214,7 +217,7 @@ class PathSelectorModel:
     def _usable(self, p, e, port_ok):
         pr = self.prof[p]
         return (pr.loaded[e] and pr.active[e] and pr.state[e] == EvState.GOOD
-                and port_ok >> plane_of(e, self.planes) & 1)
+                and (port_ok & self.peer_ports[p]) >> plane_of(e, self.planes) & 1)
 
     def _event(self, p, e, state):
         if self.prof[p].event_mask >> state & 1:
@@ -335,10 +338,13 @@ class PathSelectorModel:
                     rec = slot["rec"]
                     qp, k = rec["qp"], rec["kind"]
                     if qp >= self.qps or k not in FeedbackKind._value2member_map_ or (
-                            k < FeedbackKind.PROBE_GOOD and rec["ev"] >= self.n):
+                            k not in PROBE_KINDS and k != FeedbackKind.PEER_PORTS
+                            and rec["ev"] >= self.n):
                         self.counts["bad_feedback"] += 1
                         continue
-                    if k >= FeedbackKind.PROBE_GOOD:
+                    if k == FeedbackKind.PEER_PORTS:
+                        slot["peer"] = (self.qp_profile[qp], rec["entropy"] & self.all_ports)
+                    elif k in PROBE_KINDS:
                         probe = self.probe.get(qp)
                         if probe is None or probe[1] != rec["entropy"]:
                             self.counts["stale_probe"] += 1
@@ -348,7 +354,11 @@ class PathSelectorModel:
                     else:
                         slot["target"] = (self.qp_profile[qp], rec["ev"])
                 elif kind == "apply":
-                    if "target" in slot:
+                    if "peer" in slot:
+                        p, ports = slot["peer"]
+                        self.peer_ports[p] = ports
+                        self.counts["peer_updates"] += 1
+                    elif "target" in slot:
                         self._feedback(slot["rec"], slot["target"])
             clear = next_clear
         return responses
@@ -356,11 +366,11 @@ class PathSelectorModel:
 
 def random_feedback(rng, n_ev, qps, count, idle=0.3):
     """``count`` random feedback records (None = an idle slot) for benches: mostly ACKs and
-    congestion marks, some failures, stray probe answers, and a few records naming a QP, EV
-    or kind out of range."""
+    congestion marks, some failures, stray probe answers, peer port updates (all up or one
+    down), and a few records naming a QP, EV or kind out of range."""
     kinds = ([FeedbackKind.ACKED] * 6 + [FeedbackKind.SKIP_ONCE, FeedbackKind.TRIMMED] * 3 +
              [FeedbackKind.TRIMMED_LASTHOP, FeedbackKind.RESOURCE, FeedbackKind.TIMEOUT,
-              FeedbackKind.ALWAYS_SKIP, FeedbackKind.PROBE_GOOD, 12])
+              FeedbackKind.ALWAYS_SKIP, FeedbackKind.PROBE_GOOD, FeedbackKind.PEER_PORTS, 12])
     out = []
     for _ in range(count):
         if rng.random() < idle:
@@ -368,6 +378,9 @@ def random_feedback(rng, n_ev, qps, count, idle=0.3):
             continue
         qp = rng.randrange(qps + 1) if rng.random() < 0.05 else rng.randrange(qps)
         ev = rng.randrange(min(n_ev + 2, 256)) if rng.random() < 0.05 else rng.randrange(n_ev)
-        out.append({"qp": qp, "ev": ev, "kind": int(rng.choice(kinds)),
-                    "entropy": rng.getrandbits(32)})
+        kind = rng.choice(kinds)
+        entropy = rng.getrandbits(32)
+        if kind == FeedbackKind.PEER_PORTS:    # all the peer's ports up, or one down
+            entropy = 0xFFFFFFFF ^ (entropy >> 31 << (entropy & 7))
+        out.append({"qp": qp, "ev": ev, "kind": int(kind), "entropy": entropy})
     return out
