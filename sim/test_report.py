@@ -1,5 +1,5 @@
 """``mrcnic report``: the cases, the Xilinx figures, the page written from kept measurements.
-One Yosys run (the 64-bit skid buffer through ``synth_xilinx``, seconds) is marked ``synth``."""
+The Yosys runs (skid buffers through ``synth_xilinx``, seconds) are marked ``synth``."""
 
 import json
 
@@ -110,6 +110,27 @@ def test_xilinx_synthesis_of_a_skid_buffer(tmp_path):
     assert (r["bram36"], r["bram18"], r["dsps"]) == (0, 0, 0)
     again = report.measure(case, "xilinx", root=tmp_path)        # kept: not measured again
     assert again == r
+
+
+@pytest.mark.synth
+def test_a_measurement_of_other_gateware_is_made_again(tmp_path):
+    """A kept measurement whose gateware digest is not the block's (or that has none) is
+    measured again by ``run``; one with the block's digest is reused."""
+    case = next(c for c in report.XILINX_CASES if c.block == "skid-buffer")
+    r = report.measure(case, "xilinx", root=tmp_path)
+    assert r["gateware"] == report.gateware_digest(case)
+    assert report.gateware_digest(report.Case.of("skid-buffer", data_width=256)) != \
+        r["gateware"]
+    path = tmp_path / "xilinx" / f"{case.module}.json"
+    logs = []
+    report.run(only=["skid-buffer"], kinds=("xilinx",), root=tmp_path, out=None,
+               log=logs.append)
+    assert logs == []                                       # same gateware: reused
+    path.write_text(json.dumps(dict(r, gateware="0" * 16, date="2000-01-01")))
+    report.run(only=["skid-buffer"], kinds=("xilinx",), root=tmp_path, out=None,
+               log=logs.append)
+    assert any("gateware changed" in line for line in logs), logs
+    assert json.loads(path.read_text())["gateware"] == r["gateware"]
 
 
 @pytest.mark.synth

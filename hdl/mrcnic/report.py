@@ -14,11 +14,14 @@ Xilinx 7-series (:data:`XILINX_CASES`)
     open place and route for the family here): LUT, FF, block RAM, LUT RAM, carry and DSP
     cells and the deepest path in LUT levels (:func:`synth_xilinx`).
 
-Each measurement is kept as JSON under ``build/report/`` and reused until ``--rerun``, so a
-run that stops early (a full report takes hours of CPU) resumes where it stopped; the page is
-rewritten after every measurement from all those kept, a row not yet measured says so.
+Each measurement is kept as JSON under ``build/report/`` with a digest of the gateware it was
+made on (:func:`gateware_digest`), and reused while the block's gateware is the same (until
+``--rerun``), so a run that stops early (a full report takes hours of CPU) resumes where it
+stopped, and a block that changed is measured again; the page is rewritten after every
+measurement from all those kept, a row not yet measured says so.
 """
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -147,6 +150,16 @@ def _result_path(root, kind, case):
     return Path(root, kind, f"{case.module}.json")
 
 
+def gateware_digest(case):
+    """A digest of the case's gateware (its RTLIL without source locations): a kept
+    measurement whose digest differs was made on other gateware and is measured again."""
+    from amaranth.back import rtlil
+    text = rtlil.convert(registry.get(case.block).build(dict(case.params)),
+                         name=case.module)
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("attribute \\src")]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
 def measure(case, kind, root="build/report", *, rerun=False):
     """The kept measurement of ``case`` (``kind`` "ecp5" or "xilinx"), made now if there is
     none (or ``rerun``): a dict with the figures, ``"date"``, ``"seconds"`` and ``"tools"``."""
@@ -169,7 +182,8 @@ def measure(case, kind, root="build/report", *, rerun=False):
         result["device"] = f"Xilinx 7-series (synth_xilinx -family {XILINX_FAMILY})"
     else:
         raise ValueError(f"kind {kind!r}: 'ecp5' or 'xilinx'")
-    result.update(block=case.block, params=dict(case.params), date=date.today().isoformat(),
+    result.update(block=case.block, params=dict(case.params), gateware=gateware_digest(case),
+                  date=date.today().isoformat(),
                   seconds=round(time.monotonic() - t0), tools=synth.tool_versions())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
@@ -305,9 +319,16 @@ def run(*, only=(), kinds=("ecp5", "xilinx"), rerun=False, root="build/report",
     page = write()
     if not measure_missing:
         return page
+    digests = {}
     for i, (kind, case) in enumerate(todo, 1):
-        if kept(case, kind, root) and not rerun:
-            continue
+        old = kept(case, kind, root)
+        if old and not rerun:
+            if case not in digests:
+                digests[case] = gateware_digest(case)
+            if old.get("gateware") == digests[case]:
+                continue
+            log(f"[{i}/{len(todo)}] {kind} {case.block}: the gateware changed since it was "
+                f"measured ({old.get('date')})")
         log(f"[{i}/{len(todo)}] {kind} {case.block} ({case.label()}) ...")
         try:
             r = measure(case, kind, root, rerun=True)
