@@ -15,7 +15,8 @@ from mrcnic.model import roce_rx as model
 from mrcnic.model import packet as pk
 from mrcnic.model.roce_rx import control_frame, data_frame, meta_of, random_mix, with_meta
 from mrcnic.proto import Opcode
-from mrcnic.roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_COUNTERS, RX_PKT, VERDICT_IN
+from mrcnic.roce_rx import (NAK, PEER_STATUS, PLACE, ROCE_RX_REGS, RX_COUNTERS, RX_PKT,
+                            VERDICT_IN)
 from mrcnic.srv6_decap import DECAP_META
 from tbutil import TB, BeatCounter, MetaSink, MetaSource, long_runs, random_pauses, soak
 
@@ -49,7 +50,7 @@ class RxTB(TB):
         self.verdict = MetaSource(dut, "verdict", [n for n, _ in VERDICT_IN], dut.clk)
         self.outs = {name: MetaSink(dut, name, [n for n, _ in layout], dut.clk)
                      for name, layout in (("pkt", RX_PKT), ("ack", ACK_DESC), ("nak", NAK),
-                                          ("place", PLACE))}
+                                          ("peer", PEER_STATUS), ("place", PLACE))}
         self.axil, self.regs = self.registers(ROCE_RX_REGS)
         self.in_beats = BeatCounter(dut.clk, dut.s_axis_tvalid, dut.s_axis_tready)
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)
@@ -116,6 +117,7 @@ class RxTB(TB):
                    for f, meta, u in frames]
         assert got["ack"] == [r.ack for r in results if r.ack is not None]
         assert got["nak"] == [r.nak for r in results if r.nak is not None]
+        assert got["peer"] == [r.peer for r in results if r.peer is not None]
         slot_recs = [r for r in got["pkt"] if r["slot"]]
         first_tag = slot_recs[0]["tag"] if slot_recs else 0
         matched, skipped = model.match_pkts(results, got["pkt"], first_tag)
@@ -137,7 +139,8 @@ class RxTB(TB):
             assert counts[k] == causes[k], f"counter {k}: {counts[k]}, model {causes[k]}"
         kinds = {k: sum(r.kind == k for r in results) for k in model.KINDS}
         for counter, kind in (("probes", "probe"), ("trimmed", "trimmed"), ("sacks", "sack"),
-                              ("nacks", "nack"), ("acks", "ack"), ("naks", "nak")):
+                              ("nacks", "nack"), ("acks", "ack"), ("naks", "nak"),
+                              ("port_status", "port_status")):
             assert counts[counter] == kinds[kind], \
                 f"counter {counter}: {counts[counter]}, model {kinds[kind]}"
         probes = [r for r in got["pkt"] if r["opcode"] == Opcode.PROBE]

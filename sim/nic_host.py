@@ -59,7 +59,7 @@ class Host:
         await self.scenario(ctx)
         self.counters = {n: (await self.blocks["mrc-tx"][0].read_fields(n))["count"]
                          for n in ("packets", "retransmissions", "no_path", "dropped_error",
-                                   "qp_errors", "port_down")}
+                                   "qp_errors", "port_down", "announcements", "peer_ports")}
 
     async def send(self, ctx, wrs):
         dut = self.dut

@@ -14,7 +14,7 @@ from mrcnic.mrc_rx import MrcRx
 from mrcnic.proto import Opcode
 from mrcnic.csr import RegisterDriver
 from mrcnic.memory_protect import MP_REGS, table_op
-from mrcnic.roce_rx import NAK, PLACE
+from mrcnic.roce_rx import NAK, PEER_STATUS, PLACE
 from axil import AxiLiteSimMaster
 from simtools import run, seeded
 from streams import AxisSink, AxisSource, MetaSink
@@ -53,6 +53,10 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     frames[7 % planes].append(far)
     sacks = [srv6(pk.encode(pk.sack_packet(q, 10 + q, 0b101))) for q in (0, 2)]
     frames[0].extend(sacks)
+    # The peer's port status updates, one on each of two planes.
+    frames[planes - 1].append(srv6(pk.encode(pk.port_status_packet(0b1101, src_id=9,
+                                                                   dst_id=1))))
+    frames[0].append(srv6(pk.encode(pk.port_status_packet(0xF, dst_id=2))))
     frames[planes - 1].append(srv6(pk.encode(pk.write_packet(
         Opcode.WRITE_ONLY, 3, 2, (1 << 24) - 2, 0x1234, 4, b"over", ev=planes - 1))))
     frames[0].append(srv6(pk.encode(pk.write_packet(
@@ -108,9 +112,10 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     acks_out = [AxisSink(getattr(dut, f"a{p}_axis"), 0, rng=rng, backpressure=0.2)
                 for p in range(planes)]
     ack_rx = MetaSink(dut.ack, 0, rng=rng)
+    peer_rx = MetaSink(dut.peer, 0, rng=rng, backpressure=0.3)
     access_rec = MetaSink(dut.access_nak, 0, rng=rng, backpressure=0.2)
     tbs = [configure] + [after_configure(s) for s in srcs] + \
-        [open_ended(s) for s in places + payloads + acks_out + [ack_rx, access_rec]]
+        [open_ended(s) for s in places + payloads + acks_out + [ack_rx, peer_rx, access_rec]]
     run(dut, *tbs)
     assert all(s.done for s in srcs), "the block stopped taking frames"
 
@@ -150,6 +155,9 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     # The peer's SACKs reach the ack output as ACK_DESC records.
     recs = [data.Const(ACK_DESC, v) for v in ack_rx.records]
     assert sorted((int(r.qp), int(r.cack)) for r in recs) == [(0, 10), (2, 12)]
+    # The peer's port status updates reach the peer output, for the QPs they name.
+    recs = [data.Const(PEER_STATUS, v) for v in peer_rx.records]
+    assert sorted((int(r.qp), int(r.ports)) for r in recs) == [(1, 0b1101), (2, 0xF)]
     # The refused WRITEs: not placed, and a copy of each access-error record on access_nak.
     naks = [data.Const(NAK, v) for v in access_rec.records]
     assert sorted((int(r.qp), int(r.psn), int(r.syndrome)) for r in naks) == \

@@ -37,6 +37,8 @@ class Loop(Host):
         self.memory, self.frames, self.dropped, self.sent = {}, [], [], []
         self.ports = ports                             # ports(cycle) -> (up, credit) masks
         self.arrivals = []                             # (cycle off the wire, plane)
+        self.updates = []              # the peer's port status: [cycle, qp, ports] for `peer`
+        self.status = []               # port status updates sent: (cycle, plane, fields)
 
     async def configure(self, ctx):
         master = AxiLiteSimMaster(ctx, self.dut.s_axil)
@@ -56,6 +58,9 @@ class Loop(Host):
         rtx = pkt.bth["rtx"]
         assert pkt.outer["dscp"] == (proto.DSCP_RTX if rtx else proto.DSCP_DATA)
         self.frames.append((self.cycle, plane, ev, pkt))
+        if pkt.opcode == proto.Opcode.EP_REQUEST:
+            self.status.append((self.cycle, plane, pk.port_status(pkt)))
+            return None
         qp, psn = pkt.bth["dest_qp"], pkt.bth["psn"]
         lost = self.lose(qp, psn, rtx) if self.lose else self.rng.random() < self.loss
         if self.ports and not self.ports(self.cycle)[0] >> plane & 1:
@@ -99,9 +104,17 @@ class Loop(Host):
             ctx.set(dut.ack.valid, bool(acks))
             if acks:
                 ctx.set(dut.ack.payload, acks[0])
-            _, _, ready = await ctx.tick().sample(dut.ack.ready)
+            upd = self.updates[0] if self.updates and self.updates[0][0] <= self.cycle \
+                else None
+            ctx.set(dut.peer.valid, upd is not None)
+            if upd is not None:
+                ctx.set(dut.peer.payload, {"qp": upd[1], "ports": upd[2]})
+            _, _, ready, p_ready = await ctx.tick().sample(dut.ack.ready, dut.peer.ready)
             if acks and ready:
                 acks.pop(0)
+            if upd is not None and p_ready:
+                self.updates.pop(0)
+                self.peer_taken = self.cycle
 
 
     def run_loop(self):
@@ -170,6 +183,45 @@ def test_loss_a_port_down_and_a_plane_without_credit():
           f"{len(wire)} frames on its wire after, the last {max(wire, default=t) - t} after; "
           f"{loop.counters['port_down']} decisions sent round again")
     assert any(p == 1 for c, p in loop.arrivals if c < t), "plane 1 never used before"
+
+
+def test_port_status_updates_both_ways():
+    """Spec §4 "Ports", both ways. This NIC's port 1 goes down for good: one port status
+    update per QP leaves (endpoint request 0xD8 to QP 0x2, PORT_STATUS ports 0b1101, dst_id
+    the QP's remote QP) on a live plane. The peer reports its port 2 down (a ``peer``
+    record for QP 0; both QPs share the one profile): no request decided after it gets
+    plane 2. Every WR completes, intact."""
+    rng = seeded()
+    wrs = random_wrs(rng, 14, 2, 4 * (1 << PMTU_LOG2))
+    box = {}
+
+    def ports(cycle):
+        t = box.get("t")
+        return 0b1111 & ~(0b0010 if t is not None and cycle >= t else 0), 0b1111
+
+    loop = Loop(rng, wrs, ports=ports)
+
+    async def setup(blocks):
+        box["t"] = loop.cycle + 400
+        loop.updates.append([loop.cycle + 600, 0, 0xFFFFFFFF & ~(1 << 2)])
+    loop.setup = setup
+    loop.run_loop()
+    check_delivery(loop)
+    t, tp = box["t"], loop.peer_taken
+    assert sorted((f["dst_id"], f["ports"], f["type"]) for _, _, f in loop.status) == \
+        [(0, 0b1101, proto.EP_PORT_STATUS), (1, 0b1101, proto.EP_PORT_STATUS)]
+    assert all(c > t and p != 1 for c, p, _ in loop.status)
+    assert loop.counters["announcements"] == 2 and loop.counters["peer_ports"] == 1
+    # The record is taken in cycle tp; the selector applies it 2 cycles later, and
+    # rechecks every decision 4 cycles after its request.
+    late = [c for c, p in loop.decisions if p == 2 and c >= tp]
+    assert not late, f"requests given plane 2 after the peer's port 2 went down: {late}"
+    assert any(p == 2 for c, p in loop.decisions if c < tp), "plane 2 never used before"
+    after = [p for c, p in loop.decisions if c > tp]
+    assert len(after) >= 10 and set(after) == {0, 3}, after   # planes 1 and 2 left
+    print(f"port 1 down at {t}: updates at +{[c - t for c, _, _ in loop.status]} cycles "
+          f"(off the wire); the peer's update taken at {tp}, "
+          f"{sum(1 for c, _ in loop.decisions if c >= tp)} decisions after it, none on plane 2")
 
 
 def test_a_qp_whose_retries_run_out_is_dropped_and_the_others_complete():

@@ -229,6 +229,9 @@ def simulate(params, scenario, *, rng=None, backpressure=None, model_kw=None):
              for name in ("rsp", "event", "probe")}
 
     async def main(ctx):
+        # The ports are up from the first cycle: only the scenario's changes are announced.
+        ctx.set(dut.port_up, (1 << params["planes"]) - 1)
+        ctx.set(dut.credit, (1 << params["planes"]) - 1)
         bench = Bench(ctx, dut, model, cyc)
         box["bench"] = bench
         box["result"] = await scenario(bench)
@@ -248,6 +251,13 @@ def simulate(params, scenario, *, rng=None, backpressure=None, model_kw=None):
     for name, layout in (("rsp", response_layout(params["ev_bits"])), ("event", EVENT),
                          ("probe", probe_layout(params["ev_bits"]))):
         sinks[name].decoded = [fields(layout, v) for v in sinks[name].records]
+    # The probe stream's announce records apart: ``announced`` (record, cycle) pairs;
+    # ``decoded`` and ``cycles`` keep the probes.
+    pr = sinks["probe"]
+    pairs = list(zip(pr.decoded, pr.cycles))
+    pr.announced = [(r, c) for r, c in pairs if r["announce"]]
+    pr.decoded = [r for r, _ in pairs if not r["announce"]]
+    pr.cycles = [c for r, c in pairs if not r["announce"]]
     return box["bench"], sinks, box.get("result")
 
 
@@ -520,6 +530,51 @@ def test_peer_port_down_leaves_its_plane_for_every_qp_of_the_profile():
     probes = sinks["probe"].decoded
     assert probes and {p["ev"] for p in probes} == {5}, probes
     assert box["counts"]["peer_updates"] == 3 and box["counts"]["bad_feedback"] == 0
+
+
+def test_port_changes_are_announced_to_the_peer_of_every_qp():
+    """Port 2 goes down, then up: each change gives one announce record (a port status
+    update) per QP, on the first EV its profile can use then, with the live port mask;
+    QPs whose profile has no usable EV (profile 1, every EV DENIED) are passed over; the
+    round takes one QP a cycle. With ``announce.enable`` = 0 a change sends nothing."""
+    rng = seeded()
+    params = dict(SMALL, qps=4)
+    full = (1 << 4) - 1
+    box = {}
+
+    async def scenario(b):
+        await setup_small(b, rng)
+        for e in range(b.model.n):
+            await b.force(1, e, EvState.DENIED)
+        for e in (0, 1, 3, 4):                 # profile 0's first usable EV: 2 (plane 2),
+            await b.force(0, e, EvState.DENIED)  # with port 2 down 5 (plane 1)
+        want, box["changed"] = [], []
+        for up in (full & ~(1 << 2), full):
+            box["changed"].append(b.ctx.get(b.cyc))
+            b.ctx.set(b.dut.port_up, up)
+            b.ctx.set(b.dut.credit, full)
+            await b.ctx.tick().repeat(3)
+            want += b.model.announce_round(up, up)
+            await b.ctx.tick().repeat(20)
+        box["counts"] = await b.counters()
+        await b.regs.write_fields("announce", enable=0)
+        b.ctx.set(b.dut.port_up, full & ~1)
+        await b.ctx.tick().repeat(30)
+        return want
+
+    b, sinks, want = simulate(params, scenario)
+    got = [r for r, _ in sinks["probe"].announced]
+    assert got == want, (got, want)
+    assert [r["qp"] for r in got] == [0, 2, 0, 2]
+    assert [r["ev"] for r in got] == [5, 5, 2, 2]
+    assert [r["ports"] for r in got] == [0b1011] * 2 + [0b1111] * 2
+    c = [c for _, c in sinks["probe"].announced]
+    assert not sinks["probe"].decoded
+    assert c[1] - c[0] == 2 and c[3] - c[2] == 2      # QP 1 passed over in between
+    delay = [c[0] - box["changed"][0], c[2] - box["changed"][1]]
+    print(f"port input change -> first announce record taken: {delay} cycles")
+    assert delay == [5, 5]
+    assert box["counts"]["announcements"] == 4 and box["counts"]["probes"] == 0
 
 
 def test_retransmissions_avoid_and_every_ev_bad_stalls():

@@ -14,7 +14,7 @@ from mrcnic.model import roce_rx as model
 from mrcnic.model.roce_rx import (bad_frame, control_frame, data_frame, meta_of,
                                   random_mix, trimmed_frame, with_meta)
 from mrcnic.proto import EvMode, Opcode
-from mrcnic.roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_PKT, VERDICT_IN, RoceRx
+from mrcnic.roce_rx import NAK, PEER_STATUS, PLACE, ROCE_RX_REGS, RX_PKT, VERDICT_IN, RoceRx
 from mrcnic.ack_desc import ACK_DESC
 from mrcnic.srv6_decap import DECAP_META
 from axil import AxiLiteSimMaster
@@ -47,6 +47,7 @@ class Run:
         self.regs = regs or {}
         self.model_regs = model.RxRegs(**{k: v for k, v in self.regs.items()})
         self.pkts, self.acks, self.naks, self.places, self.payloads = [], [], [], [], []
+        self.peers = []
         self.verdicts = []              # (tag, place) as sent
         self.beat_cycles = []           # every input beat taken
         self.in_cycles, self.pkt_cycles, self.out_cycles, self.verdict_cycles = [], [], [], []
@@ -83,7 +84,8 @@ class Run:
     async def sink(self, ctx):
         dut, rng = self.dut, self.rng
         outs = {"pkt": (dut.pkt, RX_PKT, self.pkts), "ack": (dut.ack, ACK_DESC, self.acks),
-                "nak": (dut.nak, NAK, self.naks), "place": (dut.place, PLACE, self.places)}
+                "nak": (dut.nak, NAK, self.naks), "peer": (dut.peer, PEER_STATUS, self.peers),
+                "place": (dut.place, PLACE, self.places)}
         pending, cur = deque(), None
         beats, held = [], {}
         cycle, quiet = 0, 0
@@ -175,6 +177,7 @@ class Run:
                                  pmtu_max=self.dut.pmtu_max) for f, meta, u in self.frames]
         assert self.acks == [r.ack for r in results if r.ack is not None]
         assert self.naks == [r.nak for r in results if r.nak is not None]
+        assert self.peers == [r.peer for r in results if r.peer is not None]
         matched, skipped = model.match_pkts(results, self.pkts)
         want_place, want_payloads = [], []
         for (res, rec), (tag, place) in zip(matched, self.verdicts):
@@ -199,7 +202,8 @@ class Run:
         want = {"frames": len(self.frames), **causes, "data": kinds["data"] - skipped,
                 "trimmed": kinds["trimmed"], "probes": kinds["probe"],
                 "sacks": kinds["sack"], "nacks": kinds["nack"], "acks": kinds["ack"],
-                "naks": kinds["nak"], "placed": placed, "verdict_tag": bad_tag,
+                "naks": kinds["nak"], "port_status": kinds["port_status"],
+                "placed": placed, "verdict_tag": bad_tag,
                 "verdict_drop": len(matched) - placed - bad_tag}
         got = {k: c[k] for k in want}
         assert got == want, f"counters {got} != {want}"
@@ -301,6 +305,25 @@ def broken_probes(rng):
     return [(icrc_bad, "icrc"), (long, "length"), (short, "truncated")]
 
 
+def run_among_random_traffic(width, rng, kind, n, good, broken):
+    """``good`` control frames of ``kind`` and the ``broken`` ones ((frame, cause) pairs)
+    at random places among ``n`` random frames, run with idle and backpressure and checked
+    against the model, each broken frame under its cause. Returns (frames, run, results,
+    skipped)."""
+    frames = random_mix(rng, n, max_payload=600 if width >= 512 else 300)
+    for _ in range(good):
+        f = control_frame(rng, kind)
+        frames.insert(rng.randrange(len(frames) + 1), (f, with_meta(rng, f), 0))
+    for f, _ in broken:
+        frames.insert(rng.randrange(len(frames) + 1), (f, with_meta(rng, f), 0))
+    r = Run(width, frames, rng=rng, idle=0.2, backpressure=0.3).run()
+    results, skipped = r.check()
+    for f, cause in broken:
+        got = next(res for (g, _, _), res in zip(frames, results) if g == f)
+        assert got.cause == cause, f"broken {kind}: model says {got.cause}, not {cause}"
+    return frames, r, results, skipped
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_probes_in_random_traffic(width):
     """Probes mixed into random traffic (data, control, trimmed, bad frames): each good one
@@ -309,19 +332,10 @@ def test_probes_in_random_traffic(width):
     ICRC, a byte too many or cut short is dropped and counted. Records and counters match
     the model, and the probe records are also read off the frames directly."""
     rng = seeded()
-    frames = random_mix(rng, soak(40), max_payload=600 if width >= 512 else 300)
-    for _ in range(12):
-        f = control_frame(rng, "probe")
-        frames.insert(rng.randrange(len(frames) + 1), (f, with_meta(rng, f), 0))
     broken = broken_probes(rng)
-    for f, _ in broken:
-        frames.insert(rng.randrange(len(frames) + 1), (f, with_meta(rng, f), 0))
-    r = Run(width, frames, rng=rng, idle=0.2, backpressure=0.3).run()
-    results, skipped = r.check()
+    frames, r, results, skipped = run_among_random_traffic(
+        width, rng, "probe", soak(40), 12, broken)
     assert skipped == 0
-    for f, cause in broken:
-        got = next(res for (g, _, _), res in zip(frames, results) if g == f)
-        assert got.cause == cause, f"broken probe: model says {got.cause}, not {cause}"
     assert r.counters["icrc"] >= 1 and r.counters["length"] >= 1
     # Probe records straight from the frames (the packet codec, not the RX model).
     want = []
@@ -340,6 +354,50 @@ def test_probes_in_random_traffic(width):
     assert r.counters["probes"] == len(want)
     print(f"{width} bits: {len(frames)} frames, {len(want)} probe records, "
           f"{len(broken)} broken probes dropped")
+
+
+def broken_port_status(rng):
+    """Port status updates each broken in one way, with the drop the block must count."""
+    def fix(f):
+        f[-4:] = pk.icrc(bytes(f[14:-4])).to_bytes(4, "little")
+        return bytes(f)
+    out = []
+    f = bytearray(control_frame(rng, "port_status"))
+    f[69] ^= 0x01                                  # BTH dest QP 3, not the endpoint QP
+    out.append((fix(f), "opcode"))
+    f = bytearray(control_frame(rng, "port_status"))
+    f[74] = proto.EP_PORT_STATUS + 1               # another endpoint request type
+    out.append((fix(f), "opcode"))
+    f = bytearray(control_frame(rng, "port_status"))
+    f[-4:-4] = rng.randbytes(4)                    # a body longer than PORT_STATUS
+    f[18:20] = (len(f) - 54).to_bytes(2, "big")
+    f[58:60] = (len(f) - 54).to_bytes(2, "big")
+    out.append((fix(f), "length"))
+    f = bytearray(control_frame(rng, "port_status"))
+    f[rng.randrange(len(f) - 4, len(f))] ^= 1 << rng.randrange(8)
+    out.append((bytes(f), "icrc"))
+    out.append((control_frame(rng, "port_status")[:rng.randrange(75, 94)], "truncated"))
+    return out
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_port_status_updates_in_random_traffic(width):
+    """Port status updates (endpoint request 0xD8 to QP 0x2, PORT_STATUS body) mixed into
+    random traffic: each good one gives a ``peer`` record with the receiver's QP (dst_id)
+    and the sender's port mask, read here off the frames with the packet codec; one to
+    another QP, of another type, a byte too many, a bad ICRC or cut short is dropped under
+    its cause. Records and counters also match the model."""
+    rng = seeded()
+    frames, r, results, _ = run_among_random_traffic(
+        width, rng, "port_status", soak(30), 10, broken_port_status(rng))
+    want = []
+    for (f, _, _), res in zip(frames, results):
+        if res.cause is None and f[62] == Opcode.EP_REQUEST:
+            st = pk.port_status(pk.decode(f, check_icrc=True))
+            if st is not None:
+                want.append({"qp": st["dst_id"], "ports": st["ports"]})
+    assert len(want) >= 10 and r.peers == want
+    assert r.counters["port_status"] == len(want)
 
 
 def test_wrong_verdict_tags_drop_the_packet():
@@ -393,7 +451,7 @@ def test_throughput_and_latency(width):
     big = [(data_frame(rng, length=4096, ts=0, op=Opcode.WRITE_MIDDLE), meta_of(), 0)
            for _ in range(3 if width == 64 else 8)]
     small = [(control_frame(rng, k), meta_of(), 0)
-             for k in ["sack", "nack", "ack", "probe", "nak"] * 6]
+             for k in ["sack", "nack", "ack", "probe", "nak", "port_status"] * 5]
     small += [(data_frame(rng, length=rng.randrange(40)), meta_of(), 0) for _ in range(10)]
     rng.shuffle(small)
     small.insert(0, (data_frame(rng, length=8), meta_of(), 0))

@@ -30,7 +30,8 @@ def random_desc(rng, qps, *, max_len=300, opcode=None):
             "ack_req": rng.getrandbits(1), "rtx": rng.getrandbits(1),
             "va": rng.getrandbits(64), "rkey": rng.getrandbits(32),
             "dma_length": rng.getrandbits(32),
-            "length": 0 if opcode == Opcode.PROBE else rng.randrange(max_len + 1),
+            "length": (0 if opcode in (Opcode.PROBE, Opcode.EP_REQUEST)
+                       else rng.randrange(max_len + 1)),
             "imm": rng.getrandbits(32), "rqmsn": rng.getrandbits(16), "msn": rng.getrandbits(16),
             "entropy": rng.getrandbits(32)}
 
@@ -128,7 +129,8 @@ def payloads_for(rng, descs):
     """A payload frame per descriptor that takes one: a WRITE of length > 0 (a probe takes
     none, whatever its length)."""
     return [bytes(rng.getrandbits(8) for _ in range(d["length"]))
-            if d["length"] and d["opcode"] != Opcode.PROBE else None for d in descs]
+            if d["length"] and d["opcode"] not in (Opcode.PROBE, Opcode.EP_REQUEST) else None
+            for d in descs]
 
 
 @pytest.mark.parametrize("width", [64, 128, 512, 2048])
@@ -227,6 +229,36 @@ def test_probes_back_to_back(width):
             (Opcode.PROBE, rqp & 0xFFFF, d["psn"], d["entropy"], d["rqmsn"], 0)
     print(f"{width} bits: {len(descs)} probes, {len(beats)} beats in "
           f"{beats[-1] - beats[0] + 1} cycles, latency {beats[0] - hs[0]}")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_port_status_updates_among_writes_and_probes(width):
+    """EP_REQUEST descriptors (``imm`` = the port mask) among writes and probes: each frame
+    is the packet model's, one beat a cycle with the rest, and the receive side's model
+    reads it as a port status update for the peer's QP with the mask."""
+    rng = seeded()
+    descs = mixed_descs(rng, 4, soak(24), 0.2, max_len=300)
+    for i in rng.sample(range(len(descs)), len(descs) // 3):
+        descs[i] = random_desc(rng, 4, opcode=Opcode.EP_REQUEST)
+    payloads = payloads_for(rng, descs)
+    dut, sink, model, counters, hs = run_tx(width, descs, payloads, qps=4, rng=rng)
+    beats = sink.beat_cycles
+    assert beats[-1] - beats[0] + 1 == len(beats), "an idle cycle on the output"
+    r = model.regs
+    rx_regs = rx_model.RxRegs(udp_dport=r["udp_dport"], trim_dscp=(r["dscp_data"] + 1) % 64,
+                              trim_lasthop_dscp=(r["dscp_data"] + 2) % 64)
+    updates = 0
+    for i, (d, got, user) in enumerate(zip(descs, sink.frames, sink.users)):
+        want, causes = model.frame(d, payloads[i] or b"")
+        assert got == want and not causes and user == 0, f"frame {i}"
+        if d["opcode"] == Opcode.EP_REQUEST:
+            res = rx_model.receive(got, rx_model.meta_of(), rx_regs)
+            rqp = model.ctx[d["qp"]][2]
+            assert res.kind == "port_status" and len(got) == 94, res
+            assert res.peer == {"qp": rqp & 0xFFFF, "ports": d["imm"]}
+            updates += 1
+    assert updates == len(descs) // 3 and counters["frames"] == len(descs)
+    assert counters["bad_opcode"] == counters["too_long"] == 0
 
 
 def test_payload_frames_that_disagree_are_marked_and_do_not_disturb_the_next():

@@ -31,6 +31,7 @@ from .ack_desc import QP_INDEX_BITS
 from .proto import NackCode, SackMode
 
 __all__ = ["FeedbackKind", "EV_FEEDBACK", "EV_INDEX_BITS", "RESOURCE_NACKS", "PROBE_KINDS",
+           "PEER_STATUS",
            "sack_kind", "nack_kind", "ev_feedback_fields"]
 
 EV_INDEX_BITS = 8       # an EV's index in its QP's set; ev_count <= 256
@@ -69,6 +70,12 @@ EV_FEEDBACK = data.StructLayout({
     "entropy": 32,                  # PROBE_* kinds: the echoed entropy of the answer;
                                     # PEER_PORTS: the peer's port mask
 })
+
+
+# A peer's port status update as the receive parser finds it (RoceRx ``peer``): the local
+# QP it is for (PORT_STATUS dst_id) and the peer's port mask. The transmit half turns it
+# into a PEER_PORTS record for the selector.
+PEER_STATUS = data.StructLayout({"qp": QP_INDEX_BITS, "ports": 32})
 
 
 def sack_kind(m, probe=False):

@@ -8,7 +8,8 @@ Operation
       ``place{p}``, WRITE-with-immediate completions ``cpl``, the peer's AETH NAKs
       ``nak``, and the receive half's other outputs under their own names).
     * The SACKs and NACKs the receive half takes from the peer (``ack``) go to the
-      transmit half's retransmit tracker.
+      transmit half's retransmit tracker; the peer's port status updates (``peer``) to its
+      path selector.
     * Plane p: frames from the network on ``s{p}_axis`` go to the receive half; frames to
       the network on ``m{p}_axis`` are the receive half's control frames (SACK, NACK, AETH)
       and the transmit half's data frames, whole frames, control first
@@ -43,8 +44,9 @@ __all__ = ["MrcNic"]
 
 def _passed(name, half):
     """Whether a port of a half is a port of MrcNic under the same name: not the register
-    port, not the peer's SACK/NACKs between the halves, not the plane ports."""
-    if name in ("s_axil", "ack"):
+    port, not the peer's SACK/NACKs and port status between the halves, not the plane
+    ports."""
+    if name in ("s_axil", "ack", "peer"):
         return False
     plane_port = name.endswith("_axis") and name[1:-5].isdigit() and name[0] in "msa"
     return not plane_port
@@ -99,6 +101,7 @@ class MrcNic(wiring.Component):
                 if _passed(name, half):
                     _forward(m, member, getattr(self, name), getattr(half, name))
         wiring.connect(m, rx.ack, tx.ack)
+        wiring.connect(m, rx.peer, tx.peer)
         for p in range(self.planes):
             wiring.connect(m, wiring.flipped(getattr(self, f"s{p}_axis")),
                            getattr(rx, f"s{p}_axis"))

@@ -29,8 +29,9 @@ Operation
     written at either handshake.
 
     The SACKs and NACKs received from the peer (``ack``: ACK_DESC, for the retransmit
-    tracker) and AETH NAKs (``nak``) of all planes are merged the same way; WRITE-with-
-    immediate completions leave on ``cpl``.
+    tracker), AETH NAKs (``nak``) and port status updates (``peer``:
+    :data:`~mrcnic.ev_feedback.PEER_STATUS`, for the path selector) of all planes are merged
+    the same way; WRITE-with-immediate completions leave on ``cpl``.
 
     Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.csr_bus.CsrBus` over the
     blocks in this order: Srv6Decap and RoceRx of each plane, then the PSN tracker and the
@@ -57,7 +58,7 @@ from .csr import AxiLiteSignature
 from .csr_bus import CsrBus
 from .memory_protect import MP_REGS, MemoryProtect
 from .psn_tracker import COMPLETION, PKT_IN, TRACKER_REGS, PsnTracker, Verdict
-from .roce_rx import NAK, PLACE, ROCE_RX_REGS, RX_PKT, RoceRx
+from .roce_rx import NAK, PEER_STATUS, PLACE, ROCE_RX_REGS, RX_PKT, RoceRx
 from .srv6_decap import DECAP_REGS, Srv6Decap
 from .stream import AxiStreamSignature, MetaArbiter, MetaSkidBuffer, meta_stream
 
@@ -94,6 +95,7 @@ class MrcRx(wiring.Component):
             members[f"place{p}"] = Out(meta_stream(PLACE))
         members["ack"] = Out(meta_stream(ACK_DESC))
         members["nak"] = Out(meta_stream(NAK))
+        members["peer"] = Out(meta_stream(PEER_STATUS))
         members["access_nak"] = Out(meta_stream(NAK))
         members["cpl"] = Out(meta_stream(COMPLETION))
         super().__init__(members)
@@ -219,7 +221,7 @@ class MrcRx(wiring.Component):
                      plane_fifo.r_en.eq(g.tvalid & g.tready & g.tlast)]
 
         # --- Received SACK/NACKs and NAKs, completions ---------------------------------------
-        for name, layout in (("ack", ACK_DESC), ("nak", NAK)):
+        for name, layout in (("ack", ACK_DESC), ("nak", NAK), ("peer", PEER_STATUS)):
             stream, _ = merged(name, layout)
             out = getattr(self, name)
             for field, _ in layout:

@@ -55,11 +55,17 @@ Operation
     timeouts); each retransmission the tracker asks for a SACK hole, as TIMEOUT for the EV
     that lost the packet (:data:`LOSS_FEEDBACK`); and each SACK with pr = 1 from the peer,
     as the answer to a probe (PROBE_GOOD, PROBE_SKIP, PROBE_BAD by its M; the selector
-    matches it to its probe by the echoed entropy).
+    matches it to its probe by the echoed entropy); and each port status update from a peer
+    (``peer``, :data:`~mrcnic.ev_feedback.PEER_STATUS`: the receive half's ``peer``) as
+    PEER_PORTS for the QP it names (the selector then leaves the planes whose port is down
+    at the peer, for every QP of that QP's profile).
 
     Probes: the selector's probe records become probe frames (BTH 0xDE, PETH probe id =
     a running count, carried in the descriptor's ``msn``) on the probed EV, through RoceTx
-    and Srv6Encap like data, ahead of the next data packet; no PSN, no sent record.
+    and Srv6Encap like data, ahead of the next data packet; no PSN, no sent record. Its
+    announce records (this NIC's ports changed) become port status updates the same way
+    (an EP_REQUEST descriptor, the port mask in ``imm``): the peer's receive half hands
+    them to its selector, which leaves the planes whose port is down here.
 
     Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.csr_bus.CsrBus` over:
     this block's own registers (:data:`MRC_TX_REGS`), the segmenter, the path selector,
@@ -74,6 +80,7 @@ Parameters
 Ports
     ``wr`` in, ``done`` out (:data:`~mrcnic.tx_segmenter.WR_DONE`); ``preq`` out,
     ``s_axis`` in (payloads); ``m{p}_axis`` out (frames, one port per plane); ``ack`` in;
+    ``peer`` in (port status updates from peers);
     ``cwnd`` in (:data:`~mrcnic.retransmit_tracker.CWND_IN`, to the tracker); ``port_up``
     and ``credit`` in (``planes`` bits, to the selector: a plane's port is up, and can
     take another frame); ``event`` out (:data:`~mrcnic.path_selector.EVENT`); ``s_axil``.
@@ -94,7 +101,7 @@ from .ack_desc import ACK_DESC, QP_INDEX_BITS
 from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
                   ipv6_registers, ipv6_value)
 from .csr_bus import CsrBus
-from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, FeedbackKind
+from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS, FeedbackKind
 from .path_selector import EVENT, SELECTOR_REGS, PathSelector
 from .proto import EvMode, Opcode, SackMode
 from .retransmit_tracker import CWND_IN, RT_REGS, RetransmitTracker, RtxCause
@@ -132,7 +139,8 @@ PLANE_CHOICES = (1, 2, 4, 8)
 BRANCH_DEPTH = 16              # each branch of the fork
 
 COUNTERS = ["packets", "retransmissions", "no_path", "credit_wait", "dropped_error",
-            "qp_errors", "probes", "probe_answers", "losses", "payload_requests", "port_down"]
+            "qp_errors", "probes", "probe_answers", "losses", "payload_requests", "port_down",
+            "peer_ports", "announcements"]
 
 MRC_TX_REGS = RegisterMap("mrc_tx", [
     Register("info", [Field("planes", 4, "ro", desc="Planes (parameter)"),
@@ -167,6 +175,8 @@ MRC_TX_REGS = RegisterMap("mrc_tx", [
         ("payload_requests", "Payload requests (preq)"),
         ("port_down", "Selector decisions for a port that went down since: the packet "
                       "requested again (STALE_PORT)"),
+        ("peer_ports", "Port status updates from peers given to the selector (PEER_PORTS)"),
+        ("announcements", "Port status updates sent (the selector's announce records)"),
     ]],
 ])
 
@@ -202,7 +212,8 @@ class MrcTx(wiring.Component):
         members = {
             "wr": In(meta_stream(WR)), "done": Out(meta_stream(WR_DONE)),
             "preq": Out(meta_stream(PAYLOAD_REQ)), "s_axis": In(axis),
-            "ack": In(meta_stream(ACK_DESC)), "cwnd": In(meta_stream(CWND_IN)),
+            "ack": In(meta_stream(ACK_DESC)), "peer": In(meta_stream(PEER_STATUS)),
+            "cwnd": In(meta_stream(CWND_IN)),
             "port_up": In(planes), "credit": In(planes),
             "event": Out(meta_stream(EVENT)),
             "s_axil": In(AxiLiteSignature(self.bus.addr_width)),
@@ -245,8 +256,8 @@ class MrcTx(wiring.Component):
         wiring.connect(m, sel.event, wiring.flipped(self.event))
         m.d.comb += [sel.port_up.eq(self.port_up), sel.credit.eq(self.credit)]
 
-        # --- Path feedback: the tracker's, losses, probe answers -------------------------------
-        fb = MetaArbiter(EV_FEEDBACK, 3)
+        # --- Path feedback: the tracker's, losses, probe answers, peers' port status ---------
+        fb = MetaArbiter(EV_FEEDBACK, 4)
         m.submodules.fb_merge = fb
         wiring.connect(m, trk.feedback, fb.i[0])
         for name, _ in EV_FEEDBACK:
@@ -276,6 +287,13 @@ class MrcTx(wiring.Component):
                           Mux(a.m == SackMode.ALWAYS_SKIP, FeedbackKind.PROBE_BAD,
                               FeedbackKind.PROBE_GOOD))})
         m.d.comb += events.losses.eq(fb.i[1].valid & fb.i[1].ready)
+        # A peer's port status update is PEER_PORTS feedback for the QP it names.
+        pr_in = self.peer
+        m.d.comb += [fb.i[3].valid.eq(pr_in.valid), pr_in.ready.eq(fb.i[3].ready),
+                     fb.i[3].payload.qp.eq(pr_in.payload.qp), fb.i[3].payload.ev.eq(0),
+                     fb.i[3].payload.kind.eq(FeedbackKind.PEER_PORTS),
+                     fb.i[3].payload.entropy.eq(pr_in.payload.ports),
+                     events.peer_ports.eq(pr_in.valid & pr_in.ready)]
 
         # QPs in error (flip-flops): set by the tracker, cleared by a register command.
         error = Signal(Q)
@@ -377,11 +395,15 @@ class MrcTx(wiring.Component):
                      loop_count.eq(waiting.level)]
         d, e, s, q = ins["desc"], ins["encap"], ins["sent"], ins["preq"]
         probe_id = Signal(16)
-        with m.If(go_probe):
+        with m.If(go_probe & ~pr.payload.announce):
             m.d.sync += probe_id.eq(probe_id + 1)
         expanded = Mux(pr.valid, pr.payload.expanded, r.expanded)
         with m.If(pr.valid):
-            m.d.comb += [d.qp.eq(pr.payload.qp), d.opcode.eq(Opcode.PROBE),
+            # A port status record of the selector (announce) is a port status update,
+            # the port mask in the descriptor's imm; otherwise a probe.
+            m.d.comb += [d.qp.eq(pr.payload.qp),
+                         d.opcode.eq(Mux(pr.payload.announce, Opcode.EP_REQUEST, Opcode.PROBE)),
+                         d.imm.eq(pr.payload.ports),
                          d.msn.eq(probe_id), d.entropy.eq(pr.payload.entropy),
                          e.entropy.eq(pr.payload.entropy), e.dscp.eq(proto.DSCP_DATA),
                          plane_fifo.w_data.eq(pr.payload.plane)]
@@ -405,7 +427,9 @@ class MrcTx(wiring.Component):
             fifos["sent"].w_en.eq(go), fifos["preq"].w_en.eq(go & has_payload),
             plane_fifo.w_en.eq(frame),
             events.packets.eq(go & ~pkt.rtx), events.retransmissions.eq(go & pkt.rtx),
-            events.payload_requests.eq(go & has_payload), events.probes.eq(go_probe),
+            events.payload_requests.eq(go & has_payload),
+            events.probes.eq(go_probe & ~pr.payload.announce),
+            events.announcements.eq(go_probe & pr.payload.announce),
         ]
 
         def drain(fifo, port):

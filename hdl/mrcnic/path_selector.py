@@ -86,6 +86,16 @@ Operation
     expanded EV) on ``probe``. A QP has at most one probe outstanding; a newer probe
     replaces it, so a lost answer never blocks probing.
 
+    *Announcements* (:data:`ANNOUNCE_RULE`; the other half of §4 "Ports"). When this
+    NIC's live ports (``ports.admin`` & ``port_up``, registered) change and
+    ``announce.enable`` is set, a round visits every QP, one a cycle: a QP whose profile has
+    a usable EV gets one record on ``probe`` with ``announce`` = 1, ``ports`` = the live
+    mask and the first usable EV (QP, EV, plane, entropy, expanded EV: the path its data
+    takes now), which the transmit half sends as a port status update to the QP's peer; a
+    QP without one is passed over. A new change restarts the round. The probe round waits
+    while it runs; an announce record sets no outstanding probe. The ports count as up at
+    reset, so inputs that are up from the first cycle announce nothing.
+
     *Entropy* (``entropy_of`` in the model): the 32-bit value the packet carries and the feedback
     echoes: the first 32 bits of the expanded EV in STEV mode, the first 16 in UDP mode,
     the EV index in SRv6 modes (§2.3).
@@ -173,6 +183,9 @@ SCAN_ORDER = "xor"
 SKIP_CLEARED_BY = "wrap of any QP of the profile"
 # Decision: the healthy backup of the failed EV's plane with the lowest index is promoted.
 BACKUP_RULE = "lowest-index healthy backup of the same plane"
+# Decision: a change of this NIC's live ports (enabled and up) is announced once to the peer
+# of every QP, on the QP's profile's first usable EV; a QP with none is passed over.
+ANNOUNCE_RULE = "one round over the QPs per change, first usable EV, none: passed over"
 EVENT_MASK_DEFAULT = (1 << EvState.GOOD) | (1 << EvState.ASSUMED_BAD)
 RESEED_MULT = 5                # seed' = 5 x seed + stride: full period for an odd stride
 
@@ -210,6 +223,8 @@ def probe_layout(ev_bits):
         "plane":    3,
         "entropy":  32,
         "expanded": ev_bits,
+        "announce": 1,            # a port status update, not a probe (see *Announcements*)
+        "ports":    8,            # announce: this NIC's ports enabled and up, bit = plane
     })
 
 
@@ -231,7 +246,8 @@ class Cmd(enum.IntEnum):
 
 COUNTERS = ["requests", "decisions", "no_path", "revoked", "bad_request", "wraps",
             "feedback", "bad_feedback", "stale_probe", "transitions", "promotions",
-            "no_backup", "events", "events_dropped", "probes", "refused", "peer_updates"]
+            "no_backup", "events", "events_dropped", "probes", "refused", "peer_updates",
+            "announcements"]
 
 _COUNTER_DESC = {
     "requests": "Requests accepted",
@@ -251,6 +267,7 @@ _COUNTER_DESC = {
     "probes": "Probes sent",
     "refused": "Configuration commands refused",
     "peer_updates": "Peer port status updates applied (PEER_PORTS feedback)",
+    "announcements": "Port status records sent (this NIC's ports, one per QP per change)",
 }
 
 SELECTOR_REGS = RegisterMap("path_selector", [
@@ -271,6 +288,9 @@ SELECTOR_REGS = RegisterMap("path_selector", [
     Register("stalled", [Field("qp", 16, "ro", desc="The last QP that found no usable EV")]),
     Register("ports", [Field("admin", 8, "rw", reset=0xFF,
                              desc="Port administratively enabled, bit = plane")]),
+    Register("announce", [Field("enable", 1, "rw", reset=1,
+                                desc="Tell the peers of every QP when a port goes down or "
+                                     "up (port status records on probe)")]),
     Register("peer_ports", [Field("ports", 8, "ro",
                                   desc="Ports up at the peer of select.profile, bit = plane "
                                        "(PEER_PORTS feedback; all after reset or a clear)")]),
@@ -423,7 +443,9 @@ class PathSelector(wiring.Component):
         peer_ports = [Signal(P, init=(1 << P) - 1, name=f"peer_ports_{p}") for p in range(NP)]
 
         port_ok = Signal(P, name="port_ok")
-        port_live = Signal(P, name="port_live")      # enabled and up: worth a probe
+        # Enabled and up: worth a probe, and what announcements tell the peers. All up at
+        # reset, as the previous value the announcement round compares with.
+        port_live = Signal(P, name="port_live", init=(1 << P) - 1)
         m.d.sync += [port_ok.eq(f["ports"]["admin"][:P] & self.port_up & self.credit),
                      port_live.eq(f["ports"]["admin"][:P] & self.port_up)]
 
@@ -441,6 +463,15 @@ class PathSelector(wiring.Component):
         def usable_vec(p):
             return Cat(*(loaded[p * N + e] & active[p * N + e] & (st[p * N + e] == GOOD) &
                          prof_ok[p][e % P] for e in range(N)))
+
+        def by_profile(prof, values, name):
+            """``values[prof]``, one Switch over the profiles."""
+            out = Signal(len(values[0]), name=name)
+            with m.Switch(prof):
+                for p in range(NP):
+                    with m.Case(p):
+                        m.d.comb += out.eq(values[p])
+            return out
 
         usable = [Signal(N, name=f"usable{p}") for p in range(NP)]
         for p in range(NP):
@@ -476,11 +507,7 @@ class PathSelector(wiring.Component):
         m.d.comb += [s1_qok.eq(s1.qp < qps), s1_qi.eq(Mux(s1_qok, s1.qp, 0))]
         s1_prof = Signal(prb)
         m.d.comb += s1_prof.eq(qp_profile[s1_qi])
-        s1_vec = Signal(N)
-        with m.Switch(s1_prof):
-            for p in range(NP):
-                with m.Case(p):
-                    m.d.comb += s1_vec.eq(usable[p])
+        s1_vec = by_profile(s1_prof, usable, "s1_vec")
         avoid_ok = s1.rtx & (s1.avoid < N)
         s1_mask = Signal(N)
         m.d.comb += s1_mask.eq(Mux(avoid_ok, Const(1, N) << s1.avoid[:nb], 0))
@@ -554,11 +581,7 @@ class PathSelector(wiring.Component):
         # S4: recheck against this cycle's state, write the response.
         s4_idx = idx_of(s4.prof, s4.ev)
         s4_usable = Signal()
-        s4_ports = Signal(P)
-        with m.Switch(s4.prof):
-            for p in range(NP):
-                with m.Case(p):
-                    m.d.comb += s4_ports.eq(prof_ok[p])
+        s4_ports = by_profile(s4.prof, prof_ok, "s4_ports")
         m.d.comb += s4_usable.eq(loaded.bit_select(s4_idx, 1) & active.bit_select(s4_idx, 1) &
                                  (st[s4_idx] == GOOD) &
                                  s4_ports.bit_select(s4.ev[:pb] if pb else 0, 1))
@@ -803,9 +826,31 @@ class PathSelector(wiring.Component):
         gfa, gja = first_set_of(m, bad_vec, "bad_all")
         g_ev = Signal(max(nb, 1))
         m.d.comb += g_ev.eq(Mux(gfh, gjh, gja))
-        armed = (interval != 0) & (timer == 0)
+        # Announcements (ANNOUNCE_RULE): a change of port_live starts a round over the QPs.
+        # In it each QP in turn, one a cycle, gets one port status record on its profile's
+        # first usable EV (a path that carries data now), or is passed over when it has none.
+        # The probe round waits meanwhile.
+        live_prev = Signal(P, init=(1 << P) - 1, name="live_prev")
+        m.d.sync += live_prev.eq(port_live)
+        ann_left = Signal(range(qps + 1), name="announce_left")
+        ann_qp = Signal(qb, name="announce_qp")
+        a_prof = Signal(prb)
+        m.d.comb += a_prof.eq(qp_profile[ann_qp])
+        a_vec = by_profile(a_prof, usable, "announce_vec")
+        a_found, a_ev = first_set_of(m, a_vec, "announce_ev")
+        ann_busy = ann_left != 0
+        probe_room = probe_fifo.level <= PROBE_FIFO_DEPTH - 3
+        a_issue = Signal()
+        m.d.comb += a_issue.eq(ann_busy & a_found & probe_room)
+        with m.If(f["announce"]["enable"] & (port_live != live_prev)):
+            m.d.sync += [ann_left.eq(qps), ann_qp.eq(0)]
+        with m.Elif(ann_busy & (a_issue | ~a_found)):
+            m.d.sync += [ann_left.eq(ann_left - 1),
+                         ann_qp.eq(Mux(ann_qp == qps - 1, 0, ann_qp + 1))]
+
+        armed = (interval != 0) & (timer == 0) & ~ann_busy
         g_issue = Signal()
-        m.d.comb += g_issue.eq(armed & gfa & (probe_fifo.level <= PROBE_FIFO_DEPTH - 3))
+        m.d.comb += g_issue.eq(armed & gfa & probe_room)
         with m.If(interval == 0):
             m.d.sync += timer.eq(0)
         with m.Elif(g_issue):
@@ -817,22 +862,27 @@ class PathSelector(wiring.Component):
         for p in range(NP):
             with m.If(g_issue & (g_prof == p)):
                 m.d.sync += pptr[p].eq((g_ev + 1)[:max(nb, 1)])
-        m.d.comb += ev_rp.addr.eq(idx_of(g_prof, g_ev))
-        G2 = data.StructLayout({"valid": 1, "qp": qb, "prof": prb, "ev": max(nb, 1)})
+        m.d.comb += ev_rp.addr.eq(Mux(ann_busy, idx_of(a_prof, a_ev), idx_of(g_prof, g_ev)))
+        G2 = data.StructLayout({"valid": 1, "qp": qb, "prof": prb, "ev": max(nb, 1),
+                                "announce": 1, "ports": P})
         g2 = Signal(G2, name="g2")
-        m.d.sync += [g2.valid.eq(g_issue), g2.qp.eq(probe_qp), g2.prof.eq(g_prof),
-                     g2.ev.eq(g_ev)]
+        m.d.sync += [g2.valid.eq(g_issue | a_issue), g2.announce.eq(ann_busy),
+                     g2.qp.eq(Mux(ann_busy, ann_qp, probe_qp)),
+                     g2.prof.eq(Mux(ann_busy, a_prof, g_prof)),
+                     g2.ev.eq(Mux(ann_busy, a_ev, g_ev)), g2.ports.eq(port_live)]
         probe_rec = Signal(self.probe_layout)
         g2_ent = Signal(32)
         m.d.comb += g2_ent.eq(entropy(hdr[g2.prof].mode, ev_rp.data, g2.ev))
         m.d.comb += [probe_rec.qp.eq(g2.qp), probe_rec.ev.eq(g2.ev),
                      probe_rec.plane.eq(g2.ev[:pb] if pb else 0), probe_rec.entropy.eq(g2_ent),
                      probe_rec.expanded.eq(ev_rp.data),
+                     probe_rec.announce.eq(g2.announce),
+                     probe_rec.ports.eq(Mux(g2.announce, g2.ports, 0)),
                      probe_fifo.w_data.eq(probe_rec), probe_fifo.w_en.eq(g2.valid),
                      pm_w.addr.eq(g2.qp), pm_w.data.ev.eq(g2.ev), pm_w.data.entropy.eq(g2_ent),
-                     pm_w.en.eq(g2.valid)]
+                     pm_w.en.eq(g2.valid & ~g2.announce)]
         probe_set = Signal(qps)
-        with m.If(g2.valid):
+        with m.If(g2.valid & ~g2.announce):
             m.d.comb += probe_set.eq(Const(1, qps) << g2.qp)
 
         # --- Controller commands ---------------------------------------------------------------
@@ -1097,6 +1147,7 @@ class PathSelector(wiring.Component):
             evs.events.eq(ev_pushed),
             evs.events_dropped.eq(ev_dropped),
             evs.probes.eq(g_issue),
+            evs.announcements.eq(a_issue),
             evs.refused.eq(refused),
             evs.peer_updates.eq(is_peer_fb),
         ]
@@ -1107,10 +1158,7 @@ class PathSelector(wiring.Component):
                      f["ev_status"]["active"].eq(active.bit_select(es_idx, 1)),
                      f["ev_status"]["loaded"].eq(loaded.bit_select(es_idx, 1)),
                      f["ev_status"]["healthy"].eq(healthy_cnt[sp[:prb]])]
-        with m.Switch(sp):
-            for p in range(NP):
-                with m.Case(p):
-                    m.d.comb += f["peer_ports"]["ports"].eq(peer_ports[p])
+        m.d.comb += f["peer_ports"]["ports"].eq(by_profile(sp, peer_ports, "peer_ports_sel"))
         return m
 
 

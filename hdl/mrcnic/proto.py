@@ -21,7 +21,7 @@ from amaranth.lib import data
 __all__ = [
     "Header", "HEADERS",
     "ETH", "IPV6", "SRH", "UDP", "BTH", "METH", "TSETH", "RETH", "IMMDT", "AETH",
-    "SETH", "CC_STATE", "NETH", "PETH", "ICRC_LEN",
+    "SETH", "CC_STATE", "NETH", "PETH", "PORT_STATUS", "EP_PORT_STATUS", "ICRC_LEN",
     "Opcode", "NackCode", "SackMode", "EvMode", "EvState",
 ]
 
@@ -327,12 +327,24 @@ PETH = Header("PETH", [
     ("timestamp", 16), ("_rsvd12", 32),
 ])
 
+# Decision: the port status update (§4 "Ports": the peers are told with a 32-bit port mask)
+# is an endpoint request (0xD8, BTH dest QP ENDPOINT_QP) whose body is PORT_STATUS: type
+# EP_PORT_STATUS, the sender's port mask (bit p = its port p up), and QP ids as in SETH:
+# src_id the sender's QP, dst_id the receiver's QP the update is for. No public format
+# exists; it has PETH's size so that every control frame of the NIC is at most a SACK long.
+PORT_STATUS = Header("PORT_STATUS", [
+    ("type", 8), ("_rsvd1", 24), ("ports", 32), ("src_id", 16), ("dst_id", 16),
+    ("_rsvd12", 32),
+])
+EP_PORT_STATUS = 1
+
 HEADERS = {h.name: h for h in
-           (ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH)}
+           (ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
+            PORT_STATUS)}
 
 assert (ETH.size, IPV6.size, SRH.size, UDP.size, BTH.size) == (14, 40, 24, 8, 12)
 assert (METH.size, TSETH.size, RETH.size, IMMDT.size, AETH.size) == (4, 4, 16, 4, 4)
-assert (SETH.size, CC_STATE.size, NETH.size, PETH.size) == (28, 8, 20, 16)
+assert (SETH.size, CC_STATE.size, NETH.size, PETH.size, PORT_STATUS.size) == (28, 8, 20, 16, 16)
 
 OUTER_IPV6_LEN = IPV6.size                 # bytes an SRv6 encapsulation inserts
 OUTER_SRH_LEN = IPV6.size + SRH.size       # ... and with the one-segment SRH

@@ -12,7 +12,12 @@ Operation
       its verdict must quote;
     * a SACK (0xDC) or NACK (0xDD): an ``ack`` record (:data:`~mrcnic.ack_desc.ACK_DESC`);
     * an ACK (0xD1) with a non-zero AETH syndrome (a NAK): a ``nak`` record (:data:`NAK`);
-      an ACK with syndrome 0 is counted (``acks``) and dropped.
+      an ACK with syndrome 0 is counted (``acks``) and dropped;
+    * a port status update (an endpoint request 0xD8 to QP ``ENDPOINT_QP`` whose body is
+      :data:`~mrcnic.proto.PORT_STATUS`): a ``peer`` record
+      (:data:`~mrcnic.ev_feedback.PEER_STATUS`: the receiver's QP ``dst_id`` and the
+      sender's port mask). Another endpoint request type, or one to another QP, is an
+      ``opcode`` drop.
 
     Verdicts (:data:`VERDICT_IN`, one per slot record, in order) release the held payloads in
     order: ``place`` = 1 gives one ``place`` record (:data:`PLACE`) and, unless the payload is
@@ -35,8 +40,8 @@ Operation
     ``in_bad`` (``tuser[0]`` on any beat, or ``meta.bad``); ``not_roce`` (on the bytes the
     frame has: Ethernet type not IPv6, version not 6, next header not UDP, UDP destination
     port not ``udp_dport``); ``truncated`` (shorter than Ethernet to BTH, than a trimmed
-    frame's RETH, or than its headers and ICRC); ``opcode`` (not WRITE_*, ACK, SACK, NACK or
-    probe); ``length`` (IPv6 payload length + 54 or UDP length not the frame's length;
+    frame's RETH, or than its headers and ICRC); ``opcode`` (not WRITE_*, ACK, SACK, NACK,
+    probe or port status); ``length`` (IPv6 payload length + 54 or UDP length not the frame's length;
     payload + pad not a multiple of 4 or smaller than pad; bytes or a pad count after the
     headers of a control packet); ``icrc`` (``CrcStream.residue_ok`` false); ``too_long``
     (payload longer than ``min(pmtu, pmtu_max)``); ``no_room`` (the payload buffer or the
@@ -85,13 +90,14 @@ Ports
     ``s_axis`` (AXI-Stream in, ``tuser[0]`` = bad), ``meta`` (in,
     :data:`~mrcnic.srv6_decap.DECAP_META`, one per frame, taken with the frame's last beat),
     ``verdict`` (in, :data:`VERDICT_IN`), ``pkt`` (out, :data:`RX_PKT`), ``ack`` (out,
-    :data:`~mrcnic.ack_desc.ACK_DESC`), ``nak`` (out, :data:`NAK`), ``m_axis`` (out, payloads),
+    :data:`~mrcnic.ack_desc.ACK_DESC`), ``nak`` (out, :data:`NAK`), ``peer`` (out,
+    :data:`PEER_STATUS`), ``m_axis`` (out, payloads),
     ``place`` (out, :data:`PLACE`), ``s_axil`` (:data:`ROCE_RX_REGS`). Skid buffers on
     ``s_axis``, ``m_axis``, ``meta`` and ``verdict``; the record outputs come from FIFOs.
 
 Latency, throughput
-    From a frame's last input beat (handshake on ``s_axis``) to its ``pkt``/``ack``/``nak``
-    record valid: :attr:`record_latency` = ``crc_latency`` + 4 cycles (9 at 64 and 128 bits,
+    From a frame's last input beat (handshake on ``s_axis``) to its ``pkt``/``ack``/``nak``/
+    ``peer`` record valid: :attr:`record_latency` = ``crc_latency`` + 4 cycles (9 at 64 and 128 bits,
     10 at 256 and 512, 11 at 1024 and 2048). From a verdict's handshake to the first payload
     beat valid on ``m_axis``: :attr:`place_latency` = 3 cycles (with the held packet at the
     head of the queue). Both measured in ``sim/test_roce_rx.py``.
@@ -114,15 +120,18 @@ from amaranth.utils import ceil_log2
 from . import proto, registry
 from .ack_desc import ACK_DESC
 from .crc import CrcStream
+from .ev_feedback import PEER_STATUS
 from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
-from .proto import (AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, RETH, SETH, TSETH,
+from .proto import (AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH,
+                    TSETH,
                     UDP, EvMode, Opcode)
 from .psn_tracker import PKT_IN
 from .srv6_decap import DECAP_META
 from .stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer, SkidBuffer,
                      check_data_width, const_lt, drive_axis, keep_count, meta_stream)
 
-__all__ = ["RoceRx", "RX_PKT", "NAK", "VERDICT_IN", "PLACE", "ROCE_RX_REGS", "RX_COUNTERS"]
+__all__ = ["RoceRx", "RX_PKT", "NAK", "PEER_STATUS", "VERDICT_IN", "PLACE", "ROCE_RX_REGS",
+           "RX_COUNTERS"]
 
 RX_PKT = data.StructLayout({
     **{name: f.shape for name, f in PKT_IN},
@@ -144,17 +153,18 @@ KEPT = [*range(12, IP_AT + 8), *range(UDP_AT, HDR_BYTES)]   # bytes stage B read
 # Payload start: METH, then TSETH (ts bit), RETH, ImmDt (the _IMM opcodes).
 PAYLOAD_AT = [EXT_AT + 4 + RETH.size + 4 * k for k in range(3)]  # 94, 98, 102
 CONTROL_END = {Opcode.ACK: EXT_AT + AETH.size, Opcode.SACK: HDR_BYTES,
-               Opcode.NACK: EXT_AT + NETH.size, Opcode.PROBE: EXT_AT + PETH.size}
+               Opcode.NACK: EXT_AT + NETH.size, Opcode.PROBE: EXT_AT + PETH.size,
+               Opcode.EP_REQUEST: EXT_AT + PORT_STATUS.size}
 
 # Record kinds (stage B -> stage D).
-K_DATA, K_TRIM, K_PROBE, K_SACK, K_NACK, K_ACK, K_NAK = range(7)
+K_DATA, K_TRIM, K_PROBE, K_SACK, K_NACK, K_ACK, K_NAK, K_PEER = range(8)
 # Drop causes found in stage B, by priority; the ICRC, too_long and no_room come after.
 C_NONE, C_IN_BAD, C_NOT_ROCE, C_TRUNCATED, C_OPCODE, C_LENGTH = range(6)
 
 FIFO_DEPTH = 16         # record FIFOs and the summary FIFO; > frames in flight at 2048 bits
 
 RX_COUNTERS = ["frames", "data", "trimmed", "probes", "sacks", "nacks", "acks", "naks",
-               "placed", "verdict_drop", "in_bad", "not_roce", "truncated", "opcode",
+               "port_status", "placed", "verdict_drop", "in_bad", "not_roce", "truncated", "opcode",
                "length", "icrc", "too_long", "no_room", "verdict_tag"]
 
 ROCE_RX_REGS = RegisterMap("roce_rx", [
@@ -182,12 +192,13 @@ ROCE_RX_REGS = RegisterMap("roce_rx", [
         ("nacks", "NACKs (ack record)"),
         ("acks", "AETH ACKs with syndrome 0 (dropped)"),
         ("naks", "AETH ACKs with a non-zero syndrome (nak record)"),
+        ("port_status", "Port status updates (peer record)"),
         ("placed", "Place verdicts (place record)"),
         ("verdict_drop", "Held payloads dropped by their verdict"),
         ("in_bad", "Frames with tuser[0] or meta.bad"),
         ("not_roce", "Not IPv6 / UDP to udp_dport"),
         ("truncated", "Frames shorter than their headers"),
-        ("opcode", "Opcodes other than WRITE, ACK, SACK, NACK, probe"),
+        ("opcode", "Opcodes other than WRITE, ACK, SACK, NACK, probe, port status"),
         ("length", "Lengths that disagree with the frame"),
         ("icrc", "Bad ICRC"),
         ("too_long", "Payload longer than pmtu"),
@@ -234,6 +245,7 @@ class RoceRx(wiring.Component):
             "pkt": Out(meta_stream(RX_PKT)),
             "ack": Out(meta_stream(ACK_DESC)),
             "nak": Out(meta_stream(NAK)),
+            "peer": Out(meta_stream(PEER_STATUS)),
             "m_axis": Out(AxiStreamSignature(data_width)),
             "place": Out(meta_stream(PLACE)),
             "s_axil": In(AxiLiteSignature(ROCE_RX_REGS.addr_width)),
@@ -260,7 +272,8 @@ class RoceRx(wiring.Component):
         summary = data.StructLayout({
             "cause": 3, "check_icrc": 1, "too_long": 1, "no_room": 1, "kind": 3,
             "res": 1, "wrote": 1, "start": PTR, "end": PTR,
-            "body": data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK}),
+            "body": data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
+                                      "peer": PEER_STATUS}),
         })
         lb = ceil_log2(B)
         # A held-queue entry carries its payload's word count, whether it is one word, and
@@ -441,6 +454,8 @@ class RoceRx(wiring.Component):
         m.submodules.ack_fifo = ack_fifo = SyncFIFOBuffered(width=ACK_DESC.size,
                                                             depth=FIFO_DEPTH)
         m.submodules.nak_fifo = nak_fifo = SyncFIFOBuffered(width=NAK.size, depth=FIFO_DEPTH)
+        m.submodules.peer_fifo = peer_fifo = SyncFIFOBuffered(width=PEER_STATUS.size,
+                                                              depth=FIFO_DEPTH)
         tag = Signal(16)
         rec = Signal(RX_PKT)
         m.d.comb += [rec.eq(hd.body.pkt), rec.slot.eq(hd.kind == K_DATA),
@@ -453,8 +468,11 @@ class RoceRx(wiring.Component):
             ack_fifo.w_en.eq(take & ((hd.kind == K_SACK) | (hd.kind == K_NACK))),
             nak_fifo.w_data.eq(hd.body.nak),
             nak_fifo.w_en.eq(take & (hd.kind == K_NAK)),
+            peer_fifo.w_data.eq(hd.body.peer),
+            peer_fifo.w_en.eq(take & (hd.kind == K_PEER)),
         ]
-        for fifo, port in ((pkt_fifo, self.pkt), (ack_fifo, self.ack), (nak_fifo, self.nak)):
+        for fifo, port in ((pkt_fifo, self.pkt), (ack_fifo, self.ack), (nak_fifo, self.nak),
+                           (peer_fifo, self.peer)):
             m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
                          fifo.r_en.eq(port.ready)]
         with m.If(hold):
@@ -468,7 +486,8 @@ class RoceRx(wiring.Component):
         m.d.sync += room.eq((inflight + 2 <= FIFO_DEPTH) &
                             (inflight + pkt_fifo.level + 2 <= FIFO_DEPTH) &
                             (inflight + ack_fifo.level + 2 <= FIFO_DEPTH) &
-                            (inflight + nak_fifo.level + 2 <= FIFO_DEPTH))
+                            (inflight + nak_fifo.level + 2 <= FIFO_DEPTH) &
+                            (inflight + peer_fifo.level + 2 <= FIFO_DEPTH))
 
         # Buffer commit: keep (held entry), roll back, or leave a hole the reader skips.
         m.submodules.held = queue = SyncFIFOBuffered(width=held.size, depth=self.max_held)
@@ -559,6 +578,7 @@ class RoceRx(wiring.Component):
             ev.trimmed.eq(take & (k == K_TRIM)), ev.probes.eq(take & (k == K_PROBE)),
             ev.sacks.eq(take & (k == K_SACK)), ev.nacks.eq(take & (k == K_NACK)),
             ev.acks.eq(take & (k == K_ACK)), ev.naks.eq(take & (k == K_NAK)),
+            ev.port_status.eq(take & (k == K_PEER)),
             ev.placed.eq(v_take & place_it), ev.verdict_drop.eq(v_take & vmatch & ~place_it),
             ev.verdict_tag.eq(v_take & ~vmatch),
             ev.in_bad.eq(done & (hd.cause == C_IN_BAD)),
@@ -591,7 +611,8 @@ class HeaderCheck(wiring.Component):
             "trim_lasthop_dscp": In(6),
             "cause": Out(3), "check_icrc": Out(1), "too_long": Out(1), "kind": Out(3),
             "data_frame": Out(1),
-            "body": Out(data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK})),
+            "body": Out(data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
+                                      "peer": PEER_STATUS})),
         })
 
     def elaborate(self, platform):
@@ -651,7 +672,10 @@ class HeaderCheck(wiring.Component):
                     ((n >= 58) & (get(UDP, "dst_port", UDP_AT) != self.udp_dport)))
         short = n < EXT_AT
         truncated = short | Mux(trimmed, is_write & reth_left[-1], known & rest[-1])
-        opcode_bad = ~short & Mux(trimmed, ~is_write, ~known)
+        ep_bad = (op == Opcode.EP_REQUEST) & (
+            (get(BTH, "dest_qp", BTH_AT) != proto.ENDPOINT_QP) |
+            (get(PORT_STATUS, "type", EXT_AT) != proto.EP_PORT_STATUS))
+        opcode_bad = ~short & Mux(trimmed, ~is_write, ~known | ep_bad)
         plen = get(IPV6, "payload_length", IP_AT)
         length_bad = ((plen != n_minus(UDP_AT)) | (get(UDP, "length", UDP_AT) != plen) |
                       Mux(is_write, (rest[:2] != 0) | payload[-1], (rest != 0) | (pad != 0)))
@@ -672,6 +696,8 @@ class HeaderCheck(wiring.Component):
             m.d.comb += kind.eq(K_NACK)
         with m.Elif(op == Opcode.ACK):
             m.d.comb += kind.eq(Mux(syndrome == 0, K_ACK, K_NAK))
+        with m.Elif(op == Opcode.EP_REQUEST):
+            m.d.comb += kind.eq(K_PEER)
         with m.Else():
             m.d.comb += kind.eq(K_DATA)
 
@@ -700,6 +726,9 @@ class HeaderCheck(wiring.Component):
                     a.entropy.eq(get(NETH, "entropy", EXT_AT)),
                     a.timestamp.eq(get(NETH, "timestamp", EXT_AT)),
                 ]
+        with m.Elif(kind == K_PEER):
+            m.d.comb += [body.peer.qp.eq(get(PORT_STATUS, "dst_id", EXT_AT)),
+                         body.peer.ports.eq(get(PORT_STATUS, "ports", EXT_AT))]
         with m.Elif(kind == K_NAK):
             m.d.comb += [body.nak.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]),
                          body.nak.psn.eq(get(BTH, "psn", BTH_AT)),

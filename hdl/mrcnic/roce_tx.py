@@ -34,6 +34,13 @@ Operation
     travel in them and no descriptor field is added. The DSCP is the data class's, so that
     the probe meets the queues (and the ECN marks) of the data it stands in for.
 
+    A descriptor with opcode EP_REQUEST (0xD8) becomes a port status update
+    (:data:`~mrcnic.proto.PORT_STATUS`, spec §4 "Ports"), a frame of the probe's shape:
+    Eth | IPv6 | UDP | BTH | PORT_STATUS | ICRC, 94 bytes, no payload, A = 0, rtx = 0, BTH
+    dest_qp ``ENDPOINT_QP``; PORT_STATUS type ``EP_PORT_STATUS``, ports = ``imm`` (this
+    NIC's port mask), src_id = ``qp``, dst_id = the context's remote QP number, bits 15:0
+    (the peer's QP the update is for). DSCP, STEV and addresses as a probe's.
+
     Pipeline: ``desc`` -> :class:`~mrcnic.stream.MetaSkidBuffer` (its output addresses the
     context table) -> S1 (descriptor and context) -> G, the beat generator, which holds one
     frame's header and counters and makes one beat a cycle: header bytes from a register
@@ -49,7 +56,8 @@ Bad input (the frame still leaves, with ``tuser[0]`` on its last beat, and is co
 frames after it are not affected):
 
 * ``bad_qp``: ``qp`` not below ``qps`` (sent with a zero context);
-* ``bad_opcode``: neither a WRITE opcode nor PROBE (sent as given, with METH and RETH);
+* ``bad_opcode``: neither a WRITE opcode nor PROBE nor EP_REQUEST (sent as given, with METH
+  and RETH);
 * ``too_long``: ``length`` above :data:`~mrcnic.tx_desc.MAX_PAYLOAD` (sent as given), or a
   probe with ``length`` other than 0 (sent as a probe; it takes no payload frame, so the
   payload stream stays in step);
@@ -84,7 +92,7 @@ from .ack_desc import QP_INDEX_BITS
 from .crc import CrcStream
 from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
                   ipv6_registers, mac_registers)
-from .proto import BTH, ETH, IMMDT, IPV6, METH, PETH, RETH, UDP, Opcode
+from .proto import BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, UDP, Opcode
 from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, keep_count, meta_stream)
 from .tx_desc import MAX_PAYLOAD, TX_DESC
@@ -136,7 +144,8 @@ TX_REGS = RegisterMap("roce_tx", [
         ("frames", "Frames sent"),
         ("retransmissions", "Frames sent with rtx = 1"),
         ("bad_qp", "Frames sent bad: qp not below qps"),
-        ("bad_opcode", "Frames sent bad: neither a WRITE opcode nor a probe"),
+        ("bad_opcode", "Frames sent bad: neither a WRITE opcode nor a probe nor a port "
+                       "status update"),
         ("too_long", f"Frames sent bad: length above {MAX_PAYLOAD}, or a probe with a "
                      f"length"),
         ("payload", "Frames sent bad: payload frame shorter or longer than length, or bad"),
@@ -206,12 +215,15 @@ class RoceTx(wiring.Component):
         s1_load = ~s1_valid | s1_take
         # A probe, and the payload length the frame carries (0 for a probe, whatever the
         # descriptor says), decoded as S1 loads so that S1's adders see registers.
-        s1_probe = Signal()
+        s1_probe = Signal()                # a probe or a port status update: no payload
+        s1_ep = Signal()                   # a port status update
         s1_length = Signal.like(s1.length)
-        r0_probe = r0.o.payload.opcode == int(Opcode.PROBE)
+        r0_ep = r0.o.payload.opcode == int(Opcode.EP_REQUEST)
+        r0_probe = (r0.o.payload.opcode == int(Opcode.PROBE)) | r0_ep
         m.d.comb += [r0.o.ready.eq(s1_load), rd.addr.eq(r0.o.payload.qp), rd.en.eq(s1_load)]
         with m.If(s1_load):
             m.d.sync += [s1.eq(r0.o.payload), s1_valid.eq(r0.o.valid), s1_probe.eq(r0_probe),
+                         s1_ep.eq(r0_ep),
                          s1_length.eq(Mux(r0_probe, 0, r0.o.payload.length))]
 
         # --- The header of S1's frame and its counters ---------------------------------------
@@ -244,12 +256,18 @@ class RoceTx(wiring.Component):
                           "length": l4_len}),
             BTH.assemble({"opcode": op, "pad": pad, "tver": proto.BTH_TVER,
                           "pkey": f["config"]["pkey"],
-                          "dest_qp": Mux(ctx_ok, c.remote_qp, 0), "ack_req": ack_req,
+                          "dest_qp": Mux(s1_ep, proto.ENDPOINT_QP,
+                                         Mux(ctx_ok, c.remote_qp, 0)), "ack_req": ack_req,
                           "rtx": rtx, "psn": s1.psn}),
             Mux(probe,
-                Cat(PETH.assemble({"probe_id": s1.msn, "src_id": s1.qp,
-                                   "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PETH.width("dst_id")],
-                                   "timestamp": s1.rqmsn}),
+                Cat(Mux(s1_ep,
+                        PORT_STATUS.assemble({
+                            "type": proto.EP_PORT_STATUS, "ports": s1.imm, "src_id": s1.qp,
+                            "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PORT_STATUS.width("dst_id")]}),
+                        PETH.assemble({
+                            "probe_id": s1.msn, "src_id": s1.qp,
+                            "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PETH.width("dst_id")],
+                            "timestamp": s1.rqmsn})),
                     Const(0, 8 * (_EXT_BYTES - PETH.size))),
                 Cat(METH.assemble({"rqmsn": s1.rqmsn, "msn": s1.msn}),
                     RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),

@@ -71,7 +71,7 @@ __all__ = [
     "Packet", "PacketError",
     "encode", "decode", "finalize", "icrc",
     "write_packet", "ack_packet", "sack_packet", "nack_packet", "probe_packet",
-    "endpoint_packet", "rng_packet",
+    "endpoint_packet", "port_status_packet", "port_status", "rng_packet",
     "stev_split", "stev_ev", "sack_bitmap", "sack_psns", "sack_base", "ack_psn",
     "encapsulate", "decapsulate", "make_usid_address", "split_usid_address", "usid_shift",
     "switch_forward", "SHIFT", "END", "LOCAL", "DROP",
@@ -686,6 +686,24 @@ def endpoint_packet(opcode, body=b"", *, psn=0, **net):
     pkt = _base(op, proto.ENDPOINT_QP, psn, **net)
     pkt.payload = bytes(body)
     return finalize(pkt)
+
+
+def port_status_packet(ports, *, src_id=0, dst_id=0, psn=0, **net):
+    """A port status update (spec §4 "Ports"): an endpoint request whose body is
+    :data:`~mrcnic.proto.PORT_STATUS` with the sender's port mask ``ports`` (bit p = port p
+    up), for the receiver's QP ``dst_id``. ``net`` as for :func:`write_packet`."""
+    body = proto.PORT_STATUS.pack(type=proto.EP_PORT_STATUS, ports=ports, src_id=src_id,
+                                  dst_id=dst_id)
+    return endpoint_packet(Opcode.EP_REQUEST, body, psn=psn, **net)
+
+
+def port_status(pkt):
+    """The :data:`~mrcnic.proto.PORT_STATUS` fields of a decoded packet that is a port status
+    update, else None."""
+    if (pkt.bth["opcode"] != Opcode.EP_REQUEST or len(pkt.payload) != proto.PORT_STATUS.size
+            or pkt.payload[0] != proto.EP_PORT_STATUS):
+        return None
+    return proto.PORT_STATUS.unpack(pkt.payload)
 
 
 # --- SACK helpers --------------------------------------------------------------------------

@@ -197,6 +197,22 @@ class PathSelectorModel:
                 return qp, ev, k
         return None
 
+    def announce_round(self, live, port_ok):
+        """The announce records of the round that a change of this NIC's live ports (``live``:
+        enabled and up) starts, in order: for each QP, one on the first EV of its profile
+        usable with the port mask ``port_ok``; a QP with none is passed over."""
+        out = []
+        for qp in range(self.qps):
+            p = self.qp_profile[qp]
+            ev = next((e for e in range(self.n) if self._usable(p, e, port_ok)), None)
+            if ev is None:
+                continue
+            self.counts["announcements"] += 1
+            out.append({"qp": qp, "ev": ev, "plane": plane_of(ev, self.planes),
+                        "entropy": self.entropy(p, ev), "expanded": self.prof[p].expanded[ev],
+                        "announce": 1, "ports": live})
+        return out
+
     def probe_round(self, qp):
         """Set where the probe round looks next (the block's after a reset: QP 0)."""
         self.probe_qp = qp

@@ -3,7 +3,8 @@
 :func:`receive` takes one frame as ``Srv6Decap`` leaves it (Ethernet | inner IPv6 | UDP |
 BTH | ... | ICRC, no FCS), its ``DECAP_META`` record (a dict), the ``tuser`` bad flag and
 the register values (:class:`RxRegs`), and returns what the block does with it
-(:class:`RxResult`): the drop cause, or the record it emits (``pkt``, ``ack`` or ``nak``)
+(:class:`RxResult`): the drop cause, or the record it emits (``pkt``, ``ack``, ``nak`` or
+``peer``)
 and, for a data packet, the payload it holds until its verdict. A probe's ``timestamp`` is
 its PETH's, a data or trimmed packet's its TSETH's (0 without one).
 
@@ -16,11 +17,12 @@ must agree. Checks, in priority order (the first that fails names the drop):
    header not UDP, UDP destination port not ``udp_dport``;
 3. ``truncated``: shorter than Ethernet + IPv6 + UDP + BTH (74 bytes); a trimmed WRITE that
    ends before the end of its RETH; any other frame shorter than its headers + ICRC;
-4. ``opcode``: not WRITE_*, ACK, SACK, NACK or probe; a trimmed frame that is not a WRITE
-   (a switch trims data packets only);
+4. ``opcode``: not WRITE_*, ACK, SACK, NACK, probe or endpoint request; an endpoint request
+   to a QP other than ``ENDPOINT_QP`` or whose body is not a port status update; a trimmed
+   frame that is not a WRITE (a switch trims data packets only);
 5. ``length`` (not on trimmed frames): IPv6 payload length + 54 or UDP length not the frame's
    length; payload + pad not a multiple of 4, or pad larger than it (WRITE); bytes after the
-   headers or a pad count on ACK, SACK, NACK, probe;
+   headers or a pad count on ACK, SACK, NACK, probe, port status;
 6. ``icrc`` (not on trimmed frames);
 7. ``too_long``: a WRITE payload longer than ``min(pmtu, pmtu_max)``.
 
@@ -36,8 +38,8 @@ refuses for one of those.
 from dataclasses import dataclass
 
 from .. import proto
-from ..proto import BTH, CC_STATE, IPV6, NETH, PETH, RETH, SETH, TSETH, UDP, AETH, \
-    EvMode, NackCode, Opcode
+from ..proto import BTH, CC_STATE, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH, TSETH, UDP, \
+    AETH, EvMode, NackCode, Opcode
 from . import packet as pk
 
 __all__ = ["RxRegs", "RxResult", "ModelDomainError", "receive", "match_pkts",
@@ -46,12 +48,13 @@ __all__ = ["RxRegs", "RxResult", "ModelDomainError", "receive", "match_pkts",
 
 CAUSES = ("in_bad", "not_roce", "truncated", "opcode", "length", "icrc", "too_long",
           "no_room")
-KINDS = ("data", "trimmed", "probe", "sack", "nack", "ack", "nak")
+KINDS = ("data", "trimmed", "probe", "sack", "nack", "ack", "nak", "port_status")
 
 IP, UDP_AT, BTH_AT, EXT_AT = 14, 54, 62, 74
 WRITES = tuple(range(Opcode.WRITE_FIRST, Opcode.WRITE_ONLY_IMM + 1))
 CONTROL_HEADERS = {Opcode.ACK: AETH.size, Opcode.SACK: SETH.size + CC_STATE.size,
-                   Opcode.NACK: NETH.size, Opcode.PROBE: PETH.size}
+                   Opcode.NACK: NETH.size, Opcode.PROBE: PETH.size,
+                   Opcode.EP_REQUEST: PORT_STATUS.size}
 
 
 class ModelDomainError(ValueError):
@@ -73,6 +76,7 @@ class RxResult:
     pkt: dict | None = None           # RX_PKT fields (tag 0: the block numbers slot records)
     ack: dict | None = None           # ACK_DESC fields
     nak: dict | None = None           # {qp, psn, syndrome}
+    peer: dict | None = None          # {qp, ports}: a port status update (PEER_STATUS)
     payload: bytes | None = None      # held for a verdict (data packets)
 
 
@@ -143,6 +147,9 @@ def receive(frame, meta, regs=None, *, tuser=0, pmtu_max=4096):
         return RxResult(cause="opcode")
     if n < hdr + proto.ICRC_LEN:
         return RxResult(cause="truncated")
+    if op == Opcode.EP_REQUEST and (bth["dest_qp"] != proto.ENDPOINT_QP
+                                    or frame[EXT_AT] != proto.EP_PORT_STATUS):
+        return RxResult(cause="opcode")
     rest = n - proto.ICRC_LEN - hdr
     pad = bth["pad"]
     plen = inner["payload_length"]
@@ -174,6 +181,9 @@ def receive(frame, meta, regs=None, *, tuser=0, pmtu_max=4096):
         return RxResult(kind="data", pkt=rec, payload=p.payload)
     if op == Opcode.PROBE:
         return RxResult(kind="probe", pkt=dict(base, timestamp=p.peth["timestamp"]))
+    if op == Opcode.EP_REQUEST:
+        st = pk.port_status(p)
+        return RxResult(kind="port_status", peer={"qp": st["dst_id"], "ports": st["ports"]})
     qp = base["qp"]
     if op == Opcode.ACK:
         if p.aeth["syndrome"] == 0:
@@ -277,7 +287,7 @@ def data_frame(rng, max_payload=300, *, length=None, op=None, ts=None):
 
 
 def control_frame(rng, kind=None):
-    kind = kind or rng.choice(["sack", "nack", "probe", "ack", "nak"])
+    kind = kind or rng.choice(["sack", "nack", "probe", "ack", "nak", "port_status"])
     qp, psn = rng.getrandbits(24), rng.getrandbits(24)
     if kind == "sack":
         p = pk.sack_packet(qp, rng.getrandbits(24), rng.getrandbits(64),
@@ -298,6 +308,9 @@ def control_frame(rng, kind=None):
     elif kind == "probe":
         p = pk.probe_packet(qp, rng.getrandbits(16), timestamp=rng.getrandbits(16), psn=psn,
                             **net(rng))
+    elif kind == "port_status":
+        p = pk.port_status_packet(rng.getrandbits(32), src_id=rng.getrandbits(16),
+                                  dst_id=rng.getrandbits(16), psn=psn, **net(rng))
     else:
         syndrome = 0 if kind == "ack" else rng.choice([proto.AETH_SYNDROME_ACCESS_ERROR,
                                                         0x60, 0x20])
@@ -365,7 +378,7 @@ BAD_KINDS = ("icrc", "truncated", "length", "udp_port", "opcode", "ethertype", "
 
 def random_mix(rng, n, *, max_payload=300, bad=0.25):
     """``n`` random ``(frame, meta, tuser)``: data packets of every WRITE opcode (TSETH or
-    not, pad), SACK, NACK, probe, AETH ACK/NAK, trimmed packets (PASS and SRv6), ECN marks,
+    not, pad), SACK, NACK, probe, AETH ACK/NAK, port status, trimmed packets (PASS and SRv6), ECN marks,
     and a share ``bad`` of frames broken in one of :data:`BAD_KINDS`."""
     out = []
     for _ in range(n):

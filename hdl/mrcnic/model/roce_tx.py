@@ -7,6 +7,8 @@ with the QP's context and the registers, and the causes for which the block mark
 A probe: BTH A = 0 and rtx = 0 whatever the descriptor says, so the first-transmission
 DSCP; PETH probe_id = ``msn``, src_id = ``qp``, dst_id = the remote QP number's low 16
 bits, timestamp = ``rqmsn``; no payload, and a ``length`` other than 0 is ``too_long``.
+A port status update (EP_REQUEST): the same, with ``port_status_packet`` (ports = ``imm``,
+src_id = ``qp``, dst_id = the remote QP number's low 16 bits).
 """
 
 from .. import proto
@@ -49,13 +51,18 @@ class RoceTxModel:
         net = dict(src_mac=r["local_mac"], dst_mac=mac, src_ip=r["local_ip"], dst_ip=ip,
                    ev=desc["entropy"], ecn=r["ecn"], hop_limit=r["hop_limit"],
                    udp_dport=r["udp_dport"], pkey=r["pkey"])
-        if op == proto.Opcode.PROBE:
+        if op in (proto.Opcode.PROBE, proto.Opcode.EP_REQUEST):
             if desc["length"] != 0:
                 causes.add("too_long")
-            assert not payload, "a probe takes no payload"
-            pkt = pk.probe_packet(rqp, desc["msn"], src_id=qp, dst_id=rqp & 0xFFFF,
-                                  timestamp=desc["rqmsn"], psn=desc["psn"],
-                                  dscp=r["dscp_data"], ack_req=0, rtx=0, **net)
+            assert not payload, "a probe or port status update takes no payload"
+            if op == proto.Opcode.PROBE:
+                pkt = pk.probe_packet(rqp, desc["msn"], src_id=qp, dst_id=rqp & 0xFFFF,
+                                      timestamp=desc["rqmsn"], psn=desc["psn"],
+                                      dscp=r["dscp_data"], ack_req=0, rtx=0, **net)
+            else:
+                pkt = pk.port_status_packet(desc["imm"], src_id=qp, dst_id=rqp & 0xFFFF,
+                                            psn=desc["psn"], dscp=r["dscp_data"], ack_req=0,
+                                            rtx=0, **net)
             return pk.encode(pkt), causes
         if op not in _WRITES:
             causes.add("bad_opcode")
