@@ -250,7 +250,8 @@ def _add_report(sub):
                                    "against a bare registered AXI-Stream slice) and "
                                    "synthesise it at 512 bits for Xilinx 7-series (LUT/FF, "
                                    "logic levels). Measurements are kept in build/report and "
-                                   "reused: a run measures what is missing. Hours of CPU for "
+                                   "reused while the block's gateware is the same: a run "
+                                   "measures what is missing or changed. Hours of CPU for "
                                    "all of it.")
     p.add_argument("--only", action="append", default=[], metavar="BLOCK",
                    help="measure only this block (repeatable)")
