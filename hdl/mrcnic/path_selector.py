@@ -138,8 +138,8 @@ Latency, throughput
     ``sim/test_path_selector.py``.
 
 Resources
-    ``qps=8 ev_count=32 planes=4 profiles=2 ev_bits=32`` on an LFE5U-85F-6: 6965 LUT4,
-    2774 FF, 2 DP16KD (block alone, Yosys), 64.6 MHz placed (nextpnr). Defaults, block
+    ``qps=8 ev_count=32 planes=4 profiles=2 ev_bits=32`` on an LFE5U-85F-6: 7550 LUT4,
+    2879 FF, 2 DP16KD (block alone, Yosys), 64.7 MHz placed (nextpnr, ``mrcnic report``). Defaults, block
     alone, an earlier revision: 43345 LUT4, 9337 FF, 30 DP16KD, not placed
     (``docs/blocks/path-selector.md``).
 """
