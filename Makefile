@@ -14,7 +14,9 @@ DEMO    := build/demo
 # configuration measured so far; mrcnic demo's own defaults are the 8-plane ones).
 DEMO_NIC ?= --planes 4 --qps 2 --ev-count 16 --pmtu 4096 --size 196608
 
-.PHONY: all setup tools test test-fast soak demo lint report clean help
+BOARD   ?= ulx3s-85f
+
+.PHONY: all setup tools test test-fast soak demo lint report bitstream clean help
 
 all: help
 
@@ -24,6 +26,7 @@ help:
 	@echo "make test-fast unit tests on Amaranth's simulator only"
 	@echo "make soak      long randomized runs, every width, full-length Icarus runs"
 	@echo "make report    measure every block (ECP5 place and route, Xilinx synthesis): hours"
+	@echo "make bitstream BOARD=ulx3s-85f  the board's self-test bitstream (about an hour)"
 	@echo "make clean     remove build outputs (keeps .venv)"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -93,6 +96,11 @@ demo: setup
 # Measures what build/report does not hold yet and rewrites docs/performance.md.
 report: setup
 	$(BIN)/mrcnic report
+
+# The self-test bitstream of $(BOARD) (ulx3s-85f, ecpix5-85f, orangecrab-r0.2-85f), in
+# build/boards/$(BOARD)/top.bit; then `mrcnic build --board $(BOARD) --program` loads it.
+bitstream: setup
+	$(BIN)/mrcnic build --board $(BOARD)
 
 clean:
 	rm -rf build sim_build .pytest_cache

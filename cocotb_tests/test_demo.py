@@ -1,7 +1,7 @@
 """The two-NIC simulation of ``mrcnic demo`` on Verilator (in ``make soak`` and ``make demo``:
-building two NICs takes minutes): 4 planes, a plane failing mid-transfer, then 1% loss;
-every byte placed once, intact, every work request completed; and bad frames of every kind
-dropped and counted."""
+building two NICs takes minutes): 4 planes, a plane failing mid-transfer, 1% loss, a gray
+link, incast with trimming, heavy reordering; every byte placed once, intact, every work
+request completed; and bad frames of every kind dropped and counted."""
 
 import pytest
 
@@ -12,18 +12,30 @@ SMALL = {"planes": 4, "size": 256 << 10, "msg_bytes": 32 << 10, "pmtu_log2": 12,
          "qps": 2, "ev_count": 16, "max_cycles": 600_000}
 
 
+CASES = {
+    "plane_failure": {"failures": [demo.parse_failure("1@60")]},
+    "loss": {"loss": 0.01},
+    # plane 2's link from a's leaf to spine 1 drops 30% of its frames from 40 us on
+    "gray_link": {"failures": [demo.parse_gray("2:1@40:0.3")]},
+    # two more hosts send to b on every plane at a link's full rate from 20 us: b's leaf
+    # egress queues fill and trim
+    "incast": {"incast": 2},
+    # up to 2 us of random delay per frame: frames of one plane overtake each other
+    "reordering": {"jitter_ns": 2000.0},
+}
+
+
 @pytest.mark.soak
-@pytest.mark.parametrize("case", ["plane_failure", "loss"])
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_two_nics_over_the_fabric(case, tmp_path):
-    cfg = dict(SMALL)
-    if case == "plane_failure":
-        cfg["failures"] = [demo.parse_failure("1@60")]
-    else:
-        cfg["loss"] = 0.01
+    cfg = dict(SMALL, **CASES[case])
     m = demo.run_demo(cfg, out_dir=str(tmp_path))
     print(demo.summary(m))
     assert m["complete"] and m["completions"] == m["work_requests"]
     assert m["missing"] == 0 and m["duplicates"] == 0
+    if case == "incast":            # the case is what it says: trims, NACKed as trimmed
+        assert m["fabric"]["trims"] > 0
+        assert m["counters"]["b.psn-tracker"]["trimmed"] > 0
 
 
 @pytest.mark.soak

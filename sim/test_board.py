@@ -114,3 +114,33 @@ def test_a_finished_build_is_read_from_nextpnrs_report(tmp_path):
     report["fmax"]["$glbnet$clk_selftest"]["achieved"] = 16.6
     (tmp_path / "report.json").write_text(json.dumps(report))
     assert not selftest_result("ulx3s-85f", tmp_path, 16.667, 16.6667, 12.0).met
+    # The PLL's net under the design's own name: found by its constraint.
+    report["fmax"] = {"$glbnet$clk": {"achieved": 22.19, "constraint": 16.6669},
+                      "$glbnet$other": {"achieved": 5.0, "constraint": 100.0}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    r = selftest_result("ulx3s-85f", tmp_path, 16.667, 16.6667, 12.0)
+    assert (r.fmax_mhz, r.met) == (22.19, True)
+
+
+def test_a_build_of_the_same_design_is_reused_and_another_is_rebuilt(tmp_path, monkeypatch):
+    """The build script is replaced by one that writes a report and a bitstream and counts
+    its runs: the same design built twice runs it once; another design runs it again."""
+    from mrcnic import board
+    runs = []
+
+    def fake_run(cmd, *, cwd, env, log):
+        runs.append(cmd)
+        report = {"fmax": {"$glbnet$clk_selftest": {"achieved": 30.0, "constraint": 20.0}},
+                  "utilization": {"TRELLIS_COMB": {"used": 100, "available": 83640}}}
+        (cwd / "report.json").write_text(json.dumps(report))
+        (cwd / "top.bit").write_bytes(b"bits")
+
+    monkeypatch.setattr(board, "_run", fake_run)
+    first = board.build_selftest("ecpix5-85f", build_dir=tmp_path, core=Pins)
+    again = board.build_selftest("ecpix5-85f", build_dir=tmp_path, core=Pins)
+    assert (len(runs), first.reused, again.reused, again.met) == (1, False, True, True)
+    assert "reused" not in json.loads((tmp_path / "summary.json").read_text())
+    board.build_selftest("ecpix5-85f", 25.0, build_dir=tmp_path, core=Pins)   # another clock
+    assert len(runs) == 2
+    board.build_selftest("ecpix5-85f", 25.0, build_dir=tmp_path, reuse=False, core=Pins)
+    assert len(runs) == 3

@@ -68,11 +68,11 @@ class Source:
 
 
 def run_tracker(records, *, qps=4, mpr_max=8, max_wimm_dest=8, sack_every=8, rng=None,
-                idle=0.0, backpressure=0.0, setup=None, max_cycles=None):
+                idle=0.0, backpressure=0.0, setup=None, max_cycles=None, window_chunks=3):
     """Run ``records`` through a PsnTracker; returns (verdicts, acks, completions, source,
     sinks, registers read at the end)."""
     rng = rng or random.Random(0)
-    dut = PsnTracker(qps, mpr_max, max_wimm_dest)
+    dut = PsnTracker(qps, mpr_max, max_wimm_dest, window_chunks)
     n = len([r for r in records if r is not None])
     model = PsnTrackerModel(qps, mpr_max, max_wimm_dest, sack_every)
     if setup:
@@ -147,13 +147,15 @@ def test_spec_worked_example():
     assert got["ack"] == [w[1] for w in want if w[1] is not None]
 
 
-@pytest.mark.parametrize("qps,mpr_max,wimm", [(4, 8, 8), (1, 1, 2), (5, 2, 3), (3, 16, 4)])
-def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, mpr_max, wimm):
+@pytest.mark.parametrize("qps,mpr_max,wimm,chunks", [
+    (4, 8, 8, 3), (1, 1, 2, 3), (5, 2, 3, 3), (3, 16, 4, 3),
+    (2, 1, 2, 2), (3, 4, 3, 2)])
+def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, mpr_max, wimm, chunks):
     rng = seeded()
     recs = random_arrivals(rng, soak(700), qps=qps, spread=min(60, mpr_max * 128 // 5))
     want, got, src, sinks, regs, model = run_tracker(
         recs, qps=qps, mpr_max=mpr_max, max_wimm_dest=wimm, sack_every=rng.choice([0, 1, 4, 8]),
-        rng=rng, idle=0.2, backpressure=0.3)
+        rng=rng, idle=0.2, backpressure=0.3, window_chunks=chunks)
     check(want, got, model, regs)
     # Refused completions are never resent by this open-loop traffic, so a small store
     # stalls the window; placement must still be exercised.
@@ -270,10 +272,12 @@ def test_sacks_per_data_packet_with_coalescing(sack_every):
         assert figures["sprayed"] > figures["in order"]
 
 
-def test_cack_runs_over_a_filled_hole_fast():
+@pytest.mark.parametrize("chunks", [3, 2])
+def test_cack_runs_over_a_filled_hole_fast(chunks):
     """PSNs 1..1000 arrive, then 0: CACK jumps by 1001. Measures PSNs per cycle of advance."""
     recs = [data_packet(0, p) for p in range(1, 1001)] + [data_packet(0, 0, ack_req=1)]
-    want, got, src, sinks, regs, model = run_tracker(recs, qps=1, sack_every=0)
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=1, sack_every=0,
+                                                     window_chunks=chunks)
     check(want, got, model, regs)
     assert got["ack"][-1]["cack"] == 1000
     vcycle = sinks["verdict"].cycles[-1]
@@ -281,22 +285,24 @@ def test_cack_runs_over_a_filled_hole_fast():
     # The SACK for PSN 0 comes once the whole run is acknowledged.
     extra = acycle - vcycle
     rate = 1001 / max(1, extra + 1)
-    print(f"CACK advance: 1001 PSNs, SACK {extra} cycles after the verdict "
+    print(f"CACK advance, window of {chunks} chunks: 1001 PSNs, SACK {extra} cycles after "
+          f"the verdict "
           f"({regs['continuations']['count']} continuations): {rate:.0f} PSNs per cycle")
     assert rate >= 64
 
 
-@pytest.mark.parametrize("mpr_max", [1, 2, 4])
-def test_a_full_window_filled_by_its_first_psn(mpr_max):
+@pytest.mark.parametrize("mpr_max,chunks", [(1, 3), (2, 3), (4, 3), (1, 2), (2, 2), (4, 2)])
+def test_a_full_window_filled_by_its_first_psn(mpr_max, chunks):
     """Every PSN of the window but the first arrives, then the first: CACK runs to the
-    window's end and stops there. With a ring shorter than the 384-PSN window read
-    (mpr_max 1 or 2), the window's later laps alias the packet's own position, which must
-    read "not arrived" in the search and in the SACK bitmap."""
+    window's end and stops there. With a ring shorter than the window read (mpr_max 1 or
+    2), the window's later laps alias the packet's own position, which must read "not
+    arrived" in the search and in the SACK bitmap. A receive window longer than the
+    window read takes continuations."""
     ring = mpr_max * 128
     recs = [data_packet(0, p) for p in range(1, ring)]
     recs += [data_packet(0, 0, ack_req=1), data_packet(0, ring, ack_req=1)]
     want, got, src, sinks, regs, model = run_tracker(recs, qps=1, mpr_max=mpr_max,
-                                                     sack_every=0)
+                                                     sack_every=0, window_chunks=chunks)
     check(want, got, model, regs)
     first, last = got["ack"][-2:]
     assert (first["cack"], first["bitmap"]) == (ring - 1, 0)
@@ -328,6 +334,7 @@ def test_full_completion_store_refuses_but_never_deadlocks():
 @pytest.mark.parametrize("kwargs,match", [
     ({"qps": 0}, "qps"), ({"qps": 70000}, "qps"), ({"mpr_max": 3}, "mpr_max"),
     ({"mpr_max": 128}, "mpr_max"), ({"max_wimm_dest": 0}, "max_wimm_dest"),
+    ({"window_chunks": 1}, "window_chunks"), ({"window_chunks": 4}, "window_chunks"),
 ])
 def test_bad_parameters_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -93,6 +93,8 @@ Operation
 Parameters
     ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 QP
     contexts (default 64).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``desc`` (in, metadata stream of :data:`~mrcnic.ack_desc.ACK_DESC`; ``desc.ready`` is a
@@ -137,8 +139,8 @@ from amaranth.lib.wiring import In, Out
 from . import proto, registry
 from .ack_desc import ACK_DESC, QP_INDEX_BITS
 from .crc import crc32_raw, matrix_of
-from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
-                  ipv6_registers, mac_registers)
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters, ipv6_registers, mac_registers)
 from .proto import AETH, BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
 from .roce_rx import NAK
 from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
@@ -440,7 +442,8 @@ class AckGenerator(wiring.Component):
     :attr:`latency` the cycles from a record's handshake to its frame's first beat.
     """
 
-    def __init__(self, data_width=512, qps=64):
+    def __init__(self, data_width=512, qps=64, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         self.data_width = check_data_width(data_width, minimum=64, maximum=2048,
                                            power_of_two=True)
         if not isinstance(qps, int) or isinstance(qps, bool):
@@ -692,13 +695,13 @@ class AckGenerator(wiring.Component):
             events.naks.eq(handed & last & is_aeth),
             events.bad_qp.eq(en & r0_valid & ~r0_ok),
         ]
-        event_counters(m, f, events, ACK_COUNTERS, f["control"]["clear"])
+        event_counters(m, f, events, ACK_COUNTERS, f["control"]["clear"], width=self.counter_width)
         return m
 
 
 @registry.register("ack-generator", "SACK, NACK and AETH NAK control frames (RX side): "
                    "one frame per descriptor or nak record, headers from registers and a "
                    "per-QP context table, ICRC computed in line",
-                   defaults={"data_width": 512, "qps": 64})
-def _ack_generator_block(data_width, qps):
-    return AckGenerator(data_width, qps)
+                   defaults={"data_width": 512, "qps": 64, "counter_width": 32})
+def _ack_generator_block(data_width, qps, counter_width):
+    return AckGenerator(data_width, qps, counter_width=counter_width)

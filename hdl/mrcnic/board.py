@@ -8,6 +8,7 @@ restores a plane). The board clock feeds a PLL at ``freq_mhz``; the design is he
 reset until the PLL locks.
 """
 
+import hashlib
 import json
 import subprocess
 import time
@@ -20,7 +21,7 @@ from amaranth.lib import io
 from .selftest import SelfTest
 from .synth import (XILINX_BOARDS, _build_only, _critical_path, _refuse_xilinx, _run,
                     find_pll, get_board, parse_nextpnr_report, pll_sync_domain,
-                    tool_versions, yowasp_env)
+                    rtlil_digest, tool_versions, yowasp_env)
 
 __all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default",
            "BoardSelfTest", "build_selftest", "selftest_result", "program"]
@@ -56,9 +57,10 @@ SELFTEST_BOARDS = {
 }
 
 
-# The default self-test (2 planes, 64 bits, 2 QPs) fills 96% of an LFE5U-85F's LUTs (80,660
-# of 83,640 TRELLIS_COMB): boards with a smaller device keep their pin maps, for smaller
-# configurations, and a build of the default refuses them before any tool runs.
+# The default self-test (2 planes, 64 bits, 2 QPs, the board options) fills 78% of an
+# LFE5U-85F's LUTs (65,416 of 83,640 TRELLIS_COMB): boards with a smaller device keep their
+# pin maps, for smaller configurations, and a build of the default refuses them before any
+# tool runs.
 SELFTEST_DEVICE = "85F"
 
 
@@ -125,6 +127,8 @@ class SelfTestBuild:
     bitstream: str
     seconds: float
     tools: dict
+    design: str = ""            # design_digest() of what was built
+    reused: bool = False        # an earlier build of the same design (not written to JSON)
 
 
 # Decision: nextpnr's router2. The default router (router1) on the self-test at 96% of an
@@ -133,38 +137,63 @@ class SelfTestBuild:
 NEXTPNR_OPTS = "--report report.json --timing-allow-fail --router router2 --threads 2"
 
 
-def build_selftest(board, freq_mhz=None, build_dir=None, **params):
+def build_selftest(board, freq_mhz=None, build_dir=None, *, reuse=True, **params):
     """Place and route the self-test of ``board``; returns a :class:`SelfTestBuild` (also
-    ``summary.json`` in ``build_dir``, default ``build/boards/<board>``)."""
+    ``summary.json`` in ``build_dir``, default ``build/boards/<board>``). With ``reuse``,
+    a finished build in ``build_dir`` of the same design (:func:`design_digest`, kept in
+    its ``summary.json``; its bitstream there) is taken as it is (``reused``): an hour saved
+    when the board is programmed after the build."""
     _refuse_xilinx(board)
     top = BoardSelfTest(board, freq_mhz, **params)
     platform = _build_only(get_board(board))()
     if not params and not fits_default(board):
-        raise ValueError(f"the self-test fills 96% of an LFE5U-{SELFTEST_DEVICE}; the "
+        raise ValueError(f"the self-test fills 78% of an LFE5U-{SELFTEST_DEVICE}; the "
                          f"{board}'s {platform.device} cannot hold it (self-test boards "
                          f"with room: {', '.join(b for b in SELFTEST_BOARDS if fits_default(b))})")
     find_pll(platform.default_clk_frequency / 1e6, top.freq_mhz)
     env = yowasp_env()
     build_dir = Path(build_dir or Path("build", "boards", board)).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("report.json", "top.bit", "summary.json"):
-        (build_dir / stale).unlink(missing_ok=True)
     t0 = time.monotonic()
     plan = platform.build(top, name="top", do_build=False, do_program=False,
                           nextpnr_opts=NEXTPNR_OPTS)
+    design = design_digest(plan)
+    done = [build_dir / name for name in ("top.bit", "report.json", "summary.json")]
+    if reuse and all(path.exists() for path in done):
+        summary = json.loads(done[2].read_text())
+        if summary.get("design") == design:
+            return SelfTestBuild(**summary, reused=True)
+    for stale in done:
+        stale.unlink(missing_ok=True)
     plan.extract(build_dir)
     _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
     return selftest_result(board, build_dir, top.freq_mhz, top.pll.f_out_mhz,
-                           time.monotonic() - t0)
+                           time.monotonic() - t0, design)
 
 
-def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds):
+def design_digest(plan):
+    """A digest of what a build plan builds: its files (the RTLIL without source locations,
+    the constraints, the script) and the tools' versions. A build whose ``summary.json``
+    holds the same digest made the same bitstream."""
+    parts = [json.dumps(tool_versions(), sort_keys=True)]
+    for name in sorted(plan.files):
+        content = plan.files[name]
+        if isinstance(content, bytes):
+            content = content.decode(errors="replace")
+        parts.append(name + "\0" + (rtlil_digest(content) if name.endswith(".il") else content))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design=""):
     """The :class:`SelfTestBuild` of a finished build in ``build_dir`` (nextpnr's
     ``report.json`` there), also written as ``summary.json``."""
     build_dir = Path(build_dir)
     report = json.loads((build_dir / "report.json").read_text())
     fmax, util = parse_nextpnr_report(report)
-    clock = next((c for c in fmax if "clk_selftest" in c), None)
+    # The PLL's net: named clk_selftest, or after flattening the design's own "clk" (Yosys
+    # keeps one of a net's names); it is the clock constrained to the PLL's frequency.
+    clock = next((c for c in fmax if "clk_selftest" in c), None) or next(
+        (c for c in fmax if abs(fmax[c]["constraint"] - pll_mhz) <= 1e-3 * pll_mhz), None)
     achieved = fmax[clock]["achieved"] if clock else 0.0
     used = lambda kind: util.get(kind, {}).get("used", 0)
     result = SelfTestBuild(
@@ -173,8 +202,11 @@ def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds):
         ffs=used("TRELLIS_FF"), brams=used("DP16KD"),
         available={k: v["available"] for k, v in util.items()},
         critical_path=_critical_path(report, clock) if clock else None,
-        bitstream=str(build_dir / "top.bit"), seconds=seconds, tools=tool_versions())
-    (build_dir / "summary.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
+        bitstream=str(build_dir / "top.bit"), seconds=seconds, tools=tool_versions(),
+        design=design)
+    summary = asdict(result)
+    del summary["reused"]
+    (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return result
 
 

@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 def _add_verilog(sub):
@@ -60,6 +61,10 @@ def _add_build(sub):
                    help="clock in MHz (default: 100 for a block, the board's for the "
                         "self-test: 16.667 on the ULX3S, 20 on the others)")
     p.add_argument("--build-dir", default=None)
+    p.add_argument("--rebuild", action="store_true",
+                   help="build the self-test again even when the design is unchanged since "
+                        "the last build in the build directory (which is otherwise reused; "
+                        "a --block is always built)")
     p.add_argument("--program", action="store_true",
                    help="load the self-test into the board's SRAM (openFPGALoader)")
     p.add_argument("--flash", action="store_true",
@@ -94,7 +99,11 @@ def _run_build(args):
             params[name] = int(value, 0)
         if args.data_width is not None:
             params["data_width"] = args.data_width
-        result = board.build_selftest(args.board, args.freq, args.build_dir, **params)
+        result = board.build_selftest(args.board, args.freq, args.build_dir,
+                                      reuse=not args.rebuild, **params)
+        if result.reused:
+            print(f"the design is unchanged since the build in "
+                  f"{Path(result.bitstream).parent}: its bitstream is used")
         print(f"{result.board} self-test: {result.luts} LUT4 / {result.ffs} FF / "
               f"{result.brams} DP16KD of {result.available.get('TRELLIS_COMB', '?')} / "
               f"{result.available.get('TRELLIS_FF', '?')} / {result.available.get('DP16KD', '?')}"

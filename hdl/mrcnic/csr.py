@@ -33,7 +33,8 @@ from amaranth.lib.wiring import In, Out
 __all__ = [
     "CsrError", "ACCESS", "RESP_OKAY", "RESP_SLVERR",
     "AxiLiteSignature", "Field", "Register", "RegisterMap", "CsrBlock", "RegisterDriver",
-    "event_counters", "mac_registers", "ipv6_registers", "ipv6_value",
+    "COUNTER_WIDTHS", "check_counter_width", "event_counters", "mac_registers",
+    "ipv6_registers", "ipv6_value",
 ]
 
 
@@ -567,13 +568,29 @@ class RegisterDriver:
             await self.write(f"{prefix}_ip{i}", (ip >> (96 - 32 * i)) & 0xFFFFFFFF)
 
 
+COUNTER_WIDTHS = (0, 16, 32)
+
+
+def check_counter_width(width):
+    """``width`` if it is one of :data:`COUNTER_WIDTHS`; a ValueError otherwise."""
+    if width not in COUNTER_WIDTHS or isinstance(width, bool):
+        raise ValueError(f"counter_width = {width!r} is not one of {COUNTER_WIDTHS}")
+    return width
+
+
 def event_counters(m, fields, events, names, clear, width=32):
     """Count one-cycle ``events`` (a view with one member per name, each 1 bit or a small
     increment) into the ro fields ``fields[name]["count"]``; ``clear`` zeroes them all.
 
     The events are registered once before they count, so that the counters' adders start
     from a flip-flop rather than from the end of the logic that raised them (1 cycle later).
+    ``width`` (:data:`COUNTER_WIDTHS`): 32, 16 (wrapping at 2^16: the fields read the low
+    16 bits) or 0 (no counters: the fields read 0; for a build in which nothing reads
+    them, such as a board's self-test, where they are a tenth of the logic).
     """
+    check_counter_width(width)
+    if width == 0:
+        return
     registered = Signal.like(events)
     m.d.sync += registered.eq(events)
     for name in names:

@@ -87,7 +87,8 @@ def _failure_name(f):
 
 def _nic_params(cfg):
     return {"planes": cfg["planes"], "data_width": cfg["data_width"], "qps": cfg["qps"],
-            "ev_count": cfg["ev_count"], "buffer_bytes": 4 << cfg["pmtu_log2"]}
+            "ev_count": cfg["ev_count"], "buffer_bytes": 4 << cfg["pmtu_log2"],
+            "pmtu_max": max(4096, 1 << cfg["pmtu_log2"])}
 
 
 def _verilog(params, root):

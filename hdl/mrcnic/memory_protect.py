@@ -53,6 +53,8 @@ Operation
 Parameters
     ``regions``: region table entries, 1 .. 256 (default 16). ``qps``: QPs, 1 .. 1024
     (default 64).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``pkt`` in (:data:`~mrcnic.roce_rx.RX_PKT`), ``out`` out (:data:`MP_OUT`), ``nak`` out
@@ -83,7 +85,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from . import proto, registry
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .proto import Opcode
 from .roce_rx import NAK, RX_PKT
 from .stream import MetaSkidBuffer, meta_stream
@@ -166,7 +169,8 @@ class MemoryProtect(wiring.Component):
 
     latency = 6
 
-    def __init__(self, regions=16, qps=64):
+    def __init__(self, regions=16, qps=64, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         for name, value, top in (("regions", regions, MAX_REGIONS), ("qps", qps, MAX_QPS)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, not {value!r}")
@@ -392,7 +396,7 @@ class MemoryProtect(wiring.Component):
             ev.naks.eq(fire & violation),
             *[getattr(ev, c).eq(fire & violation & getattr(cause, c)) for c in CAUSES],
         ]
-        event_counters(m, f, ev, MP_COUNTERS, f["control"]["clear"])
+        event_counters(m, f, ev, MP_COUNTERS, f["control"]["clear"], width=self.counter_width)
         return m
 
 
@@ -442,6 +446,6 @@ def output_fifo(m, name, o):
 
 @registry.register("memory-protect", "RX memory protection: R_Key region CAM, per-QP "
                    "protection domain and error bit, deny flag and access-error NAKs",
-                   defaults={"regions": 16, "qps": 64})
-def _memory_protect_block(regions, qps):
-    return MemoryProtect(regions, qps)
+                   defaults={"regions": 16, "qps": 64, "counter_width": 32})
+def _memory_protect_block(regions, qps, counter_width):
+    return MemoryProtect(regions, qps, counter_width=counter_width)

@@ -22,7 +22,13 @@ Parameters
     ``planes`` 1, 2, 4 or 8 (default 4); ``data_width`` (default 64); ``qps`` (default 8);
     ``ev_count`` (default 32); ``msgs`` (default 16); ``buffer_bytes`` per plane (default
     16384); ``regions`` (default 16); ``outstanding`` PSNs per QP in the retransmit
-    tracker (default 1024).
+    tracker (default 1024). Board-size options (a board's self-test takes them all):
+    ``mpr_max`` of the PSN tracker (default 8; 1 suits ``outstanding`` 128),
+    ``window_chunks`` of the PSN tracker (3 or 2, default 3), its ``max_wimm_dest`` held
+    completions (default 8), ``pending`` entries of the
+    retransmit tracker's table (default 16), ``counter_width`` of every block's counters
+    (32, 16 or 0: none, default 32). ``pmtu_max``: the longest payload received (default
+    4096; 8192 for a jumbo PMTU, with ``buffer_bytes`` at least 4 x PMTU).
 
 Latency, throughput
     As the halves, plus one cycle on each plane's output (the frame mux).
@@ -65,10 +71,16 @@ class MrcNic(wiring.Component):
     """See the module docstring: the NIC datapath, ``mrc-nic``."""
 
     def __init__(self, planes=4, data_width=64, qps=8, ev_count=32, msgs=16,
-                 buffer_bytes=16384, regions=16, outstanding=1024):
+                 buffer_bytes=16384, regions=16, outstanding=1024, *, mpr_max=8,
+                 window_chunks=3, max_wimm_dest=8, pending=16, counter_width=32,
+                 pmtu_max=4096):
         self.planes, self.data_width, self.qps = planes, data_width, qps
-        self.tx = MrcTx(planes, data_width, qps, msgs, ev_count, outstanding=outstanding)
-        self.rx = MrcRx(planes, data_width, qps, buffer_bytes=buffer_bytes, regions=regions)
+        self.tx = MrcTx(planes, data_width, qps, msgs, ev_count, outstanding=outstanding,
+                        pending=pending, counter_width=counter_width)
+        self.rx = MrcRx(planes, data_width, qps, mpr_max=mpr_max, buffer_bytes=buffer_bytes,
+                        regions=regions, window_chunks=window_chunks,
+                        max_wimm_dest=max_wimm_dest, counter_width=counter_width,
+                        pmtu_max=pmtu_max)
         self.bus = CsrBus([("csr-bus", self.tx.bus.addr_width),
                            ("csr-bus", self.rx.bus.addr_width)])
         axis = AxiStreamSignature(data_width)
@@ -118,7 +130,14 @@ class MrcNic(wiring.Component):
                                                          "qps": 8, "ev_count": 32,
                                                          "msgs": 16, "buffer_bytes": 16384,
                                                          "regions": 16,
-                                                         "outstanding": 1024})
+                                                         "outstanding": 1024, "mpr_max": 8,
+                                                         "window_chunks": 3,
+                                                         "max_wimm_dest": 8, "pending": 16,
+                                                         "counter_width": 32,
+                                                         "pmtu_max": 4096})
 def _mrc_nic_block(planes, data_width, qps, ev_count, msgs, buffer_bytes, regions,
-                   outstanding):
-    return MrcNic(planes, data_width, qps, ev_count, msgs, buffer_bytes, regions, outstanding)
+                   outstanding, mpr_max, window_chunks, max_wimm_dest, pending, counter_width,
+                   pmtu_max):
+    return MrcNic(planes, data_width, qps, ev_count, msgs, buffer_bytes, regions, outstanding,
+                  mpr_max=mpr_max, window_chunks=window_chunks, max_wimm_dest=max_wimm_dest,
+                  pending=pending, counter_width=counter_width, pmtu_max=pmtu_max)

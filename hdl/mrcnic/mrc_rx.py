@@ -39,7 +39,12 @@ Operation
 
 Parameters
     ``planes`` 1 .. 8 (default 2); ``data_width`` (default 64); ``qps`` (default 8);
-    ``mpr_max`` (default 8); ``buffer_bytes`` per plane (default 16384).
+    ``mpr_max`` (default 8); ``buffer_bytes`` per plane (default 16384); ``regions`` of
+    the memory-protection table (default 16); ``window_chunks`` of the PSN tracker (3 or 2,
+    default 3); ``max_wimm_dest``, the PSN tracker's held completions (default 8);
+    ``counter_width`` of every block's counters, 32, 16 or 0 (none; default 32);
+    ``pmtu_max``, RoceRx's longest payload (default 4096; a jumbo PMTU such as 8192 needs
+    it raised, with ``buffer_bytes`` per RoceRx's rule).
 
 Latency, throughput
     Each plane takes one beat a cycle; the records of all planes share the tracker, one a
@@ -54,10 +59,10 @@ from amaranth.lib.wiring import In, Out
 from . import registry
 from .ack_desc import ACK_DESC
 from .ack_generator import ACK_REGS, AckGenerator
-from .csr import AxiLiteSignature
+from .csr import AxiLiteSignature, check_counter_width
 from .csr_bus import CsrBus
 from .memory_protect import MP_REGS, MemoryProtect
-from .psn_tracker import COMPLETION, PKT_IN, TRACKER_REGS, PsnTracker, Verdict
+from .psn_tracker import COMPLETION, PKT_IN, TRACKER_REGS, WINDOW_CHUNKS, PsnTracker, Verdict
 from .roce_rx import NAK, PEER_STATUS, PLACE, ROCE_RX_REGS, RX_PKT, RoceRx
 from .srv6_decap import DECAP_REGS, Srv6Decap
 from .stream import AxiStreamSignature, MetaArbiter, MetaSkidBuffer, meta_stream
@@ -72,7 +77,8 @@ MAX_QPS = 1 << 15               # a denied record goes to the tracker as QP inde
 
 class MrcRx(wiring.Component):
     def __init__(self, planes=2, data_width=64, qps=8, mpr_max=8, buffer_bytes=16384,
-                 regions=16):
+                 regions=16, window_chunks=3, max_wimm_dest=8, counter_width=32,
+                 pmtu_max=4096):
         if not isinstance(planes, int) or not 1 <= planes <= MAX_PLANES:
             raise ValueError(f"planes = {planes!r} is outside 1 .. {MAX_PLANES}")
         if not isinstance(qps, int) or not 1 <= qps <= MAX_QPS:
@@ -80,6 +86,13 @@ class MrcRx(wiring.Component):
                              f"goes to the PSN tracker as QP index {MAX_QPS})")
         self.planes, self.data_width, self.qps = planes, data_width, qps
         self.mpr_max, self.buffer_bytes, self.regions = mpr_max, buffer_bytes, regions
+        if window_chunks not in WINDOW_CHUNKS:
+            raise ValueError(f"window_chunks = {window_chunks!r} is not one of {WINDOW_CHUNKS}")
+        if not isinstance(max_wimm_dest, int) or not 1 <= max_wimm_dest <= 32:
+            raise ValueError(f"max_wimm_dest = {max_wimm_dest!r} is outside 1 .. 32")
+        self.window_chunks, self.max_wimm_dest = window_chunks, max_wimm_dest
+        self.pmtu_max = pmtu_max
+        self.counter_width = check_counter_width(counter_width)
         blocks = ([("srv6-decap", DECAP_REGS.addr_width)] * planes
                   + [("roce-rx", ROCE_RX_REGS.addr_width)] * planes
                   + [("memory-protect", MP_REGS.addr_width),
@@ -108,8 +121,9 @@ class MrcRx(wiring.Component):
 
         decaps, rxs = [], []
         for p in range(P):
-            d = Srv6Decap(W)
-            r = RoceRx(W, buffer_bytes=self.buffer_bytes)
+            d = Srv6Decap(W, counter_width=self.counter_width)
+            r = RoceRx(W, buffer_bytes=self.buffer_bytes, pmtu_max=self.pmtu_max,
+                       counter_width=self.counter_width)
             m.submodules[f"decap{p}"] = d
             m.submodules[f"rx{p}"] = r
             wiring.connect(m, wiring.flipped(getattr(self, f"s{p}_axis")), d.s_axis)
@@ -121,9 +135,12 @@ class MrcRx(wiring.Component):
             wiring.connect(m, bus.m_axil[P + p], r.s_axil)
             decaps.append(d)
             rxs.append(r)
-        m.submodules.protect = mp = MemoryProtect(self.regions, self.qps)
-        m.submodules.tracker = trk = PsnTracker(self.qps, self.mpr_max)
-        m.submodules.ackgen = gen = AckGenerator(W, self.qps)
+        cw = self.counter_width
+        m.submodules.protect = mp = MemoryProtect(self.regions, self.qps, counter_width=cw)
+        m.submodules.tracker = trk = PsnTracker(self.qps, self.mpr_max, self.max_wimm_dest,
+                                                window_chunks=self.window_chunks,
+                                                counter_width=cw)
+        m.submodules.ackgen = gen = AckGenerator(W, self.qps, counter_width=cw)
         wiring.connect(m, bus.m_axil[2 * P], mp.s_axil)
         wiring.connect(m, bus.m_axil[2 * P + 1], trk.s_axil)
         wiring.connect(m, bus.m_axil[2 * P + 2], gen.s_axil)
@@ -235,6 +252,11 @@ class MrcRx(wiring.Component):
                    "parsing, memory protection, one PSN tracker, SACK/NACK frames on the "
                    "planes of their EVs and AETH NAKs for access errors, placement per "
                    "plane", defaults={"planes": 2, "data_width": 64, "qps": 8, "mpr_max": 8,
-                                      "buffer_bytes": 16384, "regions": 16})
-def _mrc_rx_block(planes, data_width, qps, mpr_max, buffer_bytes, regions):
-    return MrcRx(planes, data_width, qps, mpr_max, buffer_bytes, regions)
+                                      "buffer_bytes": 16384, "regions": 16,
+                                      "window_chunks": 3, "max_wimm_dest": 8,
+                                      "counter_width": 32, "pmtu_max": 4096})
+def _mrc_rx_block(planes, data_width, qps, mpr_max, buffer_bytes, regions, window_chunks,
+                  max_wimm_dest, counter_width, pmtu_max):
+    return MrcRx(planes, data_width, qps, mpr_max, buffer_bytes, regions,
+                 window_chunks=window_chunks, max_wimm_dest=max_wimm_dest,
+                 counter_width=counter_width, pmtu_max=pmtu_max)

@@ -75,7 +75,9 @@ Parameters
     ``planes`` 1, 2, 4 or 8 (default 4); ``data_width`` 64 .. 2048 (default 64); ``qps``
     1 .. 1024 (default 8); ``msgs`` messages in flight per QP (default 16); ``ev_count``
     EVs per profile (default 32); ``profiles`` (default 2); ``ev_bits`` 128 (SRv6) or
-    256 (SRv6 + SRH) (default 128); ``outstanding`` PSNs per QP (default 1024).
+    256 (SRv6 + SRH) (default 128); ``outstanding`` PSNs per QP (default 1024);
+    ``pending`` entries of the retransmit tracker's pending table (default 16);
+    ``counter_width`` of every block's counters, 32, 16 or 0 (none; default 32).
 
 Ports
     ``wr`` in, ``done`` out (:data:`~mrcnic.tx_segmenter.WR_DONE`); ``preq`` out,
@@ -98,8 +100,8 @@ from amaranth.lib.wiring import In, Out
 
 from . import proto, registry
 from .ack_desc import ACK_DESC, QP_INDEX_BITS
-from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
-                  ipv6_registers, ipv6_value)
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters, ipv6_registers, ipv6_value)
 from .csr_bus import CsrBus
 from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS, FeedbackKind
 from .path_selector import EVENT, SELECTOR_REGS, PathSelector
@@ -185,7 +187,7 @@ class MrcTx(wiring.Component):
     """See the module docstring: the transmit half, ``mrc-tx``."""
 
     def __init__(self, planes=4, data_width=64, qps=8, msgs=16, ev_count=32, profiles=2,
-                 ev_bits=128, outstanding=1024):
+                 ev_bits=128, outstanding=1024, pending=16, counter_width=32):
         if planes not in PLANE_CHOICES:
             raise ValueError(f"planes = {planes!r} is not one of {PLANE_CHOICES}")
         if not isinstance(qps, int) or not 1 <= qps <= MAX_QPS:
@@ -196,12 +198,13 @@ class MrcTx(wiring.Component):
         self.planes, self.data_width, self.qps, self.msgs = planes, data_width, qps, msgs
         self.ev_count, self.profiles, self.ev_bits = ev_count, profiles, ev_bits
         self.outstanding = outstanding
+        self.counter_width = cw = check_counter_width(counter_width)
         # The blocks are made here so that a bad parameter fails at construction.
-        self.seg = TxSegmenter(qps, msgs)
-        self.sel = PathSelector(qps, ev_count, planes, profiles, ev_bits)
-        self.trk = RetransmitTracker(qps, outstanding, 32)
-        self.tx = RoceTx(data_width, qps)
-        self.encap = Srv6Encap(data_width)
+        self.seg = TxSegmenter(qps, msgs, counter_width=cw)
+        self.sel = PathSelector(qps, ev_count, planes, profiles, ev_bits, counter_width=cw)
+        self.trk = RetransmitTracker(qps, outstanding, 32, pending, counter_width=cw)
+        self.tx = RoceTx(data_width, qps, counter_width=cw)
+        self.encap = Srv6Encap(data_width, counter_width=cw)
         self.bus = CsrBus([("mrc-tx", MRC_TX_REGS.addr_width),
                            ("tx-segmenter", SEG_REGS.addr_width),
                            ("path-selector", SELECTOR_REGS.addr_width),
@@ -450,7 +453,7 @@ class MrcTx(wiring.Component):
         done = frame_demux(m, encap.m_axis, plane_fifo.r_data, plane_fifo.r_rdy, outs)
         m.d.comb += plane_fifo.r_en.eq(done)
 
-        event_counters(m, f, events, COUNTERS, f["control"]["clear"])
+        event_counters(m, f, events, COUNTERS, f["control"]["clear"], width=self.counter_width)
         return m
 
 
@@ -458,6 +461,8 @@ class MrcTx(wiring.Component):
                    "path selection, RoCEv2 frames, SRv6 encapsulation, one port per plane",
                    defaults={"planes": 4, "data_width": 64, "qps": 8, "msgs": 16,
                              "ev_count": 32, "profiles": 2, "ev_bits": 128,
-                             "outstanding": 1024})
-def _mrc_tx_block(planes, data_width, qps, msgs, ev_count, profiles, ev_bits, outstanding):
-    return MrcTx(planes, data_width, qps, msgs, ev_count, profiles, ev_bits, outstanding)
+                             "outstanding": 1024, "pending": 16, "counter_width": 32})
+def _mrc_tx_block(planes, data_width, qps, msgs, ev_count, profiles, ev_bits, outstanding,
+                  pending, counter_width):
+    return MrcTx(planes, data_width, qps, msgs, ev_count, profiles, ev_bits, outstanding,
+                 pending=pending, counter_width=counter_width)

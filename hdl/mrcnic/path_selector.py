@@ -122,6 +122,8 @@ Parameters
     (default 256); ``planes`` 1, 2, 4 or 8 (default 8), at most ``ev_count``; ``profiles``
     1 .. 16 (default 4); ``ev_bits`` the expanded EV carried, 32 (STEV, UDP), 128 (SRv6) or
     256 (SRv6 + SRH) (default 256).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``req`` in (:data:`REQUEST`), ``rsp`` out (:func:`response_layout`), ``fb`` in
@@ -156,7 +158,8 @@ from amaranth.utils import ceil_log2
 
 from . import proto, registry
 from .ack_desc import QP_INDEX_BITS
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, PROBE_KINDS, FeedbackKind
 from .gates import first_set_of
 from .model.ev import MAX_FIELD_WIDTH, MAX_FORMAT_FIELDS
@@ -365,7 +368,8 @@ class PathSelector(wiring.Component):
     latency = 6
 
     def __init__(self, qps=64, ev_count=256, planes=8, profiles=PROFILES_DEFAULT,
-                 ev_bits=256, *, formal=False, _skip_recheck=False):
+                 ev_bits=256, *, counter_width=32, formal=False, _skip_recheck=False):
+        self.counter_width = check_counter_width(counter_width)
         if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
             raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
         if not (isinstance(ev_count, int) and 2 <= ev_count <= 1 << EV_INDEX_BITS
@@ -1151,7 +1155,7 @@ class PathSelector(wiring.Component):
             evs.refused.eq(refused),
             evs.peer_updates.eq(is_peer_fb),
         ]
-        event_counters(m, f, evs, COUNTERS, f["control"]["clear"])
+        event_counters(m, f, evs, COUNTERS, f["control"]["clear"], width=self.counter_width)
 
         es_idx = idx_of(sp[:prb], se[:max(nb, 1)])
         m.d.comb += [f["ev_status"]["state"].eq(st[es_idx]),
@@ -1165,6 +1169,6 @@ class PathSelector(wiring.Component):
 @registry.register("path-selector", "TX path selector: per-packet EV choice over planes, "
                    "EV states from feedback (§4), events, probes, EV expansion (§3)",
                    defaults={"qps": 64, "ev_count": 256, "planes": 8,
-                             "profiles": PROFILES_DEFAULT, "ev_bits": 256})
-def _path_selector_block(qps, ev_count, planes, profiles, ev_bits):
-    return PathSelector(qps, ev_count, planes, profiles, ev_bits)
+                             "profiles": PROFILES_DEFAULT, "ev_bits": 256, "counter_width": 32})
+def _path_selector_block(qps, ev_count, planes, profiles, ev_bits, counter_width):
+    return PathSelector(qps, ev_count, planes, profiles, ev_bits, counter_width=counter_width)

@@ -41,24 +41,29 @@ Operation
 
     Pipeline. I: the record is chosen (a pending continuation, then a replayed record,
     then the input), its QP context read (registered into E) and the block RAM read at the
-    packet's chunk and at the three chunks from CACK + 1 (the window); the read ports are
-    transparent to the write port, so the data includes the write of the packet ahead. E:
-    the context is the registered one, or the one the record ahead just wrote for the same
-    QP; everything is decided, the chunk written back, CACK advanced to the first PSN after
-    it not arrived in the window (a 384-bit first-zero search), the context written. E2:
-    the SACK bitmap is cut from the window, ack_psn_offset and the out-of-order count
-    worked out, and the records go to the output FIFOs. The window was addressed from the CACK before the
-    packet ahead updated it; when it does not reach far enough (CACK moved past it, the run
-    fills it, or the SACK's 64 bits leave it), the packet's SACK and the rest of the advance
-    go to a continuation that re-reads the window, and the record behind, killed in E by a
-    registered flag, is replayed after it (2 cycles). The input waits while a
+    packet's chunk and at the ``window_chunks`` chunks from CACK + 1 (the window); the read
+    ports are transparent to the write port, so the data includes the write of the packet
+    ahead. E: the context is the registered one, or the one the record ahead just wrote for
+    the same QP; everything is decided, the chunk written back, CACK advanced to the first
+    PSN after it not arrived in the window (a 384- or 256-bit first-zero search), the
+    context written. E2: the SACK bitmap is cut from the window, ack_psn_offset and the
+    out-of-order count worked out, and the records go to the output FIFOs. The window was
+    addressed from the CACK before the packet ahead updated it; when it does not reach far
+    enough (CACK moved past it, the run fills it, or the SACK's 64 bits leave it), the
+    packet's SACK and the rest of the advance go to a continuation that re-reads the window,
+    and the record behind, killed in E by a registered flag, is replayed after it (2
+    cycles). The input waits while a
     continuation, a replay, a release of more than the packet's own completion, or a QP
     command runs.
 
 Parameters
     ``qps``: QPs, 1 .. 65536 (default 64). ``mpr_max``: the largest receive window in 128-PSN
     units, a power of two 1 .. 64 (default 8: 1024 PSNs). ``max_wimm_dest``: completions
-    held at once, 1 .. 32 (default 8).
+    held at once, 1 .. 32 (default 8). ``window_chunks``: 128-PSN chunks read from CACK + 1
+    each cycle, 3 (default) or 2 (a third less stage-E logic: the board option; with
+    ``mpr_max`` 1 it still covers the whole window, otherwise continuations come sooner).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``pkt`` in (:data:`PKT_IN`), ``verdict`` out (:data:`VERDICT`), ``ack`` out
@@ -71,8 +76,8 @@ Latency, throughput
     cycles; the FIFOs register their outputs).
     One packet per cycle, any mix of QPs, back-to-back packets of one QP included; the
     exceptions cost 2 cycles each: a CACK advance that runs past the window (at least 257
-    PSNs per continuation), and a release of held completions (plus one cycle per
-    completion). Measured in ``sim/test_psn_tracker.py``.
+    PSNs per continuation; 129 with ``window_chunks`` 2), and a release of held completions
+    (plus one cycle per completion). Measured in ``sim/test_psn_tracker.py``.
 """
 
 import enum
@@ -88,7 +93,8 @@ from amaranth.utils import ceil_log2
 
 from . import proto, registry
 from .ack_desc import ACK_DESC, QP_INDEX_BITS
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .gates import assign, first_set, signed_fits
 from .proto import NackCode, Opcode, SackMode
 from .stream import meta_stream
@@ -98,8 +104,10 @@ __all__ = ["PsnTracker", "PKT_IN", "VERDICT", "COMPLETION", "Verdict", "TRACKER_
 
 PSN = proto.PSN_BITS
 CHUNK = proto.MPR_UNIT_PSNS          # PSNs per block RAM word
-WINDOW_CHUNKS = 3                    # chunks read from CACK + 1 for the advance and the SACK
-WINDOW = WINDOW_CHUNKS * CHUNK
+# Chunks read from CACK + 1 for the advance and the SACK: 3 by default (at least 257 PSNs
+# after CACK + 1, so a continuation is rare at any MPR); 2 is the small option (at least 129
+# PSNs: the whole window when mpr_max is 1, a third less logic in stage E).
+WINDOW_CHUNKS = (2, 3)
 SACK_OFFSET = 1                      # decision: SACK_BASE = CACK + 1, the lowest hole
 # Decision: a packet that fills the lowest hole while later PSNs have arrived (CACK moves
 # past it) is SACKed at once. Without it, when the packets at the end of a burst arrive out
@@ -194,7 +202,8 @@ class PsnTracker(wiring.Component):
 
     latency = 4
 
-    def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8):
+    def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8, window_chunks=3, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
             raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
         if not (isinstance(mpr_max, int) and 1 <= mpr_max <= 64
@@ -202,7 +211,11 @@ class PsnTracker(wiring.Component):
             raise ValueError(f"mpr_max must be a power of two 1 .. 64, not {mpr_max!r}")
         if not (isinstance(max_wimm_dest, int) and 1 <= max_wimm_dest <= 32):
             raise ValueError(f"max_wimm_dest must be 1 .. 32, not {max_wimm_dest!r}")
+        if window_chunks not in WINDOW_CHUNKS:
+            raise ValueError(f"window_chunks must be one of {WINDOW_CHUNKS}, not "
+                             f"{window_chunks!r}")
         self.qps, self.mpr_max, self.max_wimm_dest = qps, mpr_max, max_wimm_dest
+        self.window_chunks, self.window = window_chunks, window_chunks * CHUNK
         self.ring = mpr_max * CHUNK
         self.lap_bit = ceil_log2(self.ring)          # PSN bit giving the lap parity
         super().__init__({
@@ -216,6 +229,7 @@ class PsnTracker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         qps, mpr_max, N = self.qps, self.mpr_max, self.max_wimm_dest
+        WINDOW = self.window
         qbits = max(1, ceil_log2(qps))
         cbits = ceil_log2(mpr_max)
         mbits = max(1, cbits)
@@ -245,7 +259,7 @@ class PsnTracker(wiring.Component):
                                           init=[0] * (qps * mpr_max))
         ring_w = ring.write_port()
         rd_p = ring.read_port(transparent_for=(ring_w,))
-        rd_w = [ring.read_port(transparent_for=(ring_w,)) for _ in range(WINDOW_CHUNKS)]
+        rd_w = [ring.read_port(transparent_for=(ring_w,)) for _ in range(self.window_chunks)]
 
         POOL = data.StructLayout({"valid": 1, "qp": QP_INDEX_BITS, "psn": PSN, "imm": 32,
                                   "tag": 16})
@@ -312,7 +326,7 @@ class PsnTracker(wiring.Component):
         m.d.comb += [
             rd_p.addr.eq(ring_addr(i_qp, i_op.pkt.psn[7:])),
             *[rd_w[j].addr.eq(ring_addr(i_qp, (wbase[7:] + j)[:max(cbits, 1)]))
-              for j in range(WINDOW_CHUNKS)],
+              for j in range(self.window_chunks)],
         ]
         e_wbm1 = Signal(PSN, name="e_wbm1")
         e_ctx_read = Signal(CTX, name="e_ctx_read")
@@ -368,11 +382,11 @@ class PsnTracker(wiring.Component):
         ]
         place = v["place"]
 
-        # The window: arrival of the 384 PSNs from op.wbase, with this packet's bit.
+        # The window: arrival of the WINDOW PSNs from op.wbase, with this packet's bit.
         wb = op.wbase
         arr = Signal(WINDOW)
         m.d.comb += arr.eq(Cat(*(rd_w[j].data ^ parity((wb + j * CHUNK)[:PSN]).replicate(CHUNK)
-                                 for j in range(WINDOW_CHUNKS))))
+                                 for j in range(self.window_chunks))))
         rel_p = Signal(PSN)
         m.d.comb += rel_p.eq(p.psn - wb)
         # The packet's own bit, set whenever it may be placed: for a duplicate the bit is set
@@ -636,12 +650,13 @@ class PsnTracker(wiring.Component):
             ev.continuations.eq(need_cont),
             ev.stall_cycles.eq(self.pkt.valid & ~self.pkt.ready),
         ]
-        event_counters(m, f, ev, COUNTERS, f["control"]["clear"])
+        event_counters(m, f, ev, COUNTERS, f["control"]["clear"], width=self.counter_width)
         return m
 
 
 @registry.register("psn-tracker", "RX PSN tracker: per-QP CACK and bitmap window, verdicts, "
                    "SACK/NACK descriptors, in-order WRITE-with-immediate completions",
-                   defaults={"qps": 64, "mpr_max": 8, "max_wimm_dest": 8})
-def _psn_tracker_block(qps, mpr_max, max_wimm_dest):
-    return PsnTracker(qps, mpr_max, max_wimm_dest)
+                   defaults={"qps": 64, "mpr_max": 8, "max_wimm_dest": 8,
+                             "window_chunks": 3, "counter_width": 32})
+def _psn_tracker_block(qps, mpr_max, max_wimm_dest, window_chunks, counter_width):
+    return PsnTracker(qps, mpr_max, max_wimm_dest, window_chunks, counter_width=counter_width)

@@ -73,6 +73,8 @@ Parameters
     constant multiply, done as shifts and adds). ``expected_reset``: the PSN expected after
     reset (default 0; not a Verilog parameter: the ``expected`` register and ``restart``
     set it at run time).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``s_axis`` (in) and ``m_axis`` (out): AXI-Stream. ``s_psn`` (in): one record
@@ -107,7 +109,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from . import registry
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .proto import PSN_BITS
 from .stream import AxiStreamSignature, MetaSkidBuffer, check_data_width, meta_stream, skid_buffer
 
@@ -181,7 +184,9 @@ class ReorderBuffer(wiring.Component):
     # checks use one built of flip-flops: the solver handles that far faster than an array.
     memory_type = Memory
 
-    def __init__(self, data_width=64, depth=32, max_packet=2048, *, expected_reset=0):
+    def __init__(self, data_width=64, depth=32, max_packet=2048, *, expected_reset=0,
+                 counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         self.data_width = check_data_width(data_width, minimum=64, maximum=1024,
                                            power_of_two=True)
         B = data_width // 8
@@ -445,13 +450,15 @@ class ReorderBuffer(wiring.Component):
             events.skipped.eq(skip_apply),
             events.skip_ignored.eq(skip_fire & ~skip_apply),
         ]
-        event_counters(m, f, events, REORDER_COUNTERS, f["control"]["clear"])
+        event_counters(m, f, events, REORDER_COUNTERS, f["control"]["clear"],
+                       width=self.counter_width)
         return m
 
 
 @registry.register("reorder-buffer", "In-order release of one flow's packets: out-of-order "
                    "packets held in block RAM by PSN, duplicates and out-of-window dropped, "
                    "skips for lost PSNs",
-                   defaults={"data_width": 64, "depth": 32, "max_packet": 2048})
-def _reorder_buffer_block(data_width, depth, max_packet):
-    return ReorderBuffer(data_width, depth, max_packet)
+                   defaults={"data_width": 64, "depth": 32, "max_packet": 2048,
+                             "counter_width": 32})
+def _reorder_buffer_block(data_width, depth, max_packet, counter_width):
+    return ReorderBuffer(data_width, depth, max_packet, counter_width=counter_width)

@@ -21,7 +21,6 @@ stopped, and a block that changed is measured again; the page is rewritten after
 measurement from all those kept, a row not yet measured says so.
 """
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -154,10 +153,8 @@ def gateware_digest(case):
     """A digest of the case's gateware (its RTLIL without source locations): a kept
     measurement whose digest differs was made on other gateware and is measured again."""
     from amaranth.back import rtlil
-    text = rtlil.convert(registry.get(case.block).build(dict(case.params)),
-                         name=case.module)
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("attribute \\src")]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    return synth.rtlil_digest(rtlil.convert(registry.get(case.block).build(dict(case.params)),
+                                            name=case.module))
 
 
 def measure(case, kind, root="build/report", *, rerun=False):

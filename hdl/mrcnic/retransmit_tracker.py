@@ -135,6 +135,8 @@ Parameters
     two 128 .. 16384 (default 1024). ``tag_width``: descriptor tag bits, 1 .. 64 (default
     32). ``pending``: entries of the pending-retransmission table, 1 .. 64 (default 16;
     any count, not only powers of two).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``sent``, ``ack``, ``cwnd`` in; ``now``, ``credit_qp`` in; ``credit_ready`` out; ``rtx``
@@ -175,7 +177,8 @@ from amaranth.utils import ceil_log2
 
 from . import proto, registry
 from .ack_desc import ACK_DESC, QP_INDEX_BITS
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .ev_feedback import EV_FEEDBACK, EV_INDEX_BITS, RESOURCE_NACKS, FeedbackKind
 from .gates import assign
 from .proto import NackCode, SackMode
@@ -341,7 +344,8 @@ class RetransmitTracker(wiring.Component):
     nack_latency = 3
     sack_latency = 3
 
-    def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16):
+    def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
             raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
         if not (isinstance(outstanding, int) and 128 <= outstanding <= 16384
@@ -932,7 +936,7 @@ class RetransmitTracker(wiring.Component):
             with m.Else():
                 m.d.sync += [cmd_busy.eq(0), sweep.eq(0)]
 
-        event_counters(m, f, ev, COUNTER_NAMES, f["control"]["clear"])
+        event_counters(m, f, ev, COUNTER_NAMES, f["control"]["clear"], width=self.counter_width)
         # For formal checks: what enters the output FIFOs this cycle.
         self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
                       "release_we": fifos["release"].w_en, "release": rel_rec,
@@ -943,6 +947,6 @@ class RetransmitTracker(wiring.Component):
 @registry.register("retransmit-tracker", "TX reliability: sent records, SACK/NACK, "
                    "retransmit requests, EV feedback, releases, send credit, timers",
                    defaults={"qps": 64, "outstanding": 1024, "tag_width": 32,
-                             "pending": 16})
-def _retransmit_tracker_block(qps, outstanding, tag_width, pending):
-    return RetransmitTracker(qps, outstanding, tag_width, pending)
+                             "pending": 16, "counter_width": 32})
+def _retransmit_tracker_block(qps, outstanding, tag_width, pending, counter_width):
+    return RetransmitTracker(qps, outstanding, tag_width, pending, counter_width=counter_width)

@@ -85,6 +85,8 @@ Parameters
     ``pmtu_max`` frame + 1) x B (default 16384). ``pmtu_max``: largest payload the ``pmtu``
     register can allow, 256 .. 16384 (default 4096). ``max_held``: data packets held at
     once (waiting for or under a verdict), a power of two 4 .. 1024 (default 64).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``s_axis`` (AXI-Stream in, ``tuser[0]`` = bad), ``meta`` (in,
@@ -121,7 +123,8 @@ from . import proto, registry
 from .ack_desc import ACK_DESC
 from .crc import CrcStream
 from .ev_feedback import PEER_STATUS
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .proto import (AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH,
                     TSETH,
                     UDP, EvMode, Opcode)
@@ -211,7 +214,9 @@ ROCE_RX_REGS = RegisterMap("roce_rx", [
 class RoceRx(wiring.Component):
     """See the module docstring: RoCEv2/MRC receive parser and payload buffer, ``roce-rx``."""
 
-    def __init__(self, data_width=512, buffer_bytes=16384, pmtu_max=4096, max_held=64):
+    def __init__(self, data_width=512, buffer_bytes=16384, pmtu_max=4096, max_held=64,
+                 counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         check_data_width(data_width, minimum=64, maximum=2048, power_of_two=True)
         B = data_width // 8
         for name, value in (("buffer_bytes", buffer_bytes), ("pmtu_max", pmtu_max),
@@ -590,7 +595,7 @@ class RoceRx(wiring.Component):
             ev.too_long.eq(done & (hd.cause == C_NONE) & (late_cause == 2)),
             ev.no_room.eq(done & (hd.cause == C_NONE) & (late_cause == 3)),
         ]
-        event_counters(m, regs, ev, RX_COUNTERS, regs["control"]["clear"])
+        event_counters(m, regs, ev, RX_COUNTERS, regs["control"]["clear"], width=self.counter_width)
         m.d.comb += [regs["status"]["held"].eq(slots),
                      regs["status"]["buffer_words"].eq((wp - rp)[:PTR])]
         cap.capture()
@@ -773,6 +778,6 @@ def proto_stev(udp_src_port, flow_label):
 @registry.register("roce-rx", "RX RoCEv2/MRC parser: checks, pkt/ack/nak records, payload "
                    "buffer released by verdicts",
                    defaults={"data_width": 512, "buffer_bytes": 16384, "pmtu_max": 4096,
-                             "max_held": 64})
-def _roce_rx_block(data_width, buffer_bytes, pmtu_max, max_held):
-    return RoceRx(data_width, buffer_bytes, pmtu_max, max_held)
+                             "max_held": 64, "counter_width": 32})
+def _roce_rx_block(data_width, buffer_bytes, pmtu_max, max_held, counter_width):
+    return RoceRx(data_width, buffer_bytes, pmtu_max, max_held, counter_width=counter_width)

@@ -68,6 +68,8 @@ frames after it are not affected):
 Parameters
     ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 contexts
     (default 64).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``desc`` (in, :data:`~mrcnic.tx_desc.TX_DESC`), ``s_axis`` (in, payload frames),
@@ -90,8 +92,8 @@ from amaranth.lib.wiring import In, Out
 from . import proto, registry
 from .ack_desc import QP_INDEX_BITS
 from .crc import CrcStream
-from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters,
-                  ipv6_registers, mac_registers)
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters, ipv6_registers, mac_registers)
 from .proto import BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, UDP, Opcode
 from .stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, keep_count, meta_stream)
@@ -159,7 +161,8 @@ class RoceTx(wiring.Component):
     """Data frames from descriptors and payloads (module docstring: operation, ports,
     latency)."""
 
-    def __init__(self, data_width=512, qps=64):
+    def __init__(self, data_width=512, qps=64, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         check_data_width(data_width, minimum=64, maximum=2048, power_of_two=True)
         if not isinstance(qps, int) or not 1 <= qps <= 1 << QP_INDEX_BITS:
             raise ValueError(f"qps = {qps!r} is outside 1 .. {1 << QP_INDEX_BITS}")
@@ -418,13 +421,13 @@ class RoceTx(wiring.Component):
             events.bad_qp.eq(handed & cause_out[0]), events.bad_opcode.eq(handed & cause_out[1]),
             events.too_long.eq(handed & cause_out[2]), events.payload.eq(handed & cause_out[4]),
         ]
-        event_counters(m, f, events, TX_COUNTERS, f["control"]["clear"])
+        event_counters(m, f, events, TX_COUNTERS, f["control"]["clear"], width=self.counter_width)
         return m
 
 
 @registry.register("roce-tx", "RoCEv2 data and probe frames (TX side): one frame per "
                    "packet descriptor, METH and RETH on every data packet, PETH on a probe, "
                    "payload from a stream, ICRC computed in line",
-                   defaults={"data_width": 512, "qps": 64})
-def _roce_tx_block(data_width, qps):
-    return RoceTx(data_width, qps)
+                   defaults={"data_width": 512, "qps": 64, "counter_width": 32})
+def _roce_tx_block(data_width, qps, counter_width):
+    return RoceTx(data_width, qps, counter_width=counter_width)

@@ -58,6 +58,13 @@ IP = 0xFD00 << 112 | 1
 RKEY = 0x1234
 BASE = 0x1_0000_0000
 LOSS_LEVELS = (0, 1024, 4096)        # PlaneLoop loss: none, 1/64, 1/16
+# Decision: the NIC's board-size options (MrcNic). The receive window is the sender's
+# outstanding PSNs (mpr_max = outstanding / 128), which at the default 128 a 2-chunk
+# PSN-tracker window covers whole; 4 held completions and a 4-entry pending table (2 QPs,
+# 8 messages a run); no counters, since nothing on a board reads the
+# NIC's registers after the bring-up (the UART line has the self-test's own counts).
+# Together a fifth of the logic (docs/boards.md).
+BOARD_OPTIONS = {"window_chunks": 2, "max_wimm_dest": 4, "pending": 4, "counter_width": 0}
 
 
 def evs(count):
@@ -111,7 +118,9 @@ class SelfTest(wiring.Component):
         frame_bytes = (1 << pmtu_log2) + 160                     # headers with room
         self.frame_beats = -(-frame_bytes // (data_width // 8))
         self.nic = MrcNic(planes, data_width, qps, ev_count=ev_count, msgs=max(4, msgs),
-                          buffer_bytes=16384, regions=2, outstanding=outstanding)
+                          buffer_bytes=16384, regions=2, outstanding=outstanding,
+                          mpr_max=min(64, max(1, outstanding // 128)),
+                          **BOARD_OPTIONS)
         self.ops = bring_up(self.nic, planes, qps, ev_count, pmtu_log2, clk_hz)
         super().__init__({"tx": Out(1, init=1), "rx": In(1, init=1), "buttons": In(planes),
                           "leds": Out(8), "bad": Out(1), "up": Out(1), "runs": Out(32)})

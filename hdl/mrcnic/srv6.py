@@ -48,6 +48,8 @@ A frame waits for its descriptor (counted in ``desc_wait`` cycles); nothing else
 
 Parameters
     ``data_width``: 64, 128, 256, 512, 1024 or 2048.
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``s_axis``/``m_axis`` (AXI-Stream, ``user_width`` 1), ``desc`` (metadata stream of
@@ -66,7 +68,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import crc, proto, registry
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .proto import ETH, IPV6, SRH, UDP, EvMode
 from .stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer,
                      check_data_width, const_lt as _lt, keep_count, length_countdown,
@@ -502,7 +505,8 @@ class HeaderInsert(wiring.Component):
 class Srv6Encap(wiring.Component):
     """See the module docstring: SRv6/STEV/UDP entropy encapsulation, ``srv6-encap``."""
 
-    def __init__(self, data_width=512):
+    def __init__(self, data_width=512, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         self.data_width = data_width
         self.rewrite = EntropyRewrite(data_width)      # checks the parameters
         self.latency = self.rewrite.depth + 4
@@ -532,12 +536,13 @@ class Srv6Encap(wiring.Component):
             rw.stev_swap.eq(f["config"]["stev_swap"]),
             rw.max_frame_reg.eq(f["max_frame"]["bytes"]),
         ]
-        event_counters(m, f, rw.stats, ENCAP_COUNTERS, f["control"]["clear"])
+        event_counters(m, f, rw.stats, ENCAP_COUNTERS, f["control"]["clear"],
+                       width=self.counter_width)
         return m
 
 
 @registry.register("srv6-encap", "SRv6 / STEV / UDP entropy encapsulation (TX): outer "
                    "IPv6 + SRH insertion, in-place EV rewrite with ICRC patch",
-                   defaults={"data_width": 512})
-def _srv6_encap_block(data_width):
-    return Srv6Encap(data_width)
+                   defaults={"data_width": 512, "counter_width": 32})
+def _srv6_encap_block(data_width, counter_width):
+    return Srv6Encap(data_width, counter_width=counter_width)

@@ -32,6 +32,8 @@ Checks (stripped frames; the frame leaves with ``tuser[0]`` set on its last beat
 
 Parameters
     ``data_width``: 64 .. 2048, a power of two.
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``s_axis``, ``m_axis`` (AXI-Stream), ``meta`` (metadata stream, :data:`DECAP_META`; a
@@ -51,7 +53,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import proto, registry
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .proto import ETH, IPV6, SRH, EvMode
 from .stream import (AxiStreamSignature, FrameCursor, check_data_width, const_lt, drive_axis,
                      keep_count, length_countdown, meta_stream, register_stages, skid_chain,
@@ -406,7 +409,8 @@ class HeaderRemove(wiring.Component):
 class Srv6Decap(wiring.Component):
     """See the module docstring: SRv6 decapsulation, ``srv6-decap``."""
 
-    def __init__(self, data_width=512):
+    def __init__(self, data_width=512, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         self.data_width = data_width
         self.parse = OuterParse(data_width)
         self.latency = self.parse.depth + 6
@@ -430,12 +434,13 @@ class Srv6Decap(wiring.Component):
         f = csr.fields
         m.d.comb += [parse.srh_any_left.eq(f["config"]["srh_any_left"]),
                      parse.max_frame.eq(f["max_frame"]["bytes"])]
-        event_counters(m, f, parse.stats, DECAP_COUNTERS, f["control"]["clear"])
+        event_counters(m, f, parse.stats, DECAP_COUNTERS, f["control"]["clear"],
+                       width=self.counter_width)
         return m
 
 
 @registry.register("srv6-decap", "SRv6 decapsulation (RX): outer IPv6 + SRH removal with "
                    "checks and a per-frame metadata record",
-                   defaults={"data_width": 512})
-def _srv6_decap_block(data_width):
-    return Srv6Decap(data_width)
+                   defaults={"data_width": 512, "counter_width": 32})
+def _srv6_decap_block(data_width, counter_width):
+    return Srv6Decap(data_width, counter_width=counter_width)

@@ -24,6 +24,7 @@ Boards
     :data:`BOARDS` names every ECP5 board of amaranth-boards 0.0.21.
 """
 
+import hashlib
 import json
 import math
 import os
@@ -493,6 +494,13 @@ def yowasp_env():
                                 f"ECP5 toolchain with: {_PIP_HINT}")
     env["PATH"] = os.pathsep.join([str(Path(env["YOSYS"]).parent), env.get("PATH", "")])
     return env
+
+
+def rtlil_digest(text):
+    """A digest of RTLIL ``text`` without its source locations: the same for the same
+    gateware, whatever lines of Python made it."""
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("attribute \\src")]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def tool_versions():

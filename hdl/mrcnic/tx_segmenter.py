@@ -37,6 +37,8 @@ Operation
 Parameters
     ``qps``: 1 .. 65536 (default 64). ``msgs``: messages in flight per QP, a power of two
     2 .. 256 (default 16).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.csr.event_counters`).
 
 Ports
     ``wr``, ``rtx``, ``release`` in; ``pkt`` (:data:`SEG_PKT`), ``done`` (:data:`WR_DONE`)
@@ -60,7 +62,8 @@ from amaranth.lib.wiring import In, Out
 
 from . import proto, registry
 from .ack_desc import QP_INDEX_BITS
-from .csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, event_counters
+from .csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
 from .ev_feedback import EV_INDEX_BITS
 from .proto import Opcode
 from .stream import MetaSkidBuffer, meta_stream, stream_fifo
@@ -127,7 +130,8 @@ SEG_REGS = RegisterMap("tx_segmenter", [
 class TxSegmenter(wiring.Component):
     """Work requests to packets (module docstring: operation, ports, latency)."""
 
-    def __init__(self, qps=64, msgs=16):
+    def __init__(self, qps=64, msgs=16, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
         if not isinstance(qps, int) or not 1 <= qps <= 1 << QP_INDEX_BITS:
             raise ValueError(f"qps = {qps!r} is outside 1 .. {1 << QP_INDEX_BITS}")
         if not isinstance(msgs, int) or msgs < 2 or msgs > 256 or msgs & (msgs - 1):
@@ -370,12 +374,12 @@ class TxSegmenter(wiring.Component):
                 with m.Else():
                     m.next = "IDLE"
 
-        event_counters(m, f, events, COUNTERS, f["control"]["clear"])
+        event_counters(m, f, events, COUNTERS, f["control"]["clear"], width=self.counter_width)
         return m
 
 
 @registry.register("tx-segmenter", "Work requests to packets (TX side): PSNs, opcodes, "
                    "RETH address per packet, METH; packets rebuilt for retransmit "
-                   "requests; send completions on release", defaults={"qps": 64, "msgs": 16})
-def _tx_segmenter_block(qps, msgs):
-    return TxSegmenter(qps, msgs)
+                   "requests; send completions on release", defaults={"qps": 64, "msgs": 16, "counter_width": 32})
+def _tx_segmenter_block(qps, msgs, counter_width):
+    return TxSegmenter(qps, msgs, counter_width=counter_width)
