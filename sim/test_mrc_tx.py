@@ -9,6 +9,7 @@ import pytest
 
 from mrcnic import proto
 from mrcnic.bringup import TxConfig, bring_up_tx
+from mrcnic.ev_feedback import FeedbackKind
 from mrcnic.model import packet as pk
 from mrcnic.model.psn_tracker import PsnTrackerModel
 from mrcnic.mrc_tx import DESC_LOOKAHEAD, LOOP_PACKETS, MrcTx
@@ -109,12 +110,16 @@ class Loop(Host):
             ctx.set(dut.peer.valid, upd is not None)
             if upd is not None:
                 ctx.set(dut.peer.payload, {"qp": upd[1], "ports": upd[2]})
-            _, _, ready, p_ready = await ctx.tick().sample(dut.ack.ready, dut.peer.ready)
+            fb = dut.sel.fb
+            _, _, ready, p_ready, fv, fr, kind = await ctx.tick().sample(
+                dut.ack.ready, dut.peer.ready, fb.valid, fb.ready, fb.payload.kind)
             if acks and ready:
                 acks.pop(0)
             if upd is not None and p_ready:
                 self.updates.pop(0)
                 self.peer_taken = self.cycle
+            if fv and fr and kind == FeedbackKind.PEER_PORTS:
+                self.peer_applied = self.cycle         # the selector takes it as feedback
 
 
     def run_loop(self):
@@ -207,21 +212,24 @@ def test_port_status_updates_both_ways():
     loop.setup = setup
     loop.run_loop()
     check_delivery(loop)
-    t, tp = box["t"], loop.peer_taken
+    t, tp, ts = box["t"], loop.peer_taken, loop.peer_applied
     assert sorted((f["dst_id"], f["ports"], f["type"]) for _, _, f in loop.status) == \
         [(0, 0b1101, proto.EP_PORT_STATUS), (1, 0b1101, proto.EP_PORT_STATUS)]
     assert all(c > t and p != 1 for c, p, _ in loop.status)
     assert loop.counters["announcements"] == 2 and loop.counters["peer_ports"] == 1
-    # The record is taken in cycle tp; the selector applies it 2 cycles later, and
-    # rechecks every decision 4 cycles after its request.
-    late = [c for c, p in loop.decisions if p == 2 and c >= tp]
+    # The record is taken in cycle tp and reaches the selector's feedback port in ts, through
+    # the feedback merge (2 cycles, and a turn behind the other feedback sources); the
+    # selector applies it 2 cycles later, and rechecks every decision 4 cycles after its
+    # request: no request from ts on is given plane 2.
+    assert 2 <= ts - tp <= 2 + 4, (tp, ts)
+    late = [c for c, p in loop.decisions if p == 2 and c >= ts]
     assert not late, f"requests given plane 2 after the peer's port 2 went down: {late}"
     assert any(p == 2 for c, p in loop.decisions if c < tp), "plane 2 never used before"
-    after = [p for c, p in loop.decisions if c > tp]
+    after = [p for c, p in loop.decisions if c > ts]
     assert len(after) >= 10 and set(after) == {0, 3}, after   # planes 1 and 2 left
     print(f"port 1 down at {t}: updates at +{[c - t for c, _, _ in loop.status]} cycles "
-          f"(off the wire); the peer's update taken at {tp}, "
-          f"{sum(1 for c, _ in loop.decisions if c >= tp)} decisions after it, none on plane 2")
+          f"(off the wire); the peer's update taken at {tp}, by the selector at {ts}, "
+          f"{sum(1 for c, _ in loop.decisions if c >= ts)} decisions after it, none on plane 2")
 
 
 def test_a_qp_whose_retries_run_out_is_dropped_and_the_others_complete():

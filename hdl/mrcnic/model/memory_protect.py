@@ -153,18 +153,24 @@ MAX_LEN = (1 << 16) - 1          # RX_PKT length: 16 bits
 def random_setup(rng, regions, qps, pds=(0, 1, 2, 3)):
     """Operations that give every QP a domain from ``pds`` and fill the region table with
     regions chosen for their edges: at address 0, at the top of the address space, of
-    length 0, reaching past 2^64, read-only, a duplicate R_Key (the lower index wins), and
+    length 0, reaching past 2^64, read-only (one at least), a duplicate R_Key (the lower index wins), and
     one entry written then invalidated."""
     ops = [("pd", q, rng.choice(pds)) for q in range(qps)]
+    # One read-only region for sure (a quarter of the rest are), never the invalidated one.
+    gone, readonly = rng.randrange(regions), rng.randrange(regions)
+    if regions > 1:
+        while gone == readonly:
+            gone = rng.randrange(regions)
     rkeys = set()
     for i in range(regions):
         rkey = rng.getrandbits(32)
         while rkey in rkeys:
             rkey = rng.getrandbits(32)
-        if rkeys and rng.random() < 0.1:
+        if rkeys and rng.random() < 0.1 and i != readonly:
             rkey = rng.choice(sorted(rkeys))                 # duplicate R_Key
         rkeys.add(rkey)
-        shape = rng.choice(["low", "top", "random", "random", "zero", "past_top", "small"])
+        shape = rng.choice(["low", "top", "random", "random", "zero", "past_top", "small"]
+                           if i != readonly else ["low", "top", "random", "small"])
         if shape == "low":
             base, length = 0, rng.randrange(1, 1 << 20)
         elif shape == "top":
@@ -178,9 +184,8 @@ def random_setup(rng, regions, qps, pds=(0, 1, 2, 3)):
             base, length = rng.getrandbits(64) & ~0xFFF, rng.randrange(1, 64)
         else:
             base, length = rng.getrandbits(64), rng.getrandbits(rng.choice([16, 24, 40, 64]))
-        ops.append(("region", i, rkey, base, length, int(rng.random() < 0.75),
-                    rng.choice(pds)))
-    gone = rng.randrange(regions)
+        writable = i != readonly and rng.random() < 0.75
+        ops.append(("region", i, rkey, base, length, int(writable), rng.choice(pds)))
     if regions > 1:
         ops.append(("invalidate", gone))
     return ops
