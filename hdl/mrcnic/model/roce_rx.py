@@ -357,7 +357,9 @@ def bad_frame(rng, kind):
     elif kind == "udp_port":
         f[56:58] = (4971).to_bytes(2, "big")
     elif kind == "opcode":
-        f[62] = rng.choice([0x04, 0x0A, Opcode.EP_REQUEST, 0xFF, 0xD0])
+        # never the frame's own (a port status request made EP_REQUEST stays good)
+        f[62] = rng.choice([o for o in (0x04, 0x0A, Opcode.EP_REQUEST, 0xFF, 0xD0)
+                            if o != f[62]])
     elif kind == "ethertype":
         f[12:14] = b"\x08\x00"
     elif kind == "tuser":
