@@ -6,10 +6,18 @@ accepted beat, so tests can count bubbles. ``MetaSource``/``MetaSink`` do the sa
 ``lib.stream`` records. Each is one async testbench: ``run(dut, src.run, sink.run, ...)``.
 
 A protocol check rides along in every sink: once ``valid`` is high it must stay high with the
-payload unchanged until ``ready`` takes it (AXI-Stream's rule), or the sink raises.
+payload unchanged until ``ready`` takes it (AXI-Stream's rule), or the sink raises. Every
+source puts random junk on its data and sideband signals while ``valid`` is low, so a block
+that takes anything from them without ``valid`` fails its test.
 """
 
 import random
+
+
+def _junk_rng(rng):
+    """A generator for the junk under ``valid`` = 0, apart from ``rng`` (a test's random
+    draws stay what they were)."""
+    return random.Random(hash(rng.getstate()) ^ 0x6A756E6B)
 
 
 def frame_to_beats(frame, keep_width, user=0):
@@ -45,14 +53,22 @@ class AxisSource:
         self.rng = rng or random.Random(0)
         self.idle = idle
         self.keep_width = len(port.tkeep)
+        self.junk = _junk_rng(self.rng)
         self.done = False
+
+    def _idle(self, ctx):
+        p = self.port
+        ctx.set(p.tvalid, 0)
+        for sig in (p.tdata, p.tkeep, p.tlast, p.tuser):
+            ctx.set(sig, self.junk.getrandbits(len(sig)))
 
     async def run(self, ctx):
         p = self.port
+        self._idle(ctx)
         for frame, user in zip(self.frames, self.users):
             for data, keep, last, tuser in frame_to_beats(frame, self.keep_width, user):
                 while self.idle and self.rng.random() < self.idle:
-                    ctx.set(p.tvalid, 0)
+                    self._idle(ctx)
                     await ctx.tick()
                 ctx.set(p.tdata, data)
                 ctx.set(p.tkeep, keep)
@@ -60,7 +76,7 @@ class AxisSource:
                 ctx.set(p.tuser, tuser)
                 ctx.set(p.tvalid, 1)
                 await ctx.tick().until(p.tready)
-        ctx.set(p.tvalid, 0)
+        self._idle(ctx)
         self.done = True
 
 
@@ -110,16 +126,24 @@ class MetaSource:
     def __init__(self, port, records, *, rng=None, idle=0.0):
         self.port, self.records = port, list(records)
         self.rng, self.idle = rng or random.Random(0), idle
+        self.junk = _junk_rng(self.rng)
+
+    def _idle(self, ctx):
+        payload = self.port.payload
+        payload = payload.as_value() if hasattr(payload, "as_value") else payload
+        ctx.set(self.port.valid, 0)
+        ctx.set(payload, self.junk.getrandbits(len(payload)))
 
     async def run(self, ctx):
+        self._idle(ctx)
         for rec in self.records:
             while self.idle and self.rng.random() < self.idle:
-                ctx.set(self.port.valid, 0)
+                self._idle(ctx)
                 await ctx.tick()
             ctx.set(self.port.payload, rec)
             ctx.set(self.port.valid, 1)
             await ctx.tick().until(self.port.ready)
-        ctx.set(self.port.valid, 0)
+        self._idle(ctx)
 
 
 class MetaSink:
