@@ -11,7 +11,9 @@ import json
 import os
 from pathlib import Path
 
-from .export import verilog_text
+from amaranth.lib import wiring
+
+from .export import flat_ports, verilog_text
 from .demo_bench import INJECT_KINDS
 from .nic_pair import NicPair
 from .proto import EvState
@@ -119,10 +121,11 @@ def _verilog(params, root):
     return source
 
 
-def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
+def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo",
+             simulator="verilator"):
     """Run the two-NIC simulation of ``cfg`` (``DEFAULTS`` updated); returns the metrics.
-    The Verilator model is built under ``build_root`` (kept between runs), the metrics
-    (and pcap) go to ``out_dir``."""
+    The simulator's model (Verilator by default; ``"icarus"`` for short runs) is built under
+    ``build_root`` (kept between runs), the metrics (and pcap) go to ``out_dir``."""
     cfg = {**DEFAULTS, **cfg}
     bad = [k for k in cfg["inject"] if k not in INJECT_KINDS]
     if bad:
@@ -142,7 +145,10 @@ def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo"):
     source = _verilog(params, Path(build_root))
     build = source.parent
     cfg["out_dir"] = str(Path(out_dir).resolve())
-    simrun(TOP, source, params, "mrcnic.demo_bench", "verilator", build / "verilator",
+    # Every input starts at 0 (Icarus starts them at X; an X data bus under valid = 0 must
+    # not reach the NIC's state in one simulator and not in the other).
+    cfg["inputs"] = [n for n, flow, _ in flat_ports(NicPair(**params)) if flow == wiring.In]
+    simrun(TOP, source, params, "mrcnic.demo_bench", simulator, build / simulator,
            extra_env={"MRCNIC_DEMO": json.dumps(cfg)}, seed=cfg["seed"], waves=waves,
            optimize=cfg["optimize"])
     with open(os.path.join(cfg["out_dir"], "metrics.json")) as f:

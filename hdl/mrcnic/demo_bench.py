@@ -161,9 +161,9 @@ async def demo(dut):
 
     cocotb.start_soon(Clock(dut.clk, clock_ns, unit="ns").start())
     dut.rst.value = 1
+    for name in cfg["inputs"]:
+        getattr(dut, name).value = 0
     for side in "ab":
-        for name in ("wr_valid", "s_axis_tvalid", "cwnd_valid"):
-            getattr(dut, f"{side}_{name}").value = 0
         for p in range(P):
             getattr(dut, f"{side}_s{p}_axis_tvalid").value = 0
             getattr(dut, f"{side}_m{p}_axis_tready").value = 1

