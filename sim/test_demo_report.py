@@ -76,6 +76,10 @@ def test_goodput_is_placed_bytes_over_time():
     # 20 placements of 1000 bytes in 20 us at 16 Gb/s: 160000 bits / 320000
     assert demo.goodput(m) == pytest.approx(0.5)
     assert demo.goodput(m, 0.0, 2_000.0) == pytest.approx(2 * 8000 / 2000 / 16)
+    # while data flows: placements at 0 .. 19 us; the 19 after the first in 19 us
+    assert demo.goodput_flowing(m) == pytest.approx(19 * 8000 / 19_000 / 16)
+    m["placements"] = m["placements"][:1]
+    assert demo.goodput_flowing(m) == 0.0
 
 
 def test_summary_and_plot(tmp_path):
@@ -83,6 +87,7 @@ def test_summary_and_plot(tmp_path):
     text = demo.summary(m)
     assert "plane 1 failed at 10.0 us" in text and "1 probes sent on its EVs" in text
     assert "to ASSUMED_BAD: 3" in text and "all data arrived intact" in text
+    assert "75.0% of line rate (16 Gb/s) over the whole run, 50.0% while data flows" in text
     m["complete"], m["missing"] = False, 7
     assert "FAILED: 7 bytes missing" in demo.summary(m)
     png = tmp_path / "goodput.png"
