@@ -211,6 +211,12 @@ def _add_demo(sub):
                                                           "(default 8192)")
     p.add_argument("--probe-us", type=float, default=None,
                    help="microseconds between probes of ASSUMED_BAD EVs (default 20; 0: none)")
+    p.add_argument("--reorder-guard", type=int, default=None,
+                   help="PSNs past a hole SACKed before it counts as lost (the retransmit "
+                        "tracker's register; default 3)")
+    p.add_argument("--timeout-exp", type=int, default=None,
+                   help="retransmit timeout 1.024 us x 2^t (the retransmit tracker's "
+                        "register; default 8)")
     p.add_argument("--inject", default=None, metavar="KINDS",
                    help="bad frames put on NIC b's wire, one every 5 us from 20 us, comma "
                         "separated: icrc, truncated, unknown_qp, psn_far, bad_rkey, outside, "
@@ -232,6 +238,14 @@ def _run_demo(args):
         cfg["qps"] = args.qps
     if args.probe_us is not None:
         cfg["probe_us"] = args.probe_us
+    if args.reorder_guard is not None:
+        if not 0 <= args.reorder_guard < 1 << 16:
+            raise ValueError(f"--reorder-guard {args.reorder_guard}: 0 .. 65535")
+        cfg["reorder_guard"] = args.reorder_guard
+    if args.timeout_exp is not None:
+        if not 0 <= args.timeout_exp <= 24:
+            raise ValueError(f"--timeout-exp {args.timeout_exp}: 0 .. 24")
+        cfg["timeout_exp"] = args.timeout_exp
     if args.inject:
         from .demo_bench import INJECT_KINDS
         cfg["inject"] = (list(INJECT_KINDS) if args.inject == "all"
