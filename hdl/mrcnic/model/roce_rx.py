@@ -357,9 +357,15 @@ def bad_frame(rng, kind):
     elif kind == "udp_port":
         f[56:58] = (4971).to_bytes(2, "big")
     elif kind == "opcode":
-        # never the frame's own (a port status request made EP_REQUEST stays good)
-        f[62] = rng.choice([o for o in (0x04, 0x0A, Opcode.EP_REQUEST, 0xFF, 0xD0)
-                            if o != f[62]])
+        # Never the frame's own opcode. EP_REQUEST only where it is dropped for its opcode:
+        # a frame too short for its header is "truncated" first, and one to the endpoint
+        # QP with a PORT_STATUS body is a good request.
+        own = BTH.unpack(f[BTH_AT:])
+        ep = (len(f) >= header_length(Opcode.EP_REQUEST, 0) + proto.ICRC_LEN
+              and not (own["dest_qp"] == proto.ENDPOINT_QP
+                       and f[EXT_AT] == proto.EP_PORT_STATUS))
+        f[62] = rng.choice([o for o in (0x04, 0x0A, 0xFF, 0xD0) if o != f[62]]
+                           + ([Opcode.EP_REQUEST] if ep else []))
     elif kind == "ethertype":
         f[12:14] = b"\x08\x00"
     elif kind == "tuser":
