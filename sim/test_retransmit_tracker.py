@@ -398,21 +398,23 @@ def test_pending_table_full_open_and_error():
 
 def test_timeout_requests_are_pending_too():
     """A timeout's request is remembered: a NACK for the PSN before its resend is skipped,
-    after it requests. A timeout of a PSN whose resend is pending still requests (once per
-    transmission)."""
+    after it requests. A PSN whose resend is pending does not time out (PENDING_RULE); once
+    the resend is taken it times out from the resend's send time."""
     T, N = RtxCause.TIMEOUT, RtxCause.NACK
     steps = [("sent", sent(0, p, time=0)) for p in range(3)]
     steps += [
         ("ack", nack(0, 2)),                 # request, pending
-        ("now", 200),                        # timeouts of 0, 1, 2 (2 while pending)
+        ("now", 200),                        # timeouts of 0 and 1; 2 is pending: none
         ("ack", nack(0, 1)),                 # skipped
         ("sent", sent(0, 1, time=200, rtx=1)),
         ("ack", nack(0, 1)),                 # request
+        ("sent", sent(0, 2, time=200, rtx=1)),
+        ("now", 400),                        # 0 and 1 pending; 2 times out from its resend
     ]
     want, got, counters, model = run_script(steps, qps=1)
     check(want, got, counters, model)
-    assert requests(got) == [(0, 2, N), (0, 0, T), (0, 1, T), (0, 2, T), (0, 1, N)]
-    assert counters["rtx_pending_skip"] == 1
+    assert requests(got) == [(0, 2, N), (0, 0, T), (0, 1, T), (0, 1, N), (0, 2, T)]
+    assert counters["rtx_pending_skip"] == 1 and counters["rtx_timeout"] == 3
     assert model.pending == {(0, 0), (0, 1), (0, 2)}
 
 

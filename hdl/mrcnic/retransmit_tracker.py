@@ -69,11 +69,12 @@ Operation
     counts in ``nacks`` (not ``rtx_nack``), a skipped hole still moves ``mark``. So one
     loss gives one request, however many NACKs and SACK holes report it before the resend;
     evidence that comes after the resend is taken requests again (a NACK of the resend, or
-    a hole that ``mark`` has not passed yet). Timeouts do not consult the table: a timeout
-    fires once per transmission, so it requests a PSN whose resend is pending only when the
-    sender has not resent it for a whole timeout; that request goes out and the table keeps
-    its one entry. A timeout request in the cycle a retransmission of its PSN is taken
-    keeps the entry too (that request is still to be answered). Entries also leave when
+    a hole that ``mark`` has not passed yet). The timer consults the table too: a PSN whose
+    resend is pending does not time out (it is not marked fired either), so a hole or NACK
+    request made shortly before the first transmission's timeout is not doubled by it; once
+    the resend is taken its own send time restarts the timeout. (The sender must answer
+    every request: a request left unanswered holds off that PSN's timeout and retry count
+    for as long as its entry stays.) Entries also leave when
     CACK passes their PSN (a PSN SACKed above CACK, which the sender need not resend, keeps
     its entry until then), and every entry of a QP when the QP is opened or goes to error.
     When the table is full the request is made anyway and not remembered
@@ -81,7 +82,7 @@ Operation
     before its resend, as without the table. Entries live in flip-flops (valid, QP index,
     PSN); one lookup per cycle serves the three requesters, which never request in the same
     cycle: the hole engine in the cycle it writes a request (a skipped hole still takes its
-    cycle), stage E for a NACK, the timer when it fires. Exactness: the model applies an
+    cycle), stage E for a NACK, the timer for an expired PSN. Exactness: the model applies an
     ack record whole, holes included, before the sent records taken after it; so a
     retransmission on another QP taken while a SACK's holes are still being requested
     frees its slot for later ack records only (the slot stays taken, "zombie", until the
@@ -203,8 +204,8 @@ CREDIT_RULE = "bytes in flight = (next PSN - CACK) x 2^pmtu_log2, at most cwnd"
 HOLE_RULE = ("a hole is requested once, when a PSN reorder_guard or more after it is "
              "acknowledged; then only by its timeout")
 
-PENDING_RULE = ("a hole or NACK request for a PSN whose retransmission is already requested "
-                "and not yet resent is not made; timeouts request regardless")
+PENDING_RULE = ("a hole, NACK or timeout request for a PSN whose retransmission is already "
+                "requested and not yet resent is not made")
 
 
 class RtxCause(enum.IntEnum):
@@ -818,7 +819,9 @@ class RetransmitTracker(wiring.Component):
         t_rewind = s2 & ~t_err & t_behind
         t_eval = s2 & ~t_err & t_in
         t_retry = t_eval & (~s2_port | (expired & busy_out))
-        t_fire = t_eval & s2_port & expired & ~busy_out
+        # The pending lookup below is keyed on (s2_q, s2_p) when neither the hole engine nor
+        # stage E uses it (~busy_out): an expired PSN whose resend is pending just steps on.
+        t_fire = t_eval & s2_port & expired & ~busy_out & ~p_hit
         t_timeout = t_fire & ~exhaust
         t_exhaust = t_fire & exhaust
         next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
@@ -862,7 +865,7 @@ class RetransmitTracker(wiring.Component):
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # One lookup per cycle serves the three requesters, which never request in the same
         # cycle: the hole engine (h_emit), stage E (a NACK needs e_go) and the timer (its
-        # t_fire needs neither).
+        # t_fire needs neither, and needs no hit).
         P = self.pending
         pv = Signal(P, name="pend_valid")
         # A slot freed by a retransmission taken while a SACK's holes are still to be
@@ -889,15 +892,13 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += p_slot.eq(p_free & (~p_free + 1)[:P])
         p_ins = p_want & p_free.any()
         # Entries leave when their retransmission is taken, when CACK passes them, and when
-        # their QP is opened or goes to error. A timeout request in the cycle a
-        # retransmission of its PSN is taken is still to be answered: its entry stays.
+        # their QP is opened or goes to error.
         rm_sent = Signal(P)
         rm_qp = Signal(P)
         for i in range(P):
             at_c = ~(C - pp[i])[PSN - 1]       # at or before the SACK's CACK
             m.d.comb += [
-                rm_sent[i].eq(s_rtx_ok & pv[i] & (pq[i] == qs) & (pp[i] == s.psn) &
-                              ~(t_timeout & p_match[i])),
+                rm_sent[i].eq(s_rtx_ok & pv[i] & (pq[i] == qs) & (pp[i] == s.psn)),
                 rm_qp[i].eq(((pq[i] == e_q) & (fatal | (sack_ok & adv & at_c))) |
                             ((pq[i] == s2_q) & t_exhaust) |
                             ((pq[i] == cmd_qp) & cmd_apply)),

@@ -265,7 +265,7 @@ class RetransmitTrackerModel:
                 ev, time, tag, rtx = s.rec[p]
                 to = timeout_ticks(self.timeout_exp, s.retries, self.retry_linear)
                 if (not self.acked(qp, p) and (now - time) & TIME_MASK >= to
-                        and s.fired.get(p) != (time, rtx)):
+                        and s.fired.get(p) != (time, rtx) and (qp, p) not in self.pending):
                     head = p == psn_add(s.cack, 1)
                     if head and s.retries == self.retry_max < RETRY_FOREVER:
                         s.err = True
