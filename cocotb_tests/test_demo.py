@@ -74,11 +74,9 @@ def test_bad_frames_are_dropped_and_counted(tmp_path):
     assert m["missing"] == 0 and m["duplicates"] == 0
 
 
-# The must-show runs at the demo's defaults (8 planes of 2 Gb/s, PMTU 8192, 4 QPs, 32 EVs)
-# with the reorder guard and timeout set for this fabric (docs/blocks/mrc-nic.md): an 8 KiB
-# frame takes 32.8 us a hop here, and a frame behind two others in its port is overtaken
-# by 3 to 4 PSNs of each QP.
-FABRIC_TIMERS = {"reorder_guard": 5, "timeout_exp": 9}
+# The must-show runs exactly as ``mrcnic demo`` makes them, at its defaults (8 planes of
+# 2 Gb/s, PMTU 8192, 4 QPs, 32 EVs; the retransmit tracker's registers set for this fabric
+# by demo.tracker_registers: reorder guard 5, timeout 2^9 ticks = 524 us).
 MUST_SHOW = {
     # every link of plane 3 fails at 100 us: the limit after recovery is 7/8 = 87.5%
     "plane_failure": ({"failures": [demo.parse_failure("3@100")]}, 0.85),
@@ -90,13 +88,13 @@ MUST_SHOW = {
 @pytest.mark.soak
 @pytest.mark.parametrize("case", sorted(MUST_SHOW))
 def test_the_must_show_runs_at_8_planes(case, tmp_path):
-    """``mrcnic demo --fail 3@100`` and ``mrcnic demo --loss 0.01 --size 4194304`` (both
-    with ``--reorder-guard 5 --timeout-exp 9``): intact, each byte once; after a plane
+    """``mrcnic demo --fail 3@100`` and ``mrcnic demo --loss 0.01 --size 4194304``: intact, each byte once; after a plane
     failure goodput at least 85% of line rate, and at most the one frame already under way
     started on the failed plane, within 64 cycles; under 1% loss, frames lost and resent,
     and goodput while data flows at least 90%."""
     extra, floor = MUST_SHOW[case]
-    m = demo.run_demo(dict(extra, **FABRIC_TIMERS), out_dir=str(tmp_path))
+    assert demo.tracker_registers(demo.DEFAULTS) == {"reorder_guard": 5, "timeout_exp": 9}
+    m = demo.run_demo(extra, out_dir=str(tmp_path))
     print(demo.summary(m))
     assert m["complete"] and m["completions"] == m["work_requests"]
     assert m["missing"] == 0 and m["duplicates"] == 0

@@ -127,6 +127,26 @@ def test_parse_failure():
         demo.parse_failure("3")
 
 
+def test_tracker_registers_follow_the_fabric():
+    """The timeout is the shortest 2^t ticks of at least 3 idle round trips; the reorder
+    guard planes // 2 + 1, 3 at least; values given win."""
+    def regs(**kw):
+        return demo.tracker_registers({**demo.DEFAULTS, **kw})
+    assert regs() == {"timeout_exp": 9, "reorder_guard": 5}        # 8 planes, 139 us
+    assert regs(planes=4, pmtu_log2=12) == {"timeout_exp": 7, "reorder_guard": 3}
+    assert regs(planes=1) == {"timeout_exp": 6, "reorder_guard": 3}
+    assert regs(reorder_guard=8, timeout_exp=12) == {"timeout_exp": 12, "reorder_guard": 8}
+    for kw in ({}, {"planes": 4, "pmtu_log2": 12}, {"planes": 2, "link_delay_ns": 5000.0}):
+        cfg = {**demo.DEFAULTS, **kw}
+        t, rtt = regs(**kw)["timeout_exp"], demo.base_rtt_ns(cfg)
+        assert 1024 << (t - 1) < 3 * rtt <= 1024 << t, (kw, t, rtt)
+    # The round trip's frame size bound holds for the largest data frame the NIC sends
+    # (a WRITE with immediate, RETH and METH, encapsulated).
+    pkt = pk.write_packet(Opcode.WRITE_ONLY_IMM, 0, 0, 0, 0x1234, 4096, bytes(4096), imm=7)
+    frame = pk.encapsulate(pk.encode(pkt), outer_src=0xFC00 << 112, outer_dst=0xFC01 << 112)
+    assert len(frame) - 4096 + 4 <= demo.FRAME_HEADROOM       # + 4: the FCS
+
+
 def test_one_build_per_distinct_verilog(tmp_path, monkeypatch):
     """The demo exports only when the parameters or a gateware module changed, and keeps
     one folder (one Verilator build) per distinct Verilog."""

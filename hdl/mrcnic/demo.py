@@ -18,8 +18,9 @@ from .demo_bench import INJECT_KINDS
 from .nic_pair import NicPair
 from .proto import EvState
 from .simrun import run as simrun
+from .tx_desc import TICK_NS
 
-__all__ = ["DEFAULTS", "run_demo", "summary", "failure_report", "plot", "parse_failure",
+__all__ = ["DEFAULTS", "tracker_registers", "run_demo", "summary", "failure_report", "plot", "parse_failure",
            "parse_gray", "affected_evs"]
 
 # The demo's NIC and network. Decision: 64-bit datapath at 250 MHz (16 Gb/s), each plane's
@@ -29,7 +30,8 @@ DEFAULTS = {
     "planes": 8, "data_width": 64, "clock_ns": 4.0, "qps": 4, "ev_count": 32,
     "pmtu_log2": 13, "size": 1 << 20, "msg_bytes": 64 << 10, "loss": 0.0, "seed": 1,
     "spines": 4, "link_delay_ns": 200.0, "jitter_ns": 0.0, "queue_bytes": 256 << 10,
-    "timeout_exp": 8, "reorder_guard": 3, "sack_every": 8,
+    # the retransmit tracker's registers: None = set for the fabric (tracker_registers)
+    "timeout_exp": None, "reorder_guard": None, "sack_every": 8,
     "max_cycles": 4_000_000, "failures": [], "pcap": False, "probe_us": 20.0,
     "inject": [], "inject_after_ns": 20_000.0, "inject_every_ns": 5_000.0,
     # incast: extra hosts, each sending cross traffic to b on every plane at incast_share of
@@ -39,6 +41,40 @@ DEFAULTS = {
     # -O2, and runs nearly as fast
     "optimize": "-O1",
 }
+
+
+# Bytes of a frame that are not payload, at most (Ethernet, outer IPv6 and SRH, IPv6, UDP,
+# BTH, METH, RETH, ICRC, FCS): a bound for the round trip below, not an exact size.
+FRAME_HEADROOM = 200
+
+
+def base_rtt_ns(cfg):
+    """Round trip of a PMTU data frame and its SACK over an idle plane of the demo's fabric:
+    four store-and-forward hops each way (host, leaf, spine, leaf) at a plane link's rate."""
+    plane_gbps = cfg["data_width"] / cfg["clock_ns"] / cfg["planes"]
+
+    def hop(nbytes):
+        return nbytes * 8 / plane_gbps + cfg["link_delay_ns"]
+    return 4 * hop((1 << cfg["pmtu_log2"]) + FRAME_HEADROOM) + 4 * hop(FRAME_HEADROOM)
+
+
+def tracker_registers(cfg):
+    """The retransmit tracker's ``timeout_exp`` and ``reorder_guard`` for the fabric of
+    ``cfg``, as an operator sets them for a network (``cfg`` values that are not None win).
+
+    **Decision** (the one place): the timeout is the shortest 1.024 us x 2^t of at least
+    three idle round trips (:func:`base_rtt_ns`): loaded ports add a frame or two of
+    queueing per hop, and a timeout shorter than the loaded round trip resends what is only
+    late. The reorder guard is planes // 2 + 1 PSNs, 3 at least (3 up to 4 planes, 5 at 8):
+    a frame queued behind one other on its plane is overtaken by frames on the other
+    planes meanwhile, more of them the more planes there are; measured at 8 planes, guard 3 took
+    that skew for loss (30 false-hole retransmissions after a plane failure) and guard 8
+    was slower than the timeout (docs/blocks/mrc-nic.md)."""
+    t = 0
+    while TICK_NS * (1 << t) < 3 * base_rtt_ns(cfg):
+        t += 1
+    derived = {"timeout_exp": t, "reorder_guard": max(3, cfg["planes"] // 2 + 1)}
+    return {k: v if cfg.get(k) is None else cfg[k] for k, v in derived.items()}
 
 
 # Modules that make no gateware: a change to them needs no new Verilog.
@@ -127,6 +163,7 @@ def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo",
     The simulator's model (Verilator by default; ``"icarus"`` for short runs) is built under
     ``build_root`` (kept between runs), the metrics (and pcap) go to ``out_dir``."""
     cfg = {**DEFAULTS, **cfg}
+    cfg.update(tracker_registers(cfg))
     bad = [k for k in cfg["inject"] if k not in INJECT_KINDS]
     if bad:
         raise ValueError(f"inject {bad}: kinds are {', '.join(INJECT_KINDS)}")
@@ -278,6 +315,10 @@ def summary(metrics):
     lines.append(f"{cfg['planes']} planes, {metrics['bytes']} bytes in "
                  f"{metrics['work_requests']} writes, {span_ns / 1000:.1f} us simulated "
                  f"({metrics['cycles']} cycles, {metrics['wall_s']:.0f} s)")
+    regs = tracker_registers(cfg)
+    lines.append(f"retransmit tracker: reorder guard {regs['reorder_guard']} PSNs, timeout "
+                 f"{TICK_NS * (1 << regs['timeout_exp']) / 1000:.0f} us "
+                 f"(2^{regs['timeout_exp']} ticks)")
     lines.append(f"goodput {100 * total:.1f}% of line rate ({metrics['line_gbps']:.0f} Gb/s) "
                  f"over the whole run, {100 * goodput_flowing(metrics):.1f}% while data "
                  f"flows (first placement to last)")
