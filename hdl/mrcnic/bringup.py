@@ -87,6 +87,7 @@ class TxConfig:
     tick_cycles: int = 256
     timeout_exp: int = 7
     reorder_guard: int = 3
+    reorder_time: int = 0           # the tracker's time guard in ticks (0: none)
     seeds: list = None              # scan-order seed per QP (default: QP index)
     min_active: int = 0
     active: int = None              # EVs below this index active, the rest backups
@@ -155,6 +156,8 @@ async def bring_up_tx(read, write, cfg, base=0, blocks=None):
     await seg.write_fields("config", pmtu_log2=cfg.pmtu_log2)
     await trk.write_fields("config", pmtu_log2=cfg.pmtu_log2, timeout_exp=cfg.timeout_exp,
                            reorder_guard=cfg.reorder_guard)
+    if cfg.reorder_time:
+        await trk.write_fields("config2", reorder_time=cfg.reorder_time)
     await _addresses(roce, cfg, qps)
     raws = [a.to_bytes(16, "big") for a in cfg.evs]
     # Every EV listed is active (no backups), unless min_active asks for backups.

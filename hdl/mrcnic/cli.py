@@ -217,6 +217,10 @@ def _add_demo(sub):
     p.add_argument("--timeout-exp", type=int, default=None,
                    help="retransmit timeout 1.024 us x 2^t (the retransmit tracker's "
                         "register; default: the shortest of at least 3 round trips of the fabric)")
+    p.add_argument("--reorder-time", type=int, default=None, metavar="TICKS",
+                   help="the retransmit tracker's time guard: a hole counts as lost only "
+                        "once a packet sent this many 1.024 us ticks after it has arrived "
+                        "(default 0: off)")
     p.add_argument("--inject", default=None, metavar="KINDS",
                    help="bad frames put on NIC b's wire, one every 5 us from 20 us, comma "
                         "separated: icrc, truncated, unknown_qp, psn_far, bad_rkey, outside, "
@@ -246,6 +250,10 @@ def _run_demo(args):
         if not 0 <= args.timeout_exp <= 24:
             raise ValueError(f"--timeout-exp {args.timeout_exp}: 0 .. 24")
         cfg["timeout_exp"] = args.timeout_exp
+    if args.reorder_time is not None:
+        if not 0 <= args.reorder_time < 1 << 16:
+            raise ValueError(f"--reorder-time {args.reorder_time}: 0 .. 65535")
+        cfg["reorder_time"] = args.reorder_time
     if args.inject:
         from .demo_bench import INJECT_KINDS
         cfg["inject"] = (list(INJECT_KINDS) if args.inject == "all"

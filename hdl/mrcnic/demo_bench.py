@@ -198,6 +198,7 @@ async def demo(dut):
                       remote_qps=list(range(qps)), pmtu_log2=cfg["pmtu_log2"],
                       tick_cycles=max(1, round(TICK_NS / clock_ns)),
                       timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"],
+                      reorder_time=cfg.get("reorder_time", 0),
                       probe_interval=round(cfg["probe_us"] * 1000 / clock_ns))
         rx = RxConfig(local_mac=mac[side], local_ip=fab.host_addr(me), peer_mac=mac[peer[side]],
                       peer_ip=fab.host_addr(other), remote_qps=list(range(qps)),

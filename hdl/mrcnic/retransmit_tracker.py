@@ -49,6 +49,17 @@ Operation
        ``mark`` moves past the last PSN that was eligible. So a hole is requested once by
        SACK evidence (:data:`HOLE_RULE`); after that only its timeout requests it again
        (or a NACK). A hole whose retransmission is pending (below) is not requested.
+       Time guard (:data:`TIME_RULE`, register ``reorder_time``, 0 = off): a hole also
+       counts as lost only when it was sent at least ``reorder_time`` ticks before the
+       trigger PSN (whose arrival made this SACK: a packet sent that much later has
+       arrived, so reordering no longer explains the hole; as TCP RACK). A hole sent later
+       than that (a resend, or a packet only delayed by less than the guard), or any hole
+       when the trigger PSN is not among the last ``outstanding`` sent, is counted
+       ``hole_young`` and not requested, and the first such hole becomes the QP's ``mark``
+       (the hole engine writes it back), so the next SACK judges it again; older holes
+       after it are still requested. The count guard alone cannot fit a fabric whose
+       planes queue unevenly: the skew a late frame collects is a time, and how many PSNs
+       overtake it grows with the load.
        The hole engine sends one request per cycle and holds the ``ack`` input meanwhile
        (a SACK that opens k holes costs k + 1 cycles).
 
@@ -169,7 +180,7 @@ Resources
 
 import enum
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -189,7 +200,7 @@ from .tx_desc import TICK_NS, TIME_BITS, release_layout, rtx_layout, sent_layout
 __all__ = ["RetransmitTracker", "RtxCause", "ErrorCause", "sent_layout", "rtx_layout",
            "release_layout", "CWND_IN", "QP_ERROR", "RT_REGS", "TIME_BITS", "TICK_NS",
            "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "timeout_ticks", "COUNTERS", "MAX_PENDING",
-           "PENDING_RULE"]
+           "PENDING_RULE", "TIME_RULE"]
 
 PSN = proto.PSN_BITS
 HALF = 1 << (PSN - 1)
@@ -203,6 +214,10 @@ EPOCH_BITS = 4              # opens of a QP told apart in its bitmap words and t
 CREDIT_RULE = "bytes in flight = (next PSN - CACK) x 2^pmtu_log2, at most cwnd"
 HOLE_RULE = ("a hole is requested once, when a PSN reorder_guard or more after it is "
              "acknowledged; then only by its timeout")
+
+TIME_RULE = ("with reorder_time > 0, a hole counts as lost only when it was sent at least "
+             "reorder_time ticks before the PSN whose arrival triggered the SACK; the first "
+             "hole that was not stays the QP's mark, so later SACKs judge it again")
 
 PENDING_RULE = ("a hole, NACK or timeout request for a PSN whose retransmission is already "
                 "requested and not yet resent is not made")
@@ -255,6 +270,8 @@ COUNTERS = [
                          "already requested and not yet resent"),
     ("pending_full", "Retransmit requests made but not remembered as pending: the "
                      "pending table was full"),
+    ("hole_young", "Holes past the reorder guard not requested yet: sent less than "
+                   "reorder_time before the SACK's trigger PSN"),
 ]
 COUNTER_NAMES = [name for name, _ in COUNTERS]
 
@@ -274,6 +291,9 @@ RT_REGS = RegisterMap("retransmit_tracker", [
               desc="Timeouts of the oldest PSN before the QP goes to error (25: never)"),
         Field("initial_mpr", 8, "rw", reset=8, offset=8,
               desc="MPR (128-PSN units) a QP starts with, until its first SACK"),
+        Field("reorder_time", 16, "rw", reset=0, offset=16,
+              desc="Ticks a hole must have been sent before the SACK's trigger PSN to "
+                   "count as lost (0: no time guard)"),
     ]),
     Register("qp_select", [Field("qp", 16, "rw", desc="QP the next command acts on")]),
     Register("qp_start", [Field("psn", 24, "rw", desc="First PSN to send after open")]),
@@ -393,6 +413,7 @@ class RetransmitTracker(wiring.Component):
         r_lin = f["config"]["retry_linear"]
         pmtu_log2 = f["config"]["pmtu_log2"]
         r_max = f["config2"]["retry_max"]
+        r_time = f["config2"]["reorder_time"]
 
         def qidx(qp):
             return Mux(qp < qps, qp, 0)[:qb]
@@ -749,17 +770,36 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += h_next_psn.eq(h_p0 + h_idx)
         # Loaded whenever stage E goes (the engine is idle then): no enable behind the
         # hole search, which ends the longest path of stage E.
+        # For the time guard (TIME_RULE): the trigger PSN's send time, and the context stage
+        # E wrote, to write the mark back at the first hole too young to count as lost.
+        h_ttime = Signal(TIME_BITS)
+        h_tok = Signal()
+        h_ctx = Signal(CTX)
+        h_young_seen = Signal()
         with m.If(e_go):
             m.d.sync += [h_vec.eq(Mux(sack_ok, holes, 0)), h_q.eq(e_q), h_qp.eq(e.qp),
-                         h_p0.eq(p0)]
+                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(trig_ok),
+                         h_young_seen.eq(0),
+                         *assign(h_ctx, cack=new_cack, hi=h2, mark=new_mark, mpr=e.mpr)]
         with m.Elif(h_issue):
             m.d.sync += h_vec.bit_select(h_idx, 1).eq(0)
         m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
         with m.If(h_emit):
             m.d.comb += assign(rtx_rec, qp=h_qp, psn=h_psn, tag=tag_rh.data,
                                ev=rec_rh.data.ev, cause=RtxCause.HOLE)
-        h_rtx = h_emit & ~p_hit
-        m.d.comb += ev.rtx_hole.eq(h_rtx)
+        h_age = Signal(signed(TIME_BITS))      # trigger's send time - the hole's
+        m.d.comb += h_age.eq(h_ttime - rec_rh.data.time)
+        h_young = Signal()
+        m.d.comb += h_young.eq((r_time != 0) & (~h_tok | (h_age < r_time)))
+        h_old = h_emit & ~h_young              # a hole that counts as lost
+        h_rtx = h_old & ~p_hit
+        # Stage E is idle while the engine runs (e_go needs ~hole_busy), so the context's
+        # write port is free; only mark changes.
+        with m.If(h_emit & h_young & ~h_young_seen):
+            m.d.sync += h_young_seen.eq(1)
+            m.d.comb += [ctx_w.addr.eq(h_q), ctx_w.en.eq(1), ctx_w.data.eq(h_ctx),
+                         ctx_w.data.mark.eq(h_psn)]
+        m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(h_emit & h_young)]
 
         # --- Timer scan ---------------------------------------------------------------------
         sc_q = Signal(qb)
@@ -885,7 +925,7 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += p_match.eq(Cat(*(pv[i] & (pq[i] == k_q) & (pp[i] == k_p)
                                      for i in range(P))))
         m.d.comb += p_hit.eq(p_match.any())
-        p_want = (nack_ok | h_emit | t_timeout) & ~p_hit
+        p_want = (nack_ok | h_old | t_timeout) & ~p_hit
         p_free = Signal(P)
         m.d.comb += p_free.eq(~pv & ~Mux(h_emit, pz, 0))
         p_slot = Signal(P)                     # one-hot: the lowest free slot
@@ -907,7 +947,7 @@ class RetransmitTracker(wiring.Component):
                 m.d.sync += [pq[i].eq(k_q), pp[i].eq(k_p)]
         m.d.sync += [pv.eq((pv & ~rm_sent & ~rm_qp) | Mux(p_ins, p_slot, 0)),
                      pz.eq(rm_sent | Mux(e_go, 0, pz))]
-        m.d.comb += [ev.rtx_pending_skip.eq((nack_ok | h_emit) & p_hit),
+        m.d.comb += [ev.rtx_pending_skip.eq((nack_ok | h_old) & p_hit),
                      ev.pending_full.eq(p_want & ~p_free.any())]
 
         # --- Per-QP error and retry count --------------------------------------------------

@@ -25,6 +25,7 @@ __all__ = ["RetransmitTrackerModel", "closed_loop", "OUTPUTS"]
 HALF = 1 << (proto.PSN_BITS - 1)
 OUTPUTS = ("rtx", "feedback", "release", "qp_error")
 TIME_MASK = (1 << 32) - 1
+TIME_ORIGIN = 1 << 20       # closed_loop's send times with a time guard: step - this
 
 
 def _after(a, b):
@@ -60,11 +61,12 @@ class RetransmitTrackerModel:
 
     def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16, *,
                  reorder_guard=3, timeout_exp=7, retry_linear=7, retry_max=RETRY_FOREVER,
-                 pmtu_log2=12, initial_mpr=8):
+                 pmtu_log2=12, initial_mpr=8, reorder_time=0):
         self.qps, self.outstanding, self.tag_width = qps, outstanding, tag_width
         self.pending_max = pending
         self.pending = set()     # (qp, psn): retransmission requested, not yet resent
         self.reorder_guard, self.timeout_exp = reorder_guard, timeout_exp
+        self.reorder_time = reorder_time
         self.retry_linear, self.retry_max = retry_linear, retry_max
         self.pmtu_log2, self.initial_mpr = pmtu_log2, initial_mpr
         self.q = {i: _Qp(0, initial_mpr) for i in range(qps)}
@@ -229,11 +231,12 @@ class RetransmitTrackerModel:
                  if psn_add(p0, j) not in s.sacked]
         if end > start:
             s.mark = psn_add(p0, end)
+        trig = psn_add(C, _signed16(a["ack_psn_offset"]))
+        trig_ok = psn_diff(psn_add(s.nxt, -1), trig) < self.outstanding
         if not changed:
             self._count("sack_duplicate")
         else:
-            trig = psn_add(C, _signed16(a["ack_psn_offset"]))
-            if not a["pr"] and psn_diff(psn_add(s.nxt, -1), trig) < self.outstanding:
+            if not a["pr"] and trig_ok:
                 m = a["m"] if a["m"] in (0, 1, 2) else 0
                 self._count("feedback")
                 out["feedback"].append({"qp": qp, "ev": s.rec[trig][0],
@@ -243,7 +246,13 @@ class RetransmitTrackerModel:
             self._count("releases")
             out["release"].append({"qp": qp, "first": psn_add(old_cack, 1), "last": C,
                                    "tag": s.rec[C][2]})
+        young = None
         for p in holes:
+            if self._young(s, p, trig, trig_ok):
+                self._count("hole_young")
+                if young is None:
+                    young = s.mark = p
+                continue
             if (qp, p) in self.pending:
                 self._count("rtx_pending_skip")
                 continue
@@ -251,6 +260,18 @@ class RetransmitTrackerModel:
             out["rtx"].append({"qp": qp, "psn": p, "tag": s.rec[p][2], "ev": s.rec[p][0],
                                "cause": int(RtxCause.HOLE)})
             self._remember(qp, p)
+
+    def _young(self, s, psn, trig, trig_ok):
+        """The time guard (:data:`~mrcnic.retransmit_tracker.TIME_RULE`): a hole sent less
+        than ``reorder_time`` ticks before the SACK's trigger PSN (or after it, or with no
+        record of the trigger) is not taken for lost yet."""
+        if not self.reorder_time:
+            return False
+        if not trig_ok:
+            return True
+        d = (s.rec[trig][1] - s.rec[psn][1]) & TIME_MASK
+        d = d - (1 << 32) if d >> 31 else d
+        return d < self.reorder_time
 
     # --- timers -------------------------------------------------------------------------------
 
@@ -291,7 +312,8 @@ class RetransmitTrackerModel:
 
 def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.03,
                 trim=0.02, dup=0.02, ack_loss=0.05, ack_dup=0.03, spread=12, ce=0.03,
-                ack_req=0.1, stray=0.02, reorder_guard=3, pending=16, rtx_lag=0):
+                ack_req=0.1, stray=0.02, reorder_guard=3, pending=16, rtx_lag=0,
+                reorder_time=0):
     """A sender on ``qps`` QPs talking to a receiver through a channel that loses, trims,
     duplicates and reorders data packets and loses, duplicates and reorders SACKs/NACKs.
     The sender sends new PSNs while it has credit and resends what this model requests
@@ -302,9 +324,12 @@ def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.0
     ``sent_before`` is how many sent records came before it (an ack must not be fed
     before them). A ``stray`` share of acks is wrong on
     purpose: replayed stale SACKs, unknown QPs, SACKs of unsent PSNs, NACKs for acked
-    PSNs, unknown NACK reasons."""
+    PSNs, unknown NACK reasons. With ``reorder_time``, the tracker here has that time
+    guard and each record's send time is its step, less :data:`TIME_ORIGIN` (so that a
+    time base left at 0 sees every send in the past, by less than 2^21 ticks); otherwise
+    every send time is 0."""
     tracker = RetransmitTrackerModel(qps, outstanding, tag_width, pending,
-                                     reorder_guard=reorder_guard)
+                                     reorder_guard=reorder_guard, reorder_time=reorder_time)
     rx = PsnTrackerModel(qps=qps, mpr_max=8, max_wimm_dest=8, sack_every=4)
     events, n_sent = [], 0
     in_flight = []               # (time, order, kind, payload)
@@ -316,6 +341,8 @@ def closed_loop(rng, n_events, *, qps=4, outstanding=128, tag_width=32, loss=0.0
 
     def send(rec):
         nonlocal n_sent, order
+        if reorder_time:
+            rec["time"] = (t - TIME_ORIGIN) & TIME_MASK
         events.append(("sent", rec))
         n_sent += 1
         tracker.sent(rec)
