@@ -147,6 +147,27 @@ def test_tracker_registers_follow_the_fabric():
     assert len(frame) - 4096 + 4 <= demo.FRAME_HEADROOM       # + 4: the FCS
 
 
+def test_top_inputs_are_read_from_the_verilog(tmp_path):
+    """The bench drives every input of the top from time 0: their names come from the
+    Verilog's top module (other modules, outputs, clock and reset left out)."""
+    v = tmp_path / "top.v"
+    v.write_text(f"""module inner(x, y);
+  input [3:0] x;
+  output y;
+endmodule
+module {demo.TOP}(clk, rst, a_valid, a_data, b_ready, b_valid);
+  input clk;
+  input rst;
+  input a_valid;
+  input [63:0] a_data;
+  wire [3:0] t;
+  input wire b_ready;
+  output b_valid;
+endmodule
+""")
+    assert demo.top_inputs(v) == ["a_valid", "a_data", "b_ready"]
+
+
 def test_one_build_per_distinct_verilog(tmp_path, monkeypatch):
     """The demo exports only when the parameters or a gateware module changed, and keeps
     one folder (one Verilator build) per distinct Verilog."""
