@@ -35,9 +35,17 @@ async def random_operations_under_pauses(dut):
     model = SegmenterModel(qps, msgs, pmtu_log2=8)
     want_new, want_rtx, want_done = [], [], []
 
-    async def drain(source):
-        while source.queue:
+    async def drain(source, sink, count):
+        # Until the source is empty and the sink holds ``count`` records (the block serves
+        # one operation at a time behind 2-deep skid buffers, so a fixed wait is not enough:
+        # a release retiring 4 messages takes 12 cycles, and pauses add more); then 40 more
+        # cycles for a record that should not come.
+        for _ in range(20000):
+            if not source.queue and len(sink.records) >= count():
+                break
             await tb.cycles(1)
+        else:
+            raise AssertionError(f"{len(sink.records)} of {count()} records after 20000 cycles")
         await tb.cycles(40)
 
     for _ in range(soak(20 if long_runs() else 6)):
@@ -50,7 +58,7 @@ async def random_operations_under_pauses(dut):
                  "imm": random.getrandbits(32), "with_imm": random.getrandbits(1)}
             want_new.extend(model.wr(w))
             wr.send_nowait(w)
-        await drain(wr)
+        await drain(wr, pkts, lambda: len(want_new) + len(want_rtx))
         for _ in range(6):
             qp = random.randrange(min(qps, 6))
             flight = model.q[qp].flight
@@ -66,7 +74,7 @@ async def random_operations_under_pauses(dut):
             if p is not None:
                 want_rtx.append(p)
             rtx.send_nowait(r)
-        await drain(rtx)
+        await drain(rtx, pkts, lambda: len(want_new) + len(want_rtx))
         for qp in range(min(qps, 6)):
             flight = model.q[qp].flight
             if flight:
@@ -76,11 +84,16 @@ async def random_operations_under_pauses(dut):
                      & 0xFFFFFF}
                 want_done.extend(model.release(r))
                 rel.send_nowait(r)
-        await drain(rel)
+        await drain(rel, dones, lambda: len(want_done))
     got = pkts.records
     assert [p for p in got if not p["rtx"]] == want_new
     assert [p for p in got if p["rtx"]] == want_rtx
-    assert dones.records == want_done
+    got_done = dones.records
+    first = next((i for i, (a, b) in enumerate(zip(got_done, want_done)) if a != b),
+                 min(len(got_done), len(want_done)))
+    assert got_done == want_done, (f"completions differ from #{first}: got "
+                                   f"{got_done[first:first + 4]}, want {want_done[first:first + 4]}"
+                                   f" ({len(got_done)} got, {len(want_done)} wanted)")
     for name, value in model.counters.items():
         assert await regs.read(name) == value, name
     tb.log.info("%d packets, %d retransmissions, %d completions checked", len(want_new),

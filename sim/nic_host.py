@@ -20,10 +20,10 @@ def as_dict(layout, value):
     return {name: int(getattr(v, name)) for name, _ in layout}
 
 
-def random_wrs(rng, n, qps, max_len):
+def random_wrs(rng, n, qps, max_len, min_len=0):
     wrs, va = [], 0x10000
     for i in range(n):
-        length = rng.randrange(max_len + 1)
+        length = rng.randrange(min_len, max_len + 1)
         wrs.append({"qp": i % qps, "wr_id": i, "va": va, "rkey": 0x1234, "length": length,
                     "imm": rng.getrandbits(32), "with_imm": rng.random() < 0.3})
         va += length + 0x40

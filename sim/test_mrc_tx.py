@@ -197,7 +197,8 @@ def test_port_status_updates_both_ways():
     record for QP 0; both QPs share the one profile): no request decided after it gets
     plane 2. Every WR completes, intact."""
     rng = seeded()
-    wrs = random_wrs(rng, 14, 2, 4 * (1 << PMTU_LOG2))
+    # At least 3 packets each (42 in all): traffic goes on well after the peer's update.
+    wrs = random_wrs(rng, 14, 2, 4 * (1 << PMTU_LOG2), min_len=2 * (1 << PMTU_LOG2) + 1)
     box = {}
 
     def ports(cycle):
