@@ -4,12 +4,11 @@ commands typed on ``rx``. The bring-up script completes, runs complete with noth
 a plane failed by command stops carrying frames while runs go on over the others, and
 random loss on every plane is recovered."""
 
-import re
-
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+from cocotb.triggers import ClockCycles
 
+from serial_port import Serial
 from tbutil import params
 
 
@@ -18,66 +17,14 @@ def cfg_long():
     import os
     return int(os.environ.get("MRCNIC_SOAK", "1")) > 1
 
-LINE = re.compile(r"MRC((?: \w+=[0-9A-F]+)+)\r\n")
 
-
-class Serial:
-    """The board's serial port: lines from ``tx``, bytes typed on ``rx``."""
-
-    def __init__(self, dut, divisor):
-        self.dut, self.divisor = dut, divisor
-        self.lines = []
-        self.seen = 0                                    # lines looked at by line()
-        self.text = ""
-        dut.rx.value = 1
-        cocotb.start_soon(self._read())
-
-    async def _read(self):
-        dut, d = self.dut, self.divisor
-        while True:
-            await FallingEdge(dut.tx)
-            await ClockCycles(dut.clk, d // 2)
-            if int(dut.tx.value):
-                continue                                 # a glitch, not a start bit
-            byte = 0
-            for k in range(8):
-                await ClockCycles(dut.clk, d)
-                byte |= int(dut.tx.value) << k
-            await ClockCycles(dut.clk, d)
-            assert int(dut.tx.value) == 1, "stop bit low on tx"
-            self.text += chr(byte)
-            found = LINE.search(self.text)
-            if found:
-                self.lines.append({k: int(v, 16) for k, v in
-                                   (item.split("=") for item in found.group(1).split())})
-                self.text = self.text[found.end():]
-
-    async def type(self, text):
-        dut, d = self.dut, self.divisor
-        for ch in text:
-            for bit in [0] + [ord(ch) >> k & 1 for k in range(8)] + [1]:
-                dut.rx.value = bit
-                await ClockCycles(dut.clk, d)
-
-    async def line(self, where, limit):
-        """The next line for which ``where(line)`` holds, among the next ``limit``; every
-        line read on the way must report nothing bad."""
-        for _ in range(limit):
-            while self.seen == len(self.lines):
-                await RisingEdge(self.dut.clk)
-            line = self.lines[self.seen]
-            self.seen += 1
-            self.dut._log.info("status: %s", " ".join(f"{k}={v:x}" for k, v in line.items()))
-            trouble = line["data"] or line["dup"] or line["stray"] or line["err"]
-            assert not trouble, f"the self-test reports trouble: {line}"
-            if where(line):
-                return line
-        raise AssertionError(f"not seen in {limit} lines; the last: {line}")
+def trouble(line):
+    return line["data"] or line["dup"] or line["stray"] or line["err"]
 
 
 async def start(dut, cfg):
     cocotb.start_soon(Clock(dut.clk, 40, unit="ns").start())
-    serial = Serial(dut, cfg["divisor"])
+    serial = Serial(dut, cfg["divisor"], "MRC", trouble, 40)
     dut.buttons.value = 0
     dut.rst.value = 1
     await ClockCycles(dut.clk, 4)

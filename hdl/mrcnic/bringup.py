@@ -21,7 +21,7 @@ from .model import ev as evm
 from .proto import EvMode
 
 __all__ = ["TxConfig", "RxConfig", "find_blocks", "bring_up_tx", "bring_up_rx",
-           "srv6_address_profile"]
+           "bring_up_selector", "srv6_address_profile"]
 
 
 def _regmaps():
@@ -159,20 +159,30 @@ async def bring_up_tx(read, write, cfg, base=0, blocks=None):
     if cfg.reorder_time:
         await trk.write_fields("config2", reorder_time=cfg.reorder_time)
     await _addresses(roce, cfg, qps)
-    raws = [a.to_bytes(16, "big") for a in cfg.evs]
+    await bring_up_selector(sel, cfg.evs, qps, seeds=cfg.seeds, active=cfg.active,
+                            min_active=cfg.min_active, probe_interval=cfg.probe_interval)
+    return b
+
+
+async def bring_up_selector(sel, evs, qps, *, seeds=None, active=None, min_active=0,
+                            probe_interval=0):
+    """Load path selector ``sel`` (a RegisterDriver): profile 0 holds ``evs`` (the 128-bit
+    SRv6 destination of each EV, :func:`srv6_address_profile`), EVs below ``active``
+    active (default: all), and QPs 0 .. ``qps`` - 1 use it, with scan seeds ``seeds``
+    (default: the QP index)."""
+    raws = [a.to_bytes(16, "big") for a in evs]
     # Every EV listed is active (no backups), unless min_active asks for backups.
     await _selector_profile(sel, 0, srv6_address_profile(), raws,
-                            cfg.active if cfg.active is not None else len(raws))
-    if cfg.min_active:
-        await sel.write_fields("ev_min_active", count=cfg.min_active)
-    if cfg.probe_interval:
-        await sel.write_fields("probe_interval", cycles=cfg.probe_interval)
+                            active if active is not None else len(raws))
+    if min_active:
+        await sel.write_fields("ev_min_active", count=min_active)
+    if probe_interval:
+        await sel.write_fields("probe_interval", cycles=probe_interval)
     for q in range(qps):
-        seed = cfg.seeds[q] if cfg.seeds else q
+        seed = seeds[q] if seeds else q
         await sel.write_fields("select_qp", qp=q)
-        await sel.write_fields("qp_cfg", profile=0, seed=seed % len(cfg.evs))
+        await sel.write_fields("qp_cfg", profile=0, seed=seed % len(evs))
         await sel.write_fields("command", write_qp=1)
-    return b
 
 
 @dataclass

@@ -18,13 +18,13 @@ Operation
        ``loss`` (the loss setting), ``script`` (operations done of the bring-up; ``err`` 1
        if one was refused), and per plane ``f<p>`` frames and ``l<p>`` frames lost or
        failed.
-    4. Commands on the UART: ``0`` .. ``7`` fail or restore that plane, ``l`` the next
-       loss setting (none, 1/64, 1/16 of the frames), ``s`` a status line now. The
-       ``buttons`` input does as ``0``, ``1``, ... on a rising edge (debounced ~10 ms).
-
-    ``leds``: 0 changes state at each report while runs complete and nothing is bad, 1 is on when
-    something is bad (``data``, ``dup`` or ``stray`` > 0, or the script failed), 2 is on once the NIC is up, 3 on
-    while loss is on, 4 .. 7 show planes 0 .. 3 up.
+    4. The operator's side is a :class:`~mrcnic.console.Console`: commands on the UART
+       (``0`` .. ``3`` fail or restore that plane, ``l`` the next loss setting, ``p`` pause
+       or resume: no new run starts, ``s`` a status line now), the ``buttons`` (as the
+       digits) and the ``leds`` (0 changes state at each report while runs complete and
+       nothing is bad, 1 on when something is bad: ``data``, ``dup`` or ``stray`` > 0, or
+       the script failed; 2 once the NIC is up; 3 while loss is on; 4 .. 7 planes 0 .. 3
+       up).
 
 Parameters
     ``planes`` (1, 2, 4; default 2), ``data_width`` (default 64), ``qps`` (2), ``ev_count``
@@ -37,11 +37,12 @@ Ports
     a testbench).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .ack_generator import ACK_REGS
+from .console import LOSS_LEVELS, Console
 from .bringup import RxConfig, TxConfig, bring_up_rx, bring_up_tx
 from .csr_script import CsrScript, record
 from .mrc_nic import MrcNic
@@ -49,7 +50,7 @@ from .mrc_tx import MRC_TX_REGS
 from .plane_loop import PlaneLoop
 from .traffic import DataChecker, TrafficGen
 from .tx_desc import TICK_NS
-from .uart import StatusLine, UartRx, UartTx, divisor_for, status_text
+from .uart import divisor_for, status_text
 
 __all__ = ["SelfTest", "LOSS_LEVELS", "MAC", "IP", "RKEY", "BASE", "evs"]
 
@@ -57,7 +58,6 @@ MAC = 0x02_4D_52_43_00_01            # the NIC's own MAC and address (its peer i
 IP = 0xFD00 << 112 | 1
 RKEY = 0x1234
 BASE = 0x1_0000_0000
-LOSS_LEVELS = (0, 1024, 4096)        # PlaneLoop loss: none, 1/64, 1/16
 # Decision: the NIC's board-size options (MrcNic). The receive window is the sender's
 # outstanding PSNs (mpr_max = outstanding / 128), which at the default 128 a 2-chunk
 # PSN-tracker window covers whole; 4 held completions and a 4-entry pending table (2 QPs,
@@ -134,11 +134,19 @@ class SelfTest(wiring.Component):
         up = script.done & ~script.error
         m.d.comb += self.up.eq(script.done)
 
+        # The operator: commands, buttons, the status line, the LEDs.
+        con = m.submodules.console = Console(P, self.items, "MRC", self.clk_hz, self.divisor,
+                                             self.report_cycles)
+        m.d.comb += [con.rx.eq(self.rx), self.tx.eq(con.tx), con.buttons.eq(self.buttons),
+                     self.leds.eq(con.leds)]
+
+
         run = dict(msg_log2=self.msg_log2, msgs=self.msgs, pmtu_log2=self.pmtu_log2,
                    base=BASE)
         gen = m.submodules.gen = TrafficGen(W, self.qps, rkey=RKEY, **run)
         chk = m.submodules.chk = DataChecker(W, P, **run)
-        m.d.comb += [gen.start.eq(up & chk.ready), chk.odd.eq(gen.odd), gen.run_ok.eq(chk.run_ok),
+        m.d.comb += [gen.start.eq(up & chk.ready & ~con.pause), chk.odd.eq(gen.odd),
+                     gen.run_ok.eq(chk.run_ok),
                      self.runs.eq(gen.runs)]
         wiring.connect(m, gen.wr, nic.wr)
         wiring.connect(m, nic.done, gen.done)
@@ -148,13 +156,6 @@ class SelfTest(wiring.Component):
             m.d.comb += getattr(nic, name).ready.eq(1)
 
         # The fabric: each plane back to itself.
-        fail = Signal(P)
-        loss_sel = Signal(range(len(LOSS_LEVELS)))
-        loss = Signal(16)
-        with m.Switch(loss_sel):
-            for i, v in enumerate(LOSS_LEVELS):
-                with m.Case(i):
-                    m.d.comb += loss.eq(v)
         loops = []
         for p in range(P):
             lp = PlaneLoop(W, depth=max(512, 2 * self.frame_beats),
@@ -165,65 +166,27 @@ class SelfTest(wiring.Component):
             wiring.connect(m, lp.m_axis, getattr(nic, f"s{p}_axis"))
             wiring.connect(m, getattr(nic, f"place{p}"), getattr(chk, f"place{p}"))
             wiring.connect(m, getattr(nic, f"pl{p}_axis"), getattr(chk, f"pl{p}_axis"))
-            m.d.comb += [lp.fail.eq(fail[p]), lp.loss.eq(loss)]
-        m.d.comb += [nic.port_up.eq(Cat(lp.port_up for lp in loops)),
-                     nic.credit.eq(Cat(lp.credit for lp in loops))]
+            m.d.comb += [lp.fail.eq(con.fail[p]), lp.loss.eq(con.loss)]
+        ups = Cat(lp.port_up for lp in loops)
+        m.d.comb += [nic.port_up.eq(ups), nic.credit.eq(Cat(lp.credit for lp in loops))]
 
         events = Signal(32)
         with m.If(nic.event.valid):
             m.d.sync += events.eq(events + 1)
 
-        # Commands: UART and buttons.
-        urx = m.submodules.urx = UartRx(self.divisor)
-        m.d.comb += [urx.rx.eq(self.rx), urx.o.ready.eq(1)]
-        cmd = urx.o.payload
-        now = Signal()
-        with m.If(urx.o.valid):
-            for p in range(P):
-                with m.If(cmd == ord("0") + p):
-                    m.d.sync += fail[p].eq(~fail[p])
-            with m.If(cmd == ord("l")):
-                m.d.sync += loss_sel.eq(Mux(loss_sel == len(LOSS_LEVELS) - 1, 0, loss_sel + 1))
-            with m.If(cmd == ord("s")):
-                m.d.comb += now.eq(1)
-        debounce = Signal(range(max(2, self.clk_hz // 100)))
-        held, last = Signal(P), Signal(P)
-        m.d.sync += debounce.eq(Mux(debounce == 0, self.clk_hz // 100 - 1, debounce - 1))
-        with m.If(debounce == 0):
-            m.d.sync += [held.eq(self.buttons), last.eq(held)]
-            for p in range(P):
-                with m.If(held[p] & ~last[p]):
-                    m.d.sync += fail[p].eq(~fail[p])
-
         # Status: the line and the LEDs.
         bad = Signal(32)
         m.d.comb += [bad.eq(chk.bad_data + chk.duplicates + chk.strays),
-                     self.bad.eq((bad != 0) | script.error)]
-        line = m.submodules.line = StatusLine(self.items)
-        utx = m.submodules.utx = UartTx(self.divisor)
-        wiring.connect(m, line.o, utx.i)
-        m.d.comb += [self.tx.eq(utx.tx), line.v_runs.eq(gen.runs), line.v_bytes.eq(chk.bytes),
+                     self.bad.eq((bad != 0) | script.error),
+                     con.progress.eq(gen.runs), con.bad.eq(self.bad), con.up.eq(up),
+                     con.ports_up.eq(ups)]
+        line = con.line
+        m.d.comb += [line.v_runs.eq(gen.runs), line.v_bytes.eq(chk.bytes),
                      line.v_data.eq(chk.bad_data), line.v_dup.eq(chk.duplicates),
-                     line.v_stray.eq(chk.strays), line.v_ev.eq(events), line.v_fail.eq(fail),
-                     line.v_loss.eq(loss), line.v_script.eq(script.step),
+                     line.v_stray.eq(chk.strays), line.v_ev.eq(events), line.v_fail.eq(con.fail),
+                     line.v_loss.eq(con.loss), line.v_script.eq(script.step),
                      line.v_err.eq(script.error)]
         for p, lp in enumerate(loops):
             m.d.comb += [getattr(line, f"v_f{p}").eq(lp.frames),
                          getattr(line, f"v_l{p}").eq(lp.lost + lp.failed)]
-        timer = Signal(range(self.report_cycles))
-        tick = timer == 0
-        m.d.sync += timer.eq(Mux(tick, self.report_cycles - 1, timer - 1))
-        m.d.comb += line.trigger.eq(tick | now)
-
-        # LED 0: toggles each report period in which a run completed (and nothing is bad).
-        blink, runs_seen = Signal(), Signal(32)
-        with m.If(tick):
-            m.d.sync += runs_seen.eq(gen.runs)
-            with m.If((gen.runs != runs_seen) & ~self.bad):
-                m.d.sync += blink.eq(~blink)
-            with m.Else():
-                m.d.sync += blink.eq(0)
-        ups = Cat(lp.port_up for lp in loops)
-        m.d.comb += self.leds.eq(Cat(blink, self.bad, up, loss_sel != 0,
-                                     ups, Const(0, 4 - P) if P < 4 else Cat()))
         return m
