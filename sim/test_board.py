@@ -11,8 +11,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from mrcnic import cli
-from mrcnic.board import (SELFTEST_BOARDS, BoardSelfTest, fits_default, program,
-                          selftest_result)
+from mrcnic.board import (DESIGNS, SELFTEST_BOARDS, BoardSelfTest, default_design,
+                          fits_default, program, selftest_result)
 from mrcnic.selftest import SelfTest
 from mrcnic.synth import _build_only, get_board
 
@@ -60,13 +60,26 @@ def test_the_command_line_says_what_is_wrong(capsys):
     assert "no self-test for board" in capsys.readouterr().err
     assert cli.main(["build", "--board", "ulx3s-85f", "--block", "skid-buffer",
                      "--program"]) == 2
-    assert "load the self-test" in capsys.readouterr().err
+    assert "are for the self-test" in capsys.readouterr().err
     assert cli.main(["build", "--list-boards"]) == 0
-    assert "ulx3s-85f  (self-test)" in capsys.readouterr().out
-    # A board too small for the default self-test is refused before any tool runs.
-    assert cli.main(["build", "--board", "versa-ecp5"]) == 2
+    out = capsys.readouterr().out
+    assert "ulx3s-85f  (self-test: nic, or --design spray)" in out
+    assert "versa-ecp5  (self-test: spray; the NIC needs an 85F)" in out
+    # A board too small for the NIC self-test is refused before any tool runs.
+    assert cli.main(["build", "--board", "versa-ecp5", "--design", "nic"]) == 2
     err = capsys.readouterr().err
-    assert "LFE5UM-45F cannot hold it" in err and "ecpix5-85f" in err
+    assert "LFE5UM-45F cannot hold it" in err and "ecpix5-85f" in err and "spray" in err
+
+
+@pytest.mark.parametrize("board", ["colorlight-5a-75b-r7", "versa-ecp5"])
+def test_the_small_boards_get_the_spray_test(board):
+    assert default_design(board) == "spray"
+    platform = _build_only(get_board(board))()
+    top = BoardSelfTest(board, core=DESIGNS["spray"])
+    platform.prepare(top, name="top")
+    assert top.pll.f_out_mhz == pytest.approx(40.0, rel=0.01)
+    assert top.selftest.divisor == round(top.pll.f_out_mhz * 1e6 / 115200)
+    assert len(top.selftest.ops) > 100
 
 
 def test_the_default_selftest_boards_have_an_85f_or_a_kintex():
@@ -144,3 +157,19 @@ def test_a_build_of_the_same_design_is_reused_and_another_is_rebuilt(tmp_path, m
     assert len(runs) == 2
     board.build_selftest("ecpix5-85f", 25.0, build_dir=tmp_path, reuse=False, core=Pins)
     assert len(runs) == 3
+
+
+@pytest.mark.synth
+def test_the_smallest_boards_bitstream_builds_and_meets_its_clock(tmp_path):
+    """`make test` builds the bitstream of the smallest self-test board: the spray test on
+    the Colorlight 5A-75B's LFE5U-25F (a few minutes), and checks it against its clock."""
+    from mrcnic import board
+    result = board.build_selftest("colorlight-5a-75b-r7", build_dir=tmp_path)
+    print(f"{result.luts} LUT4 of {result.available['TRELLIS_COMB']}, {result.ffs} FF, "
+          f"{result.brams} DP16KD; fmax {result.fmax_mhz:.1f} MHz against "
+          f"{result.pll_mhz:.1f}; {result.seconds:.0f} s; critical path {result.critical_path}")
+    assert result.selftest == "spray" and result.pll_mhz == pytest.approx(40.0)
+    assert result.met and result.fmax_mhz >= 40.0
+    assert 0 < result.luts <= result.available["TRELLIS_COMB"]
+    assert (tmp_path / "top.bit").stat().st_size > 100_000
+    assert json.loads((tmp_path / "summary.json").read_text())["selftest"] == "spray"

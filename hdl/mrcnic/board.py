@@ -19,11 +19,13 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import io
 
 from .selftest import SelfTest
+from .spraytest import SprayTest
 from .synth import (XILINX_BOARDS, _build_only, _critical_path, _refuse_xilinx, _run,
                     find_pll, get_board, parse_nextpnr_report, pll_sync_domain,
                     rtlil_digest, tool_versions, yowasp_env)
 
-__all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default",
+__all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default", "DESIGNS",
+           "default_design",
            "BoardSelfTest", "build_selftest", "selftest_result", "program"]
 
 
@@ -37,18 +39,23 @@ class BoardPins:
 
 
 # LED order: running, bad, up, loss, plane 0 up, plane 1 up.
+# speed grade 6 (the others: 8): 25 MHz x 2/3, the NIC's longest paths (the trackers'
+# one-cycle loops, at 96% of the device) were estimated at 47 ns after placement
+_ULX3S = BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                   (("button_fire", 0), ("button_fire", 1)), freq_mhz=16.667)
+_ECPIX5 = BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"), ("rgb_led", 1, "g"),
+                           ("rgb_led", 1, "b"), ("rgb_led", 2, "g"), ("rgb_led", 3, "g")), ())
+_ORANGECRAB = BoardPins(False, (("rgb_led", 0, "g"), ("rgb_led", 0, "r")), (("button", 0),))
 SELFTEST_BOARDS = {
-    # speed grade 6 (the others: 8): 25 MHz x 2/3, the NIC's longest paths (the trackers'
-    # one-cycle loops, at 96% of the device) were estimated at 47 ns after placement
-    "ulx3s-85f": BoardPins(True, tuple(("led", i, None) for i in range(6)),
-                           (("button_fire", 0), ("button_fire", 1)), freq_mhz=16.667),
-    "ecpix5-85f": BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"),
-                                   ("rgb_led", 1, "g"), ("rgb_led", 1, "b"),
-                                   ("rgb_led", 2, "g"), ("rgb_led", 3, "g")), ()),
+    # The smaller devices of a family share its pins (the spray test only).
+    "ulx3s-25f": _ULX3S, "ulx3s-45f": _ULX3S,
+    "ecpix5-45f": _ECPIX5,
+    "orangecrab-r0.2-25f": _ORANGECRAB,
+    "ulx3s-85f": _ULX3S,
+    "ecpix5-85f": _ECPIX5,
     "versa-ecp5": BoardPins(True, tuple(("led", i, None) for i in range(6)),
                             (("switch", 0), ("switch", 1))),
-    "orangecrab-r0.2-85f": BoardPins(False, (("rgb_led", 0, "g"), ("rgb_led", 0, "r")),
-                                     (("button", 0),)),
+    "orangecrab-r0.2-85f": _ORANGECRAB,
     # its LED and button share their pins with the UART: the UART it is
     "colorlight-5a-75b-r7": BoardPins(True, (), ()),
     # Xilinx (--plan-only): an MMCM makes the clock from the board's
@@ -69,6 +76,25 @@ def fits_default(board):
     return board in XILINX_BOARDS or get_board(board).device.endswith(SELFTEST_DEVICE)
 
 
+# The self-test designs: the NIC looped back to itself (mrcnic.selftest), and the spray test
+# (mrcnic.spraytest: the path selector and the SRv6 blocks, for the boards the NIC does not
+# fit, and the bitstream `make test` builds). Each with its clock when the board's pins
+# name none: the spray test's longest path is the path selector's (64.7 MHz on a -8 part).
+DESIGNS = {"nic": SelfTest, "spray": SprayTest}
+DESIGN_FREQ_MHZ = {"nic": None, "spray": 40.0}
+
+
+def _check_board(board):
+    if board not in SELFTEST_BOARDS:
+        raise ValueError(f"no self-test for board {board!r}; boards: "
+                         f"{', '.join(SELFTEST_BOARDS)}")
+
+
+def default_design(board):
+    """The self-test ``mrcnic build`` makes for ``board``: the NIC where it fits."""
+    return "nic" if fits_default(board) else "spray"
+
+
 class BoardSelfTest(Elaboratable):
     """:class:`~mrcnic.selftest.SelfTest` on ``board`` at ``freq_mhz`` (module docstring;
     default: the board's);
@@ -77,11 +103,10 @@ class BoardSelfTest(Elaboratable):
     (``tx``, ``rx``, ``buttons``, ``leds``; for tests of the pin maps)."""
 
     def __init__(self, board, freq_mhz=None, core=SelfTest, **params):
-        if board not in SELFTEST_BOARDS:
-            raise ValueError(f"no self-test for board {board!r}; boards: "
-                             f"{', '.join(SELFTEST_BOARDS)}")
+        _check_board(board)
         self.board, self.pins = board, SELFTEST_BOARDS[board]
-        self.freq_mhz = freq_mhz or self.pins.freq_mhz
+        design = next((d for d, c in DESIGNS.items() if c is core), None)
+        self.freq_mhz = freq_mhz or DESIGN_FREQ_MHZ.get(design) or self.pins.freq_mhz
         self.params = {"planes": self.pins.planes, **params}
         self.core = core
         self.pll = None
@@ -128,6 +153,7 @@ class SelfTestBuild:
     seconds: float
     tools: dict
     design: str = ""            # design_digest() of what was built
+    selftest: str = "nic"       # which self-test (DESIGNS)
     reused: bool = False        # an earlier build of the same design (not written to JSON)
 
 
@@ -137,38 +163,48 @@ class SelfTestBuild:
 NEXTPNR_OPTS = "--report report.json --timing-allow-fail --router router2 --threads 2"
 
 
-def build_selftest(board, freq_mhz=None, build_dir=None, *, reuse=True, **params):
-    """Place and route the self-test of ``board``; returns a :class:`SelfTestBuild` (also
-    ``summary.json`` in ``build_dir``, default ``build/boards/<board>``). With ``reuse``,
-    a finished build in ``build_dir`` of the same design (:func:`design_digest`, kept in
-    its ``summary.json``; its bitstream there) is taken as it is (``reused``): an hour saved
-    when the board is programmed after the build."""
+def build_selftest(board, freq_mhz=None, build_dir=None, *, design=None, reuse=True,
+                   **params):
+    """Place and route self-test ``design`` (:data:`DESIGNS`; default
+    :func:`default_design`) of ``board``; returns a :class:`SelfTestBuild` (also
+    ``summary.json`` in ``build_dir``, default ``build/boards/<board>``, with ``-spray``
+    for the spray test). With ``reuse``, a finished build in ``build_dir`` of the same
+    design (:func:`design_digest`, kept in its ``summary.json``; its bitstream there) is
+    taken as it is (``reused``): an hour saved when the board is programmed after the
+    build."""
     _refuse_xilinx(board)
-    top = BoardSelfTest(board, freq_mhz, **params)
+    _check_board(board)
+    design = design or default_design(board)
+    if design not in DESIGNS:
+        raise ValueError(f"no self-test design {design!r}; designs: {', '.join(DESIGNS)}")
+    core = params.pop("core", DESIGNS[design])         # another core: tests of the flow
+    top = BoardSelfTest(board, freq_mhz, core=core, **params)
     platform = _build_only(get_board(board))()
-    if not params and not fits_default(board):
-        raise ValueError(f"the self-test fills 78% of an LFE5U-{SELFTEST_DEVICE}; the "
-                         f"{board}'s {platform.device} cannot hold it (self-test boards "
-                         f"with room: {', '.join(b for b in SELFTEST_BOARDS if fits_default(b))})")
+    if core is SelfTest and not params and not fits_default(board):
+        raise ValueError(f"the NIC self-test fills 78% of an LFE5U-{SELFTEST_DEVICE}; the "
+                         f"{board}'s {platform.device} cannot hold it (boards with room: "
+                         f"{', '.join(b for b in SELFTEST_BOARDS if fits_default(b))}); "
+                         "--design spray builds the spray test")
     find_pll(platform.default_clk_frequency / 1e6, top.freq_mhz)
     env = yowasp_env()
-    build_dir = Path(build_dir or Path("build", "boards", board)).resolve()
+    where = board if design == "nic" else f"{board}-{design}"
+    build_dir = Path(build_dir or Path("build", "boards", where)).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     plan = platform.build(top, name="top", do_build=False, do_program=False,
                           nextpnr_opts=NEXTPNR_OPTS)
-    design = design_digest(plan)
+    digest = design_digest(plan)
     done = [build_dir / name for name in ("top.bit", "report.json", "summary.json")]
     if reuse and all(path.exists() for path in done):
         summary = json.loads(done[2].read_text())
-        if summary.get("design") == design:
+        if summary.get("design") == digest:
             return SelfTestBuild(**summary, reused=True)
     for stale in done:
         stale.unlink(missing_ok=True)
     plan.extract(build_dir)
     _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
     return selftest_result(board, build_dir, top.freq_mhz, top.pll.f_out_mhz,
-                           time.monotonic() - t0, design)
+                           time.monotonic() - t0, digest, design)
 
 
 def design_digest(plan):
@@ -184,7 +220,7 @@ def design_digest(plan):
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
-def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design=""):
+def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design="", selftest="nic"):
     """The :class:`SelfTestBuild` of a finished build in ``build_dir`` (nextpnr's
     ``report.json`` there), also written as ``summary.json``."""
     build_dir = Path(build_dir)
@@ -203,7 +239,7 @@ def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design=""):
         available={k: v["available"] for k, v in util.items()},
         critical_path=_critical_path(report, clock) if clock else None,
         bitstream=str(build_dir / "top.bit"), seconds=seconds, tools=tool_versions(),
-        design=design)
+        design=design, selftest=selftest)
     summary = asdict(result)
     del summary["reused"]
     (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -213,9 +249,9 @@ def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design=""):
 def program(bitstream, board, flash=False):
     """Load ``bitstream`` into the board's SRAM (or its SPI flash) with openFPGALoader;
     raises RuntimeError with the loader's message when no board answers."""
-    cable = {"ulx3s-85f": ["-b", "ulx3s"], "ecpix5-85f": ["-b", "ecpix5"],
-             "versa-ecp5": ["-b", "versa"], "orangecrab-r0.2-85f": ["-b", "orangeCrab"],
-             "colorlight-5a-75b-r7": ["-b", "colorlight"]}[board]
+    family = {"ulx3s": "ulx3s", "ecpix5": "ecpix5", "versa-ecp5": "versa",
+              "orangecrab": "orangeCrab", "colorlight-5a-75b": "colorlight"}
+    cable = ["-b", next(v for k, v in family.items() if board.startswith(k))]
     cmd = ["openFPGALoader", *cable, *(["-f"] if flash else []), str(bitstream)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -61,6 +61,10 @@ def _add_build(sub):
                    help="clock in MHz (default: 100 for a block, the board's for the "
                         "self-test: 16.667 on the ULX3S, 20 on the others)")
     p.add_argument("--build-dir", default=None)
+    p.add_argument("--design", choices=["nic", "spray"], default=None,
+                   help="the self-test: nic (the MRC NIC looped back to itself; the default "
+                        "on the 85F and Xilinx boards) or spray (the path selector and the "
+                        "SRv6 blocks; the default on the smaller boards)")
     p.add_argument("--rebuild", action="store_true",
                    help="build the self-test again even when the design is unchanged since "
                         "the last build in the build directory (which is otherwise reused; "
@@ -79,10 +83,12 @@ def _add_build(sub):
 def _run_build(args):
     from . import synth
     if args.list_boards:
-        from .board import SELFTEST_BOARDS, fits_default
+        from .board import SELFTEST_BOARDS, default_design
         for name in synth.BOARDS:
-            mark = ("" if name not in SELFTEST_BOARDS else "  (self-test)" if fits_default(name)
-                    else "  (self-test pins; the default self-test needs an 85F)")
+            mark = ("" if name not in SELFTEST_BOARDS else
+                    f"  (self-test: {default_design(name)}"
+                    + (", or --design spray)" if default_design(name) == "nic" else
+                       "; the NIC needs an 85F)"))
             print(name + mark)
         for name in synth.XILINX_BOARDS:
             print(f"{name}  (self-test; --plan-only: Vivado)")
@@ -100,11 +106,11 @@ def _run_build(args):
         if args.data_width is not None:
             params["data_width"] = args.data_width
         result = board.build_selftest(args.board, args.freq, args.build_dir,
-                                      reuse=not args.rebuild, **params)
+                                      design=args.design, reuse=not args.rebuild, **params)
         if result.reused:
             print(f"the design is unchanged since the build in "
                   f"{Path(result.bitstream).parent}: its bitstream is used")
-        print(f"{result.board} self-test: {result.luts} LUT4 / {result.ffs} FF / "
+        print(f"{result.board} {result.selftest} self-test: {result.luts} LUT4 / {result.ffs} FF / "
               f"{result.brams} DP16KD of {result.available.get('TRELLIS_COMB', '?')} / "
               f"{result.available.get('TRELLIS_FF', '?')} / {result.available.get('DP16KD', '?')}"
               f"; fmax {result.fmax_mhz:.1f} MHz against {result.pll_mhz:.2f} MHz: "
@@ -112,8 +118,8 @@ def _run_build(args):
         if result.met and (args.program or args.flash):
             print(board.program(result.bitstream, args.board, flash=args.flash))
         return 0 if result.met else 1
-    if args.program or args.flash:
-        raise ValueError("--program and --flash load the self-test (no --block)")
+    if args.program or args.flash or args.design:
+        raise ValueError("--program, --flash and --design are for the self-test (no --block)")
     from . import registry
     params = registry.parse_params(args.block, args.param, args.data_width)
     result = synth.build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
@@ -127,8 +133,10 @@ def _plan_only(args):
     if args.program or args.flash:
         raise ValueError("--plan-only builds nothing to load")
     if args.block is None:
-        from .board import BoardSelfTest
-        top, what = BoardSelfTest(args.board, args.freq), "selftest"
+        from .board import DESIGNS, BoardSelfTest
+        design = args.design or "nic"
+        top = BoardSelfTest(args.board, args.freq, core=DESIGNS[design])
+        what = "selftest" if design == "nic" else f"selftest-{design}"
     else:
         params = registry.parse_params(args.block, args.param, args.data_width)
         block = registry.get(args.block)
