@@ -1,4 +1,4 @@
-"""The self-test of the smaller boards: :class:`SprayTest` (``spray-test``), the transmit
+"""The self-test of the smaller boards: :class:`SprayTest`, the transmit
 path selector spraying frames over an on-chip fabric through the SRv6 header inserter and
 remover, every byte checked.
 
@@ -55,7 +55,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from . import proto, registry
+from . import proto
 from .bringup import bring_up_selector, find_blocks
 from .console import Console
 from .csr_bus import CsrBus
@@ -410,10 +410,3 @@ class SprayTest(wiring.Component):
                          getattr(line, f"v_l{p}").eq(lp.lost + lp.failed)]
         return m
 
-
-@registry.register("spray-test", "The small boards' self-test: the path selector spraying "
-                   "frames over an on-chip fabric through the SRv6 inserter and remover",
-                   defaults={"planes": 2, "data_width": 64, "qps": 2, "ev_count": 8,
-                             "payload": 256})
-def _spray_test_block(planes, data_width, qps, ev_count, payload):
-    return SprayTest(planes, data_width, qps, ev_count, payload)
