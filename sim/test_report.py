@@ -103,12 +103,13 @@ def test_unknown_block_is_refused(capsys):
 @pytest.mark.synth
 def test_xilinx_synthesis_of_a_skid_buffer(tmp_path):
     case = report.Case.of("skid-buffer", data_width=64)
-    r = report.measure(case, "xilinx", root=tmp_path)
+    r = report.measure(case, "xilinx", root=tmp_path, work_root=tmp_path / "work")
     # Exactly the skid buffer's registers (docs/blocks/skid-buffer.md), one LUT deep.
     assert r["ffs"] == 2 * (64 + 8 + 1 + 1) + 2
     assert r["lut_depth"] == 1
     assert (r["bram36"], r["bram18"], r["dsps"]) == (0, 0, 0)
-    again = report.measure(case, "xilinx", root=tmp_path)        # kept: not measured again
+    again = report.measure(case, "xilinx", root=tmp_path,
+                           work_root=tmp_path / "work")             # kept: not measured again
     assert again == r
 
 
@@ -117,18 +118,18 @@ def test_a_measurement_of_other_gateware_is_made_again(tmp_path):
     """A kept measurement whose gateware digest is not the block's (or that has none) is
     measured again by ``run``; one with the block's digest is reused."""
     case = next(c for c in report.XILINX_CASES if c.block == "skid-buffer")
-    r = report.measure(case, "xilinx", root=tmp_path)
+    r = report.measure(case, "xilinx", root=tmp_path, work_root=tmp_path / "work")
     assert r["gateware"] == report.gateware_digest(case)
     assert report.gateware_digest(report.Case.of("skid-buffer", data_width=256)) != \
         r["gateware"]
     path = tmp_path / "xilinx" / f"{case.module}.json"
     logs = []
-    report.run(only=["skid-buffer"], kinds=("xilinx",), root=tmp_path, out=None,
-               log=logs.append)
+    report.run(only=["skid-buffer"], kinds=("xilinx",), root=tmp_path,
+               work_root=tmp_path / "work", out=None, log=logs.append)
     assert logs == []                                       # same gateware: reused
     path.write_text(json.dumps(dict(r, gateware="0" * 16, date="2000-01-01")))
-    report.run(only=["skid-buffer"], kinds=("xilinx",), root=tmp_path, out=None,
-               log=logs.append)
+    report.run(only=["skid-buffer"], kinds=("xilinx",), root=tmp_path,
+               work_root=tmp_path / "work", out=None, log=logs.append)
     assert any("gateware changed" in line for line in logs), logs
     assert json.loads(path.read_text())["gateware"] == r["gateware"]
 
@@ -137,6 +138,7 @@ def test_a_measurement_of_other_gateware_is_made_again(tmp_path):
 def test_xilinx_depth_sees_through_the_hierarchy(tmp_path):
     # The decapsulator's logic sits in submodules: an unflattened netlist would show the top's
     # registers only (one level).
-    r = report.measure(report.Case.of("srv6-decap", data_width=64), "xilinx", root=tmp_path)
+    r = report.measure(report.Case.of("srv6-decap", data_width=64), "xilinx", root=tmp_path,
+                       work_root=tmp_path / "work")
     assert r["lut_depth"] >= 4
     assert r["luts"] > 1000

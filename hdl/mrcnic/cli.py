@@ -288,8 +288,9 @@ def _add_report(sub):
                                    "configuration on the ULX3S-85F (fmax, LUT4/FF/DP16KD, "
                                    "against a bare registered AXI-Stream slice) and "
                                    "synthesise it at 512 bits for Xilinx 7-series (LUT/FF, "
-                                   "logic levels). Measurements are kept in build/report and "
-                                   "reused while the block's gateware is the same: a run "
+                                   "logic levels). Measurements are kept in docs/measurements "
+                                   "(in the repository) and reused while the block's "
+                                   "gateware is the same: a run "
                                    "measures what is missing or changed. Hours of CPU for "
                                    "all of it.")
     p.add_argument("--only", action="append", default=[], metavar="BLOCK",
@@ -312,7 +313,8 @@ def _run_report(args):
         for kind, cases in (("ecp5", report.ECP5_CASES), ("xilinx", report.XILINX_CASES)):
             for c in report.select(cases, args.only):
                 r = report.kept(c, kind)
-                state = f"kept {r['date']}" if r else "missing"
+                state = ("missing" if not r else f"kept {r['date']}"
+                         + ("" if r.get("gateware") else " (carried over, no digest)"))
                 print(f"{kind:7} {c.block:19} {c.label():55} {state}")
         return 0
     report.run(only=args.only, kinds=kinds, rerun=args.rerun, out=args.out,

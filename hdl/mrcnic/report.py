@@ -14,11 +14,14 @@ Xilinx 7-series (:data:`XILINX_CASES`)
     open place and route for the family here): LUT, FF, block RAM, LUT RAM, carry and DSP
     cells and the deepest path in LUT levels (:func:`synth_xilinx`).
 
-Each measurement is kept as JSON under ``build/report/`` with a digest of the gateware it was
-made on (:func:`gateware_digest`), and reused while the block's gateware is the same (until
-``--rerun``), so a run that stops early (a full report takes hours of CPU) resumes where it
-stopped, and a block that changed is measured again; the page is rewritten after every
-measurement from all those kept, a row not yet measured says so.
+Each measurement is kept as JSON in the repository (:data:`KEPT_ROOT`,
+``docs/measurements/<kind>/<module>.json``; the tools' files in :data:`WORK_ROOT`) with a
+digest of the gateware it was made on (:func:`gateware_digest`), and reused while the
+block's gateware is the same (until ``--rerun``), so a run that stops early (a full report
+takes hours of CPU) resumes where it stopped, in this checkout or a fresh clone, and a block
+that changed is measured again; the page is rewritten after every measurement from all those
+kept, a row not yet measured says so. A measurement whose ``gateware`` is null was carried
+over from an earlier page without its digest: shown, and measured again by the next run.
 """
 
 import json
@@ -33,6 +36,8 @@ from . import registry, synth
 __all__ = ["Case", "ECP5_CASES", "XILINX_CASES", "ECP5_BOARD", "XILINX_FAMILY",
            "synth_xilinx", "parse_xilinx_stat", "measure", "render", "run"]
 
+KEPT_ROOT = "docs/measurements"
+WORK_ROOT = "build/report"
 ECP5_BOARD = "ulx3s-85f"
 ECP5_FREQ_MHZ = 100.0            # the constraint nextpnr places against; fmax is what it reaches
 XILINX_FAMILY = "xc7"
@@ -157,14 +162,14 @@ def gateware_digest(case):
                                             name=case.module))
 
 
-def measure(case, kind, root="build/report", *, rerun=False):
+def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
     """The kept measurement of ``case`` (``kind`` "ecp5" or "xilinx"), made now if there is
     none (or ``rerun``): a dict with the figures, ``"date"``, ``"seconds"`` and ``"tools"``."""
     path = _result_path(root, kind, case)
     if path.exists() and not rerun:
         return json.loads(path.read_text())
     t0 = time.monotonic()
-    work = Path(root, kind, case.module)
+    work = Path(work_root, kind, case.module)
     if kind == "ecp5":
         r = synth.build_block(ECP5_BOARD, case.block, dict(case.params),
                               freq_mhz=ECP5_FREQ_MHZ, build_dir=work)
@@ -187,7 +192,7 @@ def measure(case, kind, root="build/report", *, rerun=False):
     return result
 
 
-def kept(case, kind, root="build/report"):
+def kept(case, kind, root=KEPT_ROOT):
     path = _result_path(root, kind, case)
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -299,8 +304,8 @@ def select(cases, only):
     return [c for c in cases if c.block in only]
 
 
-def run(*, only=(), kinds=("ecp5", "xilinx"), rerun=False, root="build/report",
-        out="docs/performance.md", measure_missing=True, log=print):
+def run(*, only=(), kinds=("ecp5", "xilinx"), rerun=False, root=KEPT_ROOT,
+        work_root=WORK_ROOT, out="docs/performance.md", measure_missing=True, log=print):
     """Measure the selected cases that are not kept yet (all of them with ``rerun``) and
     rewrite ``out`` after each one; returns the page's text."""
     todo = [(kind, c) for kind, cases in (("ecp5", ECP5_CASES), ("xilinx", XILINX_CASES))
@@ -328,7 +333,7 @@ def run(*, only=(), kinds=("ecp5", "xilinx"), rerun=False, root="build/report",
                 f"measured ({old.get('date')})")
         log(f"[{i}/{len(todo)}] {kind} {case.block} ({case.label()}) ...")
         try:
-            r = measure(case, kind, root, rerun=True)
+            r = measure(case, kind, root, rerun=True, work_root=work_root)
         except synth.SynthError as e:
             log(f"    failed: {str(e).splitlines()[0]}")
             continue
