@@ -4,10 +4,11 @@ pin as a person at the port would read them, and commands typed on ``rx``."""
 import re
 
 import cocotb
+from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Event, FallingEdge
 from cocotb.utils import get_sim_time
 
-__all__ = ["Serial"]
+__all__ = ["Serial", "start_top"]
 
 
 class Serial:
@@ -70,3 +71,14 @@ class Serial:
             if where(line):
                 return line
         raise AssertionError(f"not seen in {limit} lines; the last: {line}")
+
+
+async def start_top(dut, divisor, prefix, trouble, clock_ns=40):
+    """Clock and reset a self-test top with its buttons released; its :class:`Serial`."""
+    cocotb.start_soon(Clock(dut.clk, clock_ns, unit="ns").start())
+    serial = Serial(dut, divisor, prefix, trouble, clock_ns)
+    dut.buttons.value = 0
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    return serial

@@ -5,10 +5,8 @@ a plane failed by command stops carrying frames while runs go on over the others
 random loss on every plane is recovered."""
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
 
-from serial_port import Serial
+from serial_port import start_top
 from tbutil import params
 
 
@@ -23,12 +21,7 @@ def trouble(line):
 
 
 async def start(dut, cfg):
-    cocotb.start_soon(Clock(dut.clk, 40, unit="ns").start())
-    serial = Serial(dut, cfg["divisor"], "MRC", trouble, 40)
-    dut.buttons.value = 0
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
+    serial = await start_top(dut, cfg["divisor"], "MRC", trouble)
     first = await serial.line(lambda s: s["script"] == cfg["ops"] and s["runs"] >= 2, 10)
     dut._log.info("up, runs going: %s", first)
     assert first["fail"] == 0 and first["loss"] == 0 and int(dut.up.value) == 1

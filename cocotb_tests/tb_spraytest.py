@@ -7,10 +7,9 @@ traffic, loss is counted, and once paused every frame sent is accounted for."""
 import random
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from serial_port import Serial
+from serial_port import start_top
 from tbutil import params
 
 
@@ -19,12 +18,7 @@ def trouble(line):
 
 
 async def start(dut, cfg):
-    cocotb.start_soon(Clock(dut.clk, 40, unit="ns").start())
-    serial = Serial(dut, cfg["divisor"], "SPR", trouble, 40)
-    dut.buttons.value = 0
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
+    serial = await start_top(dut, cfg["divisor"], "SPR", trouble)
     first = await serial.line(lambda s: s["script"] == cfg["ops"] and s["good"] > 0, 10)
     assert first["fail"] == 0 and first["loss"] == 0 and first["stall"] == 0
     assert int(dut.up.value) == 1

@@ -8,22 +8,26 @@ Operation
       1/16 of the frames; ``loss``), ``p`` pause or resume the traffic (``pause``), ``s``
       a status line now. A rising edge on ``buttons[p]`` (sampled every 10 ms, so
       debounced) does as ``p``'s digit.
-    * The status line (:class:`~mrcnic.uart.StatusLine` of ``items`` after ``prefix``)
-      leaves on ``tx`` every ``report_cycles`` and on ``s``; the top drives the line's
-      ``v_<name>`` inputs (``console.line``).
+    * The status line (:class:`~mrcnic.uart.StatusLine`) leaves on ``tx`` every
+      ``1 / report_hz`` seconds and on ``s``: ``prefix``, the top's ``items`` (the top drives
+      their ``v_<name>`` inputs of ``console.line``), then the items every self-test shows,
+      driven here: ``fail`` (the planes failed, a bit each), ``loss`` (the loss setting),
+      ``script`` (the bring-up operations done, input ``script``; ``err`` = input
+      ``script_error``), and per plane ``f<p>`` (input ``frames[p]``: frames into the
+      plane) and ``l<p>`` (input ``lost[p]``: frames it lost or dropped while failed).
     * ``leds``: 0 changes state at each report while ``progress`` moved and ``bad`` is low;
       1 = ``bad``; 2 = ``up``; 3 on while loss is on; 4 .. 7 = ``ports_up``.
 
 Parameters
-    ``planes`` (1 .. 4), ``items``, ``prefix``, ``clk_hz``, ``divisor`` (UART bit time in
-    cycles), ``report_cycles`` (> 0).
+    ``planes`` (1 .. 4), ``items``, ``prefix``, ``clk_hz``, ``baud``, ``report_hz`` (a line
+    must take at most half a report period: checked).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .uart import StatusLine, UartRx, UartTx
+from .uart import StatusLine, UartRx, UartTx, divisor_for, status_text
 
 __all__ = ["Console", "LOSS_LEVELS"]
 
@@ -33,18 +37,26 @@ LOSS_LEVELS = (0, 1024, 4096)        # PlaneLoop loss: none, 1/64, 1/16
 class Console(wiring.Component):
     """See the module docstring."""
 
-    def __init__(self, planes, items, prefix, clk_hz, divisor, report_cycles):
+    def __init__(self, planes, items, prefix, clk_hz, baud=115200, report_hz=1):
         if not 1 <= planes <= 4:
             raise ValueError(f"planes = {planes!r}: a console has 1 .. 4 planes")
-        if report_cycles < 1:
-            raise ValueError(f"report_cycles = {report_cycles!r} must be positive")
-        self.planes, self.clk_hz, self.divisor = planes, clk_hz, divisor
-        self.report_cycles = report_cycles
-        self.line = StatusLine(items, prefix)
+        self.planes, self.clk_hz = planes, clk_hz
+        self.divisor = divisor_for(clk_hz, baud)
+        self.items = [*items, ("fail", planes), ("loss", 16), ("script", 16), ("err", 1)]
+        for p in range(planes):
+            self.items += [(f"f{p}", 32), (f"l{p}", 32)]
+        line_cycles = len(status_text(self.items, prefix)) * 10 * self.divisor
+        self.report_cycles = clk_hz // report_hz if report_hz > 0 else 0
+        if self.report_cycles < 2 * line_cycles:
+            raise ValueError(f"report_hz = {report_hz!r}: a line takes {line_cycles} cycles "
+                             f"at {baud} baud; report at most every {2 * line_cycles}")
+        self.line = StatusLine(self.items, prefix)
         super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1), "buttons": In(planes),
                           "fail": Out(planes), "loss": Out(16), "pause": Out(1),
                           "progress": In(32), "bad": In(1), "up": In(1),
-                          "ports_up": In(planes), "leds": Out(8)})
+                          "ports_up": In(planes), "leds": Out(8),
+                          "script": In(16), "script_error": In(1),
+                          "frames": In(32).array(planes), "lost": In(32).array(planes)})
 
     def elaborate(self, platform):
         m = Module()
@@ -83,7 +95,11 @@ class Console(wiring.Component):
         line = m.submodules.line = self.line
         utx = m.submodules.utx = UartTx(self.divisor)
         wiring.connect(m, line.o, utx.i)
-        m.d.comb += self.tx.eq(utx.tx)
+        m.d.comb += [self.tx.eq(utx.tx), line.v_fail.eq(fail), line.v_loss.eq(self.loss),
+                     line.v_script.eq(self.script), line.v_err.eq(self.script_error)]
+        for p in range(P):
+            m.d.comb += [getattr(line, f"v_f{p}").eq(self.frames[p]),
+                         getattr(line, f"v_l{p}").eq(self.lost[p])]
         timer = Signal(range(self.report_cycles))
         tick = timer == 0
         m.d.sync += timer.eq(Mux(tick, self.report_cycles - 1, timer - 1))

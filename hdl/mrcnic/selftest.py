@@ -50,7 +50,6 @@ from .mrc_tx import MRC_TX_REGS
 from .plane_loop import PlaneLoop
 from .traffic import DataChecker, TrafficGen
 from .tx_desc import TICK_NS
-from .uart import divisor_for, status_text
 
 __all__ = ["SelfTest", "LOSS_LEVELS", "MAC", "IP", "RKEY", "BASE", "evs"]
 
@@ -104,17 +103,10 @@ class SelfTest(wiring.Component):
         self.planes, self.data_width, self.qps = planes, data_width, qps
         self.ev_count, self.pmtu_log2 = ev_count, pmtu_log2
         self.msg_log2, self.msgs, self.clk_hz = msg_log2, msgs, clk_hz
-        self.divisor = divisor_for(clk_hz, baud)
-        self.items = [("runs", 32), ("bytes", 32), ("data", 16), ("dup", 16), ("stray", 16),
-                      ("ev", 16), ("fail", planes),
-                      ("loss", 16), ("script", 16), ("err", 1)]
-        for p in range(planes):
-            self.items += [(f"f{p}", 32), (f"l{p}", 32)]
-        line_cycles = len(status_text(self.items)) * 10 * self.divisor
-        self.report_cycles = clk_hz // report_hz if report_hz > 0 else 0
-        if self.report_cycles < 2 * line_cycles:
-            raise ValueError(f"report_hz = {report_hz!r}: a line takes {line_cycles} cycles "
-                             f"at {baud} baud; report at most every {2 * line_cycles}")
+        items = [("runs", 32), ("bytes", 32), ("data", 16), ("dup", 16), ("stray", 16),
+                 ("ev", 16)]
+        self.console = Console(planes, items, "MRC", clk_hz, baud, report_hz)
+        self.divisor = self.console.divisor
         frame_bytes = (1 << pmtu_log2) + 160                     # headers with room
         self.frame_beats = -(-frame_bytes // (data_width // 8))
         self.nic = MrcNic(planes, data_width, qps, ev_count=ev_count, msgs=max(4, msgs),
@@ -135,8 +127,7 @@ class SelfTest(wiring.Component):
         m.d.comb += self.up.eq(script.done)
 
         # The operator: commands, buttons, the status line, the LEDs.
-        con = m.submodules.console = Console(P, self.items, "MRC", self.clk_hz, self.divisor,
-                                             self.report_cycles)
+        con = m.submodules.console = self.console
         m.d.comb += [con.rx.eq(self.rx), self.tx.eq(con.tx), con.buttons.eq(self.buttons),
                      self.leds.eq(con.leds)]
 
@@ -183,10 +174,8 @@ class SelfTest(wiring.Component):
         line = con.line
         m.d.comb += [line.v_runs.eq(gen.runs), line.v_bytes.eq(chk.bytes),
                      line.v_data.eq(chk.bad_data), line.v_dup.eq(chk.duplicates),
-                     line.v_stray.eq(chk.strays), line.v_ev.eq(events), line.v_fail.eq(con.fail),
-                     line.v_loss.eq(con.loss), line.v_script.eq(script.step),
-                     line.v_err.eq(script.error)]
+                     line.v_stray.eq(chk.strays), line.v_ev.eq(events),
+                     con.script.eq(script.step), con.script_error.eq(script.error)]
         for p, lp in enumerate(loops):
-            m.d.comb += [getattr(line, f"v_f{p}").eq(lp.frames),
-                         getattr(line, f"v_l{p}").eq(lp.lost + lp.failed)]
+            m.d.comb += [con.frames[p].eq(lp.frames), con.lost[p].eq(lp.lost + lp.failed)]
         return m

@@ -67,7 +67,6 @@ from .proto import BTH, ETH, IPV6, EvMode
 from .srv6 import ENCAP_DESC, Srv6Encap
 from .srv6_decap import DECAP_META, Srv6Decap
 from .stream import AxiStreamSignature, check_data_width, frame_demux, meta_stream
-from .uart import divisor_for, status_text
 
 __all__ = ["SprayTest", "SprayGen", "SprayCheck", "bring_up", "EV_BITS", "OUTER_SRC"]
 
@@ -330,16 +329,9 @@ class SprayTest(wiring.Component):
         _check_params(planes, data_width, qps, ev_count, payload)
         self.planes, self.data_width, self.qps = planes, data_width, qps
         self.ev_count, self.payload, self.clk_hz = ev_count, payload, clk_hz
-        self.divisor = divisor_for(clk_hz, baud)
-        self.items = [("sent", 32), ("good", 32), ("bad", 32), ("stall", 32), ("fail", planes),
-                      ("loss", 16), ("script", 16), ("err", 1)]
-        for p in range(planes):
-            self.items += [(f"f{p}", 32), (f"l{p}", 32)]
-        line_cycles = len(status_text(self.items, "SPR")) * 10 * self.divisor
-        self.report_cycles = clk_hz // report_hz if report_hz > 0 else 0
-        if self.report_cycles < 2 * line_cycles:
-            raise ValueError(f"report_hz = {report_hz!r}: a line takes {line_cycles} cycles "
-                             f"at {baud} baud; report at most every {2 * line_cycles}")
+        items = [("sent", 32), ("good", 32), ("bad", 32), ("stall", 32)]
+        self.console = Console(planes, items, "SPR", clk_hz, baud, report_hz)
+        self.divisor = self.console.divisor
         B = data_width // 8
         self.frame_beats = -(-(spray.frame_len(payload) + proto.OUTER_IPV6_LEN) // B)
         self.bus = CsrBus([("path-selector", SELECTOR_REGS.addr_width)])
@@ -361,8 +353,7 @@ class SprayTest(wiring.Component):
         m.d.comb += [self.up.eq(script.done), sel.fb.valid.eq(0), sel.event.ready.eq(1),
                      sel.probe.ready.eq(1)]
 
-        con = m.submodules.console = Console(P, self.items, "SPR", self.clk_hz, self.divisor,
-                                             self.report_cycles)
+        con = m.submodules.console = self.console
         m.d.comb += [con.rx.eq(self.rx), self.tx.eq(con.tx), con.buttons.eq(self.buttons),
                      self.leds.eq(con.leds)]
 
@@ -402,11 +393,9 @@ class SprayTest(wiring.Component):
                      con.ports_up.eq(ups)]
         line = con.line
         m.d.comb += [line.v_sent.eq(gen.sent), line.v_good.eq(good), line.v_bad.eq(bad),
-                     line.v_stall.eq(gen.stalls), line.v_fail.eq(con.fail),
-                     line.v_loss.eq(con.loss), line.v_script.eq(script.step),
-                     line.v_err.eq(script.error)]
+                     line.v_stall.eq(gen.stalls),
+                     con.script.eq(script.step), con.script_error.eq(script.error)]
         for p, lp in enumerate(loops):
-            m.d.comb += [getattr(line, f"v_f{p}").eq(lp.frames),
-                         getattr(line, f"v_l{p}").eq(lp.lost + lp.failed)]
+            m.d.comb += [con.frames[p].eq(lp.frames), con.lost[p].eq(lp.lost + lp.failed)]
         return m
 
