@@ -173,3 +173,35 @@ def test_the_smallest_boards_bitstream_builds_and_meets_its_clock(tmp_path):
     assert 0 < result.luts <= result.available["TRELLIS_COMB"]
     assert (tmp_path / "top.bit").stat().st_size > 100_000
     assert json.loads((tmp_path / "summary.json").read_text())["selftest"] == "spray"
+
+
+def test_yosys_abc9_assertion_is_worked_around_and_other_failures_are_reported(tmp_path,
+                                                                              monkeypatch):
+    """A Yosys run that dies of abc9's reintegration assertion is run again with the
+    hierarchy kept (board.ABC9_WORKAROUND, named in summary.json); any other failure is
+    raised with the end of Yosys's log."""
+    from mrcnic import board
+    from mrcnic.synth import SynthError
+    scripts = []
+
+    def fake_run(cmd, *, cwd, env, log, error="ERROR: Assert `" + board.ABC9_BUG + "' failed"):
+        script = (cwd / "top.ys").read_text()
+        scripts.append(script)
+        if board.ABC9_WORKAROUND not in script:
+            (cwd / "top.rpt").write_text(f"2.46.23.7. Executing ABC_OPS_REINTEGRATE pass\n{error}\n")
+            raise SynthError("sh build_top.sh failed (exit 1)")
+        report = {"fmax": {"$glbnet$clk_selftest": {"achieved": 30.0, "constraint": 20.0}},
+                  "utilization": {"TRELLIS_COMB": {"used": 100, "available": 83640}}}
+        (cwd / "report.json").write_text(json.dumps(report))
+        (cwd / "top.bit").write_bytes(b"bits")
+
+    monkeypatch.setattr(board, "_run", fake_run)
+    r = board.build_selftest("ecpix5-85f", build_dir=tmp_path, core=Pins)
+    assert len(scripts) == 2 and r.met and r.synth_opts == board.ABC9_WORKAROUND
+    assert json.loads((tmp_path / "summary.json").read_text())["synth_opts"] == "-noflatten"
+    again = board.build_selftest("ecpix5-85f", build_dir=tmp_path, core=Pins)
+    assert again.reused and len(scripts) == 2          # the same design: reused
+
+    monkeypatch.setattr(board, "_run", lambda *a, **k: fake_run(*a, **k, error="ERROR: other"))
+    with pytest.raises(SynthError, match="ERROR: other"):
+        board.build_selftest("ecpix5-85f", build_dir=tmp_path / "b", core=Pins)
