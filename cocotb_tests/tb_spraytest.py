@@ -51,14 +51,18 @@ async def sprays_fails_over_and_accounts_for_every_frame(dut):
     await ClockCycles(dut.clk, random.randrange(5000))
     await serial.type("1")
     failed = await serial.line(lambda s: s["fail"] == 2, 4)
+    # The line may have been latched just after the failure, before the frames decided
+    # before it (four in the generator's FIFOs, one in the encapsulator) reached the plane.
+    settled = await serial.line(lambda s: True, 1)
     later = await serial.line(lambda s: True, 1)
-    assert later["f1"] == failed["f1"], "frames still sent into a failed plane"
-    assert later["good"] - failed["good"] >= 100 and later["f0"] - failed["f0"] >= 100
+    assert settled["f1"] - failed["f1"] <= 5, "more frames into the failed plane than decided"
+    assert later["f1"] == settled["f1"], "frames still sent into a failed plane"
+    assert later["good"] - settled["good"] >= 100 and later["f0"] - settled["f0"] >= 100
     # A decision revoked in the cycle the port went down answers "no path": a few at most.
     assert later["stall"] <= 4, later
     dut._log.info("plane 1 failed: %d frames dropped in it, %d decisions revoked; %d good "
-                  "frames in the next report period, all on plane 0", failed["l1"],
-                  later["stall"], later["good"] - failed["good"])
+                  "frames in a report period, all on plane 0", later["l1"],
+                  later["stall"], later["good"] - settled["good"])
 
     # Plane 1 back, 1/16 of the frames lost; then paused: every frame sent is accounted for.
     await serial.type("1ll")
@@ -67,7 +71,8 @@ async def sprays_fails_over_and_accounts_for_every_frame(dut):
     lost = sum(after[f"l{p}"] - lossy[f"l{p}"] for p in planes(cfg))
     assert lost > 0 and after["f1"] > lossy["f1"]
     await serial.type("p")
-    quiet = await serial.line(lambda s: True, 2)
+    await serial.line(lambda s: True, 1)            # perhaps latched while the FIFOs drain
+    quiet = await serial.line(lambda s: True, 1)
     end = await serial.line(lambda s: True, 1)
     assert end["sent"] == quiet["sent"], "frames sent while paused"
     assert end["sent"] == end["good"] + sum(end[f"l{p}"] for p in planes(cfg)), end
