@@ -135,6 +135,14 @@ def test_a_finished_build_is_read_from_nextpnrs_report(tmp_path):
     assert (r.fmax_mhz, r.met) == (22.19, True)
 
 
+def _finished_build(build_dir):
+    """What a build script leaves: nextpnr's report (30 MHz against 20) and a bitstream."""
+    report = {"fmax": {"$glbnet$clk_selftest": {"achieved": 30.0, "constraint": 20.0}},
+              "utilization": {"TRELLIS_COMB": {"used": 100, "available": 83640}}}
+    (build_dir / "report.json").write_text(json.dumps(report))
+    (build_dir / "top.bit").write_bytes(b"bits")
+
+
 def test_a_build_of_the_same_design_is_reused_and_another_is_rebuilt(tmp_path, monkeypatch):
     """The build script is replaced by one that writes a report and a bitstream and counts
     its runs: the same design built twice runs it once; another design runs it again."""
@@ -143,10 +151,7 @@ def test_a_build_of_the_same_design_is_reused_and_another_is_rebuilt(tmp_path, m
 
     def fake_run(cmd, *, cwd, env, log):
         runs.append(cmd)
-        report = {"fmax": {"$glbnet$clk_selftest": {"achieved": 30.0, "constraint": 20.0}},
-                  "utilization": {"TRELLIS_COMB": {"used": 100, "available": 83640}}}
-        (cwd / "report.json").write_text(json.dumps(report))
-        (cwd / "top.bit").write_bytes(b"bits")
+        _finished_build(cwd)
 
     monkeypatch.setattr(board, "_run", fake_run)
     first = board.build_selftest("ecpix5-85f", build_dir=tmp_path, core=Pins)
@@ -188,12 +193,9 @@ def test_yosys_abc9_assertion_is_worked_around_and_other_failures_are_reported(t
         script = (cwd / "top.ys").read_text()
         scripts.append(script)
         if board.ABC9_WORKAROUND not in script:
-            (cwd / "top.rpt").write_text(f"2.46.23.7. Executing ABC_OPS_REINTEGRATE pass\n{error}\n")
+            (cwd / "top.rpt").write_text(f"Executing ABC_OPS_REINTEGRATE pass\n{error}\n")
             raise SynthError("sh build_top.sh failed (exit 1)")
-        report = {"fmax": {"$glbnet$clk_selftest": {"achieved": 30.0, "constraint": 20.0}},
-                  "utilization": {"TRELLIS_COMB": {"used": 100, "available": 83640}}}
-        (cwd / "report.json").write_text(json.dumps(report))
-        (cwd / "top.bit").write_bytes(b"bits")
+        _finished_build(cwd)
 
     monkeypatch.setattr(board, "_run", fake_run)
     r = board.build_selftest("ecpix5-85f", build_dir=tmp_path, core=Pins)
