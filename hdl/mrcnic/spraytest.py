@@ -127,6 +127,14 @@ def _frame_beat(m, beat, seq, qp, payload, data_width, name):
     return out
 
 
+def _frame_shape(data_width, payload):
+    """(bytes a beat, frame bytes, beats, bytes of the last beat) of a spray frame."""
+    B = data_width // 8
+    n = spray.frame_len(payload)
+    beats = -(-n // B)
+    return B, n, beats, n - (beats - 1) * B
+
+
 def _check_params(planes, data_width, qps, ev_count, payload):
     if planes not in (2, 4):
         raise ValueError(f"planes = {planes!r}: the spray test has 2 or 4 planes")
@@ -164,9 +172,8 @@ class SprayGen(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W, B = self.data_width, self.data_width // 8
-        n = spray.frame_len(self.payload)
-        beats = -(-n // B)
+        W = self.data_width
+        B, n, beats, tail = _frame_shape(W, self.payload)
 
         qp = Signal(range(self.qps))
         m.d.comb += [self.req.valid.eq(self.run), self.req.payload.qp.eq(qp)]
@@ -204,7 +211,6 @@ class SprayGen(wiring.Component):
         beat = Signal(range(beats))
         o = self.m_axis
         last = beat == beats - 1
-        tail = n - (beats - 1) * B
         m.d.comb += [o.tvalid.eq(fifos["frame"].r_rdy),
                      o.tdata.eq(_frame_beat(m, beat, head.seq, head.qp, self.payload, W,
                                             "gen_beat")),
@@ -241,9 +247,8 @@ class SprayCheck(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W, B = self.data_width, self.data_width // 8
-        n = spray.frame_len(self.payload)
-        beats = -(-n // B)
+        W = self.data_width
+        B, n, beats, tail = _frame_shape(W, self.payload)
         i = self.s_axis
         beat = Signal(16)                      # beats of this frame so far
         seq, qp, sport = Signal(32), Signal(24), Signal(16)
@@ -276,7 +281,6 @@ class SprayCheck(wiring.Component):
                                                   1) for j in range(B)))
         lane_bad = Cat(*[mask[j] & (i.tdata.word_select(j, 8) != want.word_select(j, 8))
                          for j in range(B)]).any()
-        tail = n - (beats - 1) * B
         at_last = beat == beats - 1
         shape_bad = Mux(i.tlast, ~at_last | (i.tkeep != (1 << tail) - 1),
                         at_last | (beat >= beats)) | i.tuser[0]
