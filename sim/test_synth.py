@@ -227,6 +227,8 @@ def test_unknown_block_or_parameter():
         synth.build_block("ulx3s-85f", "no-such-block", {})
     with pytest.raises(ValueError, match="no parameter depth"):
         synth.build_block("ulx3s-85f", "skid-buffer", {"depth": 3})
+    with pytest.raises(ValueError, match="router 'router3': one of router1, router2"):
+        synth.build_block("ulx3s-85f", "skid-buffer", {}, router="router3")
 
 
 def test_unreachable_frequency_fails_fast():
