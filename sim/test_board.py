@@ -61,6 +61,8 @@ def test_the_command_line_says_what_is_wrong(capsys):
     assert cli.main(["build", "--board", "ulx3s-85f", "--block", "skid-buffer",
                      "--program"]) == 2
     assert "are for the self-test" in capsys.readouterr().err
+    assert cli.main(["build", "--board", "ulx3s-85f", "--router", "router1"]) == 2
+    assert "--router is for a --block" in capsys.readouterr().err
     assert cli.main(["build", "--list-boards"]) == 0
     out = capsys.readouterr().out
     assert "ulx3s-85f  (self-test: nic, or --design spray)" in out

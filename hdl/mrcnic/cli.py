@@ -65,6 +65,9 @@ def _add_build(sub):
                    help="the self-test: nic (the MRC NIC looped back to itself; the default "
                         "on the 85F and Xilinx boards) or spray (the path selector and the "
                         "SRv6 blocks; the default on the smaller boards)")
+    p.add_argument("--router", choices=["router1", "router2"], default=None,
+                   help="a --block: nextpnr's router (default router1, the better for "
+                        "timing; router2 for designs router1 does not route)")
     p.add_argument("--rebuild", action="store_true",
                    help="build the self-test again even when the design is unchanged since "
                         "the last build in the build directory (which is otherwise reused; "
@@ -97,6 +100,8 @@ def _run_build(args):
         raise ValueError("--board is required (see --list-boards)")
     if args.plan_only:
         return _plan_only(args)
+    if args.router and args.block is None:
+        raise ValueError("--router is for a --block (the self-test routes with router2)")
     if args.block is None:
         from . import board
         params = {}
@@ -123,7 +128,7 @@ def _run_build(args):
     from . import registry
     params = registry.parse_params(args.block, args.param, args.data_width)
     result = synth.build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
-                              build_dir=args.build_dir)
+                              build_dir=args.build_dir, router=args.router or "router1")
     print(result.summary())
     return 0 if result.met else 1
 
