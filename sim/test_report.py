@@ -25,6 +25,19 @@ def test_case_parameters_are_the_blocks(case):
     assert case.module.startswith("mrcnic_" + case.block.replace("-", "_"))
 
 
+def test_the_nics_ecp5_rows_are_the_self_tests_nic():
+    from mrcnic.selftest import nic_params
+    nic = nic_params()
+    rows = {c.block: c for c in report.ECP5_CASES if c.block.startswith("mrc-")}
+    assert sorted(rows) == ["mrc-nic", "mrc-rx", "mrc-tx"]
+    full = rows["mrc-nic"].full_params
+    assert {k: full[k] for k in nic} == nic
+    for half in ("mrc-rx", "mrc-tx"):
+        full = rows[half].full_params
+        assert full == {k: nic.get(k, v) for k, v in full.items()}, half
+    assert nic["counter_width"] == 0 and nic["mpr_max"] == 1       # the board options
+
+
 def test_ecp5_cases_are_64_bits_and_xilinx_512():
     for case in report.ECP5_CASES:
         assert case.full_params.get("data_width", 64) == 64

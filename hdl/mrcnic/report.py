@@ -66,8 +66,16 @@ class Case:
         return ", ".join(f"{k}={v}" for k, v in self.params) or "defaults"
 
 
-# The NIC and its halves at the board self-test's configuration (mrcnic.selftest).
-_SELFTEST_NIC = dict(planes=2, data_width=64, qps=2)
+def _as_in_selftest(block, router):
+    """The NIC or one of its halves with the board self-test's parameters
+    (:func:`mrcnic.selftest.nic_params`): its planes and width, and those that differ from the
+    block's defaults."""
+    from .selftest import nic_params
+    defaults = registry.get(block).defaults
+    params = {k: v for k, v in nic_params().items()
+              if k in defaults and (defaults[k] != v or k in ("planes", "data_width"))}
+    return Case.of(block, "as in the board self-test", router, **params)
+
 
 ECP5_CASES = [
     Case.of("skid-buffer", "the bare registered slice", data_width=64),
@@ -83,11 +91,9 @@ ECP5_CASES = [
     Case.of("psn-tracker", qps=8, mpr_max=8, max_wimm_dest=4),
     Case.of("retransmit-tracker", qps=8, outstanding=128),
     # router1 had not converged on mrc-rx after an hour: the NIC's rows route with router2.
-    Case.of("mrc-rx", "as in the self-test", "router2", **_SELFTEST_NIC, regions=2),
-    Case.of("mrc-tx", "as in the self-test", **_SELFTEST_NIC, msgs=8, ev_count=8,
-            outstanding=128),
-    Case.of("mrc-nic", "as in the self-test", "router2", **_SELFTEST_NIC, msgs=8, ev_count=8,
-            regions=2, outstanding=128),
+    _as_in_selftest("mrc-rx", "router2"),
+    _as_in_selftest("mrc-tx", "router1"),
+    _as_in_selftest("mrc-nic", "router2"),
 ]
 
 XILINX_CASES = [

@@ -51,7 +51,7 @@ from .plane_loop import PlaneLoop
 from .traffic import DataChecker, TrafficGen
 from .tx_desc import TICK_NS
 
-__all__ = ["SelfTest", "LOSS_LEVELS", "MAC", "IP", "RKEY", "BASE", "evs"]
+__all__ = ["SelfTest", "LOSS_LEVELS", "MAC", "IP", "RKEY", "BASE", "evs", "nic_params"]
 
 MAC = 0x02_4D_52_43_00_01            # the NIC's own MAC and address (its peer is itself)
 IP = 0xFD00 << 112 | 1
@@ -64,6 +64,14 @@ BASE = 0x1_0000_0000
 # NIC's registers after the bring-up (the UART line has the self-test's own counts).
 # Together a fifth of the logic (docs/boards.md).
 BOARD_OPTIONS = {"window_chunks": 2, "max_wimm_dest": 4, "pending": 4, "counter_width": 0}
+
+
+def nic_params(planes=2, data_width=64, qps=2, ev_count=8, msgs=8, outstanding=128):
+    """The self-test's :class:`MrcNic` parameters (also the NIC's rows of ``mrcnic report``):
+    the sizes given, 2 memory regions, a 16 KiB receive buffer and the board options."""
+    return dict(planes=planes, data_width=data_width, qps=qps, ev_count=ev_count,
+                msgs=max(4, msgs), buffer_bytes=16384, regions=2, outstanding=outstanding,
+                mpr_max=min(64, max(1, outstanding // 128)), **BOARD_OPTIONS)
 
 
 def evs(count):
@@ -109,10 +117,7 @@ class SelfTest(wiring.Component):
         self.divisor = self.console.divisor
         frame_bytes = (1 << pmtu_log2) + 160                     # headers with room
         self.frame_beats = -(-frame_bytes // (data_width // 8))
-        self.nic = MrcNic(planes, data_width, qps, ev_count=ev_count, msgs=max(4, msgs),
-                          buffer_bytes=16384, regions=2, outstanding=outstanding,
-                          mpr_max=min(64, max(1, outstanding // 128)),
-                          **BOARD_OPTIONS)
+        self.nic = MrcNic(**nic_params(planes, data_width, qps, ev_count, msgs, outstanding))
         self.ops = bring_up(self.nic, planes, qps, ev_count, pmtu_log2, clk_hz)
         super().__init__({"tx": Out(1, init=1), "rx": In(1, init=1), "buttons": In(planes),
                           "leds": Out(8), "bad": Out(1), "up": Out(1), "runs": Out(32)})
