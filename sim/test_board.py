@@ -51,8 +51,10 @@ def test_the_selftest_refuses_bad_parameters():
         SelfTest(planes=3)
     with pytest.raises(ValueError, match="report at most"):
         SelfTest(report_hz=1000)                    # a line takes longer than a report
-    with pytest.raises(ValueError, match="no self-test for board"):
+    with pytest.raises(ValueError, match="LFE5U-12F is too small .* needs a 25F"):
         BoardSelfTest("ulx3s-12f")
+    with pytest.raises(ValueError, match="no self-test for board 'nope'; boards: ulx3s-25f"):
+        BoardSelfTest("nope")
 
 
 def test_the_command_line_says_what_is_wrong(capsys):
@@ -85,8 +87,14 @@ def test_the_small_boards_get_the_spray_test(board):
 
 
 def test_the_default_selftest_boards_have_an_85f_or_a_kintex():
-    assert [b for b in SELFTEST_BOARDS if fits_default(b)] == [
-        "ulx3s-85f", "ecpix5-85f", "orangecrab-r0.2-85f", "kc705", "kcu105"]
+    assert sorted(b for b in SELFTEST_BOARDS if fits_default(b)) == [
+        "butterstick", "ecp5-5g-evn", "ecpix5-85f", "kc705", "kcu105", "logicbone-85f",
+        "orangecrab-r0.2-85f", "ulx3s-85f"]
+
+
+def test_every_ecp5_board_with_room_has_a_selftest():
+    from mrcnic.synth import BOARDS
+    assert sorted(set(BOARDS) - set(SELFTEST_BOARDS)) == ["ulx3s-12f"]
 
 
 @pytest.mark.parametrize("board,primitive", [("kcu105", "MMCME3_BASE"),

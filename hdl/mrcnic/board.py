@@ -20,7 +20,7 @@ from amaranth.lib import io
 
 from .selftest import SelfTest
 from .spraytest import SprayTest
-from .synth import (XILINX_BOARDS, SynthError, _build_only, _critical_path, _refuse_xilinx,
+from .synth import (BOARDS, XILINX_BOARDS, SynthError, _build_only, _critical_path, _refuse_xilinx,
                     _run, find_pll, get_board, parse_nextpnr_report, pll_sync_domain,
                     rtlil_digest, tool_versions, yowasp_env)
 
@@ -32,10 +32,12 @@ __all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default",
 @dataclass(frozen=True)
 class BoardPins:
     uart: bool                  # the board's "uart" 0 (tx, rx)
-    leds: tuple                 # (resource, number, subsignal or None) per SelfTest LED
+    leds: tuple                 # (resource, number, pin) per SelfTest LED; pin: None (the
+                                # resource), a subsignal's name, or (subsignal, bit)
     buttons: tuple              # (resource, number) per plane's fail button
     planes: int = 2             # the self-test's planes on this board
     freq_mhz: float = 20.0      # the self-test's clock (the PLL must reach it within 1%)
+    fixed: tuple = ()           # (resource, number, pin, value): outputs held constant
 
 
 # LED order: running, bad, up, loss, plane 0 up, plane 1 up.
@@ -46,6 +48,7 @@ _ULX3S = BoardPins(True, tuple(("led", i, None) for i in range(6)),
 _ECPIX5 = BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"), ("rgb_led", 1, "g"),
                            ("rgb_led", 1, "b"), ("rgb_led", 2, "g"), ("rgb_led", 3, "g")), ())
 _ORANGECRAB = BoardPins(False, (("rgb_led", 0, "g"), ("rgb_led", 0, "r")), (("button", 0),))
+_LOGICBONE = BoardPins(False, tuple(("led", i, None) for i in range(4)), (("button", 0),))
 SELFTEST_BOARDS = {
     # The smaller devices of a family share its pins (the spray test only).
     "ulx3s-25f": _ULX3S, "ulx3s-45f": _ULX3S,
@@ -58,6 +61,26 @@ SELFTEST_BOARDS = {
     "orangecrab-r0.2-85f": _ORANGECRAB,
     # its LED and button share their pins with the UART: the UART it is
     "colorlight-5a-75b-r7": BoardPins(True, (), ()),
+    "versa-ecp5-5g": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                               (("switch", 0), ("switch", 1))),
+    "ecp5-5g-evn": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                             (("switch", 1), ("switch", 2))),
+    "orangecrab-r0.1-25f": BoardPins(False, _ORANGECRAB.leds, ()),
+    # Seven LEDs sharing one colour select (active high, as the board's LiteX target drives
+    # it): green on, red and blue off; no UART.
+    "butterstick": BoardPins(False, tuple(("rgb_leds_muxed", 0, ("leds", i)) for i in range(6)),
+                             (("button", 0), ("button", 1)),
+                             fixed=(("rgb_leds_muxed", 0, "g", 1), ("rgb_leds_muxed", 0, "r", 0),
+                                    ("rgb_leds_muxed", 0, "b", 0))),
+    "logicbone-45f": _LOGICBONE, "logicbone-85f": _LOGICBONE,
+    "icesugar-pro": BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"),
+                                     ("rgb_led", 0, "b")), ()),
+    "icepi-zero": BoardPins(True, tuple(("led", i, None) for i in range(5)),
+                            (("button", 0), ("button", 1))),
+    # its LEDs are the common anodes of RGB LEDs of which one cathode is on by default: plain
+    # LEDs while the cathodes are left alone
+    "supercon19badge": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                                 (("button", 0), ("button", 1))),
     # Xilinx (--plan-only): an MMCM makes the clock from the board's
     "kc705": BoardPins(True, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
     "kcu105": BoardPins(False, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
@@ -84,7 +107,17 @@ DESIGNS = {"nic": SelfTest, "spray": SprayTest}
 DESIGN_FREQ_MHZ = {"nic": None, "spray": 40.0}
 
 
+# The spray test fills 72% of an LFE5U-25F (17,609 of 24,288 TRELLIS_COMB): the ECP5 boards
+# with a smaller device (the ULX3S-12F) have no self-test.
+SPRAY_DEVICES = ("25F", "45F", "85F")
+
+
 def _check_board(board):
+    if board in BOARDS and board not in SELFTEST_BOARDS:
+        device = get_board(board).device
+        if not device.endswith(SPRAY_DEVICES):
+            raise ValueError(f"no self-test for board {board!r}: its {device} is too small "
+                             f"for the smallest (the spray test, 17.6k LUT4, needs a 25F)")
     if board not in SELFTEST_BOARDS:
         raise ValueError(f"no self-test for board {board!r}; boards: "
                          f"{', '.join(SELFTEST_BOARDS)}")
@@ -124,12 +157,20 @@ class BoardSelfTest(Elaboratable):
             m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
             m.d.comb += [tx.o.eq(st.tx), st.rx.eq(rx.i)]
         ports = {}                            # a resource is requested once (RGB LEDs)
-        for k, (name, number, sub) in enumerate(self.pins.leds):
+
+        def output(name, number, pin):
             if (name, number) not in ports:
                 ports[name, number] = platform.request(name, number, dir="-")
             port = ports[name, number]
-            m.submodules[f"led{k}"] = buf = io.Buffer("o", getattr(port, sub) if sub else port)
+            if isinstance(pin, tuple):
+                return io.Buffer("o", getattr(port, pin[0])[pin[1]])
+            return io.Buffer("o", getattr(port, pin) if pin else port)
+        for k, (name, number, pin) in enumerate(self.pins.leds):
+            m.submodules[f"led{k}"] = buf = output(name, number, pin)
             m.d.comb += buf.o.eq(st.leds[k])
+        for k, (name, number, pin, value) in enumerate(self.pins.fixed):
+            m.submodules[f"fixed{k}"] = buf = output(name, number, pin)
+            m.d.comb += buf.o.eq(value)
         for p, (name, number) in enumerate(self.pins.buttons[:len(st.buttons)]):
             m.submodules[f"button{p}"] = buf = io.Buffer("i", platform.request(name, number,
                                                                                 dir="-"))
