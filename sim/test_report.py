@@ -103,6 +103,43 @@ def test_a_row_routed_with_router2_says_so_on_ecp5_only():
     assert report.Case.of("skid-buffer", data_width=64).router == "router1"
 
 
+def test_a_row_placed_against_another_clock_says_so_on_ecp5_only():
+    case = report.Case.of("mrc-nic", "as in the self-test", "router2", freq_mhz=16.667,
+                          data_width=64)
+    page = report.render([(case, _ecp5(7, 21.0))], [])
+    assert ("| mrc-nic | data_width=64 (as in the self-test; routed with router2; placed "
+            "against 16.667 MHz) | 7 |") in page
+    assert report.Case.of("skid-buffer", data_width=64).freq_mhz == report.ECP5_FREQ_MHZ
+    # The whole NIC is placed against the self-test's clock on the report's board.
+    from mrcnic.board import SELFTEST_BOARDS
+    (nic,) = [c for c in report.ECP5_CASES if c.block == "mrc-nic"]
+    assert nic.freq_mhz == SELFTEST_BOARDS[report.ECP5_BOARD].freq_mhz < report.ECP5_FREQ_MHZ
+
+
+def test_a_measurement_against_another_constraint_is_made_again(tmp_path, monkeypatch):
+    """Same gateware, other clock constraint (or none recorded, the 100 MHz of the rows before
+    the constraint was per row): ``run`` measures it again; the same constraint is reused."""
+    case = report.Case.of("skid-buffer", freq_mhz=50.0, data_width=64)
+    monkeypatch.setattr(report, "ECP5_CASES", [case])
+    made = []
+
+    def fake_measure(c, kind, root, *, rerun, work_root):
+        made.append((c, kind))
+        return dict(_ecp5(1, 60.0), seconds=1)
+    monkeypatch.setattr(report, "measure", fake_measure)
+    path = tmp_path / "ecp5" / f"{case.module}.json"
+    path.parent.mkdir(parents=True)
+    kept = dict(_ecp5(1, 60.0), gateware=report.gateware_digest(case))
+    for constraint, again in ((None, True), (100.0, True), (50.0, False)):
+        if constraint is not None:
+            kept["constraint_mhz"] = constraint
+        path.write_text(json.dumps(kept))
+        logs, made[:] = [], []
+        report.run(kinds=("ecp5",), root=tmp_path, out=None, log=logs.append)
+        assert made == ([(case, "ecp5")] if again else []), constraint
+        assert any("clock constraint changed" in line for line in logs) == again
+
+
 def test_run_without_measuring_writes_the_kept_rows(tmp_path):
     case = report.ECP5_CASES[3]
     path = tmp_path / "ecp5" / f"{case.module}.json"
