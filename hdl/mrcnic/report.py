@@ -18,9 +18,9 @@ Xilinx 7-series (:data:`XILINX_CASES`)
 Each measurement is kept as JSON in the repository (:data:`KEPT_ROOT`,
 ``docs/measurements/<kind>/<module>.json``; the tools' files in :data:`WORK_ROOT`) with a
 digest of the gateware it was made on (:func:`gateware_digest`), and reused while the
-block's gateware and clock constraint are the same (until ``--rerun``), so a run that stops early (a full report
-takes hours of CPU) resumes where it stopped, in this checkout or a fresh clone, and a block
-that changed is measured again; the page is rewritten after every measurement from all those
+block's gateware and clock constraint are the same (until ``--rerun``), so a run that stops
+early (a full report takes hours of CPU) resumes where it stopped, in this checkout or a
+fresh clone, and a block that changed is measured again; the page is rewritten after every measurement from all those
 kept, a row not yet measured says so. A measurement whose ``gateware`` is null was carried
 over from an earlier page without its digest: shown, and measured again by the next run.
 """
