@@ -110,10 +110,20 @@ def test_a_row_placed_against_another_clock_says_so_on_ecp5_only():
     assert ("| mrc-nic | data_width=64 (as in the self-test; routed with router2; placed "
             "against 16.667 MHz) | 7 |") in page
     assert report.Case.of("skid-buffer", data_width=64).freq_mhz == report.ECP5_FREQ_MHZ
-    # The whole NIC is placed against the self-test's clock on the report's board.
+
+
+def test_the_whole_nics_ecp5_row_is_the_board_self_tests_build(tmp_path):
     from mrcnic.board import SELFTEST_BOARDS
     (nic,) = [c for c in report.ECP5_CASES if c.block == "mrc-nic"]
+    assert nic.selftest and not any(c.selftest for c in report.ECP5_CASES if c is not nic)
     assert nic.freq_mhz == SELFTEST_BOARDS[report.ECP5_BOARD].freq_mhz < report.ECP5_FREQ_MHZ
+    page = report.render([(nic, _ecp5(7, 21.0))], [])
+    assert "fmax of the board self-test, placed against 16.667 MHz) | 7 |" in page
+    # Only the self-test's own NIC can be measured that way, refused before any tool runs.
+    for other in (report.Case.of("mrc-rx", selftest=True, data_width=64),
+                  report.Case.of("mrc-nic", selftest=True, qps=4, data_width=64)):
+        with pytest.raises(ValueError, match="is not the self-test's NIC"):
+            report.measure(other, "ecp5", root=tmp_path, work_root=tmp_path / "work")
 
 
 def test_a_measurement_against_another_constraint_is_made_again(tmp_path, monkeypatch):
