@@ -310,7 +310,9 @@ def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design="", sel
         met=achieved >= max(freq_mhz, pll_mhz), luts=used("TRELLIS_COMB"),
         ffs=used("TRELLIS_FF"), brams=used("DP16KD"),
         available={k: v["available"] for k, v in util.items()},
-        critical_path=_critical_path(report, clock) if clock else None,
+        # through_block: through the design under test (the NIC, or the spray test).
+        critical_path=(_critical_path(report, clock, "selftest.nic" if selftest == "nic"
+                                      else "selftest") if clock else None),
         bitstream=str(build_dir / "top.bit"), seconds=seconds, tools=tool_versions(),
         design=design, selftest=selftest, synth_opts=synth_opts)
     summary = asdict(result)

@@ -651,10 +651,12 @@ def parse_nextpnr_report(report):
     return fmax, util
 
 
-def _critical_path(report, clock):
+def _critical_path(report, clock, inside=None):
     """The worst register-to-register path of ``clock`` in the report: ``{"from", "to",
-    "logic_levels", "delay_ns", "through_block"}``; ``through_block`` false would mean the
-    harness, not the block, sets fmax."""
+    "logic_levels", "delay_ns", "through_block"}``; ``through_block``: whether the path
+    crosses a cell of instance ``inside`` (default the harness's block): false would mean
+    the harness, not the block, sets fmax."""
+    inside = inside or _BLOCK_INSTANCE
     for path in report.get("critical_paths", []):
         # nextpnr names the ends "posedge <clock net>"; "<async>" ends go to pins.
         if not (path.get("from", "").endswith(clock) and path.get("to", "").endswith(clock)):
@@ -668,7 +670,7 @@ def _critical_path(report, clock):
             "to": steps[-1]["to"]["cell"],
             "logic_levels": sum(1 for s in steps if s.get("type") == "logic"),
             "delay_ns": round(sum(s.get("delay", 0) for s in steps), 3),
-            "through_block": any(c.startswith(f"{_BLOCK_INSTANCE}.") for c in cells),
+            "through_block": any(c.startswith(f"{inside}.") for c in cells),
         }
     return None
 
