@@ -10,9 +10,10 @@ from amaranth.hdl import Cat, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic import cli
+from mrcnic import board as board_module
+from mrcnic import cli, synth
 from mrcnic.board import (DESIGNS, SELFTEST_BOARDS, BoardSelfTest, default_design,
-                          fits_default, program, selftest_result)
+                          fits_default, loader_args, program, selftest_result)
 from mrcnic.selftest import SelfTest
 from mrcnic.synth import _build_only, get_board
 
@@ -124,6 +125,49 @@ def test_programming_without_a_loader_or_board_is_a_clear_error(tmp_path, monkey
     monkeypatch.setenv("PATH", str(tmp_path))       # no openFPGALoader on the path
     with pytest.raises(RuntimeError, match="openFPGALoader not found"):
         program(tmp_path / "top.bit", "ulx3s-85f")
+
+
+def _fake_loader(tmp_path, monkeypatch):
+    """An openFPGALoader on PATH that prints its arguments."""
+    loader = tmp_path / "openFPGALoader"
+    loader.write_text("#!/bin/sh\necho \"$@\"\n")
+    loader.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+
+
+def test_each_board_is_programmed_through_its_own_programmer(tmp_path, monkeypatch):
+    _fake_loader(tmp_path, monkeypatch)
+    bit = tmp_path / "top.bit"
+    assert program(bit, "ulx3s-85f").split() == ["-b", "ulx3s", str(bit)]
+    assert program(bit, "ecp5-5g-evn", flash=True).split() == ["-b", "ecp5_evn", "-f", str(bit)]
+    assert program(bit, "versa-ecp5-5g").split() == ["-c", "ft2232", str(bit)]
+    assert program(bit, "icesugar-pro").split()[:2] == ["-c", "cmsisdap"]
+    # A named cable overrides the board's programmer, and reaches any board.
+    assert program(bit, "butterstick", cable="dirtyJtag").split() == ["-c", "dirtyJtag", str(bit)]
+
+
+@pytest.mark.parametrize("name", sorted(b for b in SELFTEST_BOARDS if b in synth.BOARDS))
+def test_every_ecp5_self_test_board_is_programmed_or_asks_for_a_cable(name):
+    try:
+        args = loader_args(name)
+    except ValueError as e:
+        assert "--cable" in str(e) and name in str(e)
+        assert name.startswith(("butterstick", "logicbone", "icepi", "supercon"))
+    else:
+        assert args[0] in ("-b", "-c") and len(args) >= 2
+    assert loader_args(name, "ft232") == ("-c", "ft232")
+
+
+def test_program_without_a_programmer_is_refused_before_the_build(capsys, monkeypatch):
+    monkeypatch.setattr(board_module, "build_selftest", _never_called)
+    assert cli.main(["build", "--board", "butterstick", "--program"]) == 2
+    assert "--cable" in capsys.readouterr().err
+    assert cli.main(["build", "--board", "ulx3s-85f", "--cable", "ft232"]) == 2
+    assert "--cable is for --program or --flash" in capsys.readouterr().err
+
+
+def _never_called(*args, **kwargs):
+    raise AssertionError("the build ran")
 
 
 def test_a_finished_build_is_read_from_nextpnrs_report(tmp_path):

@@ -321,13 +321,38 @@ def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design="", sel
     return result
 
 
-def program(bitstream, board, flash=False):
-    """Load ``bitstream`` into the board's SRAM (or its SPI flash) with openFPGALoader;
-    raises RuntimeError with the loader's message when no board answers."""
-    family = {"ulx3s": "ulx3s", "ecpix5": "ecpix5", "versa-ecp5": "versa",
-              "orangecrab": "orangeCrab", "colorlight-5a-75b": "colorlight"}
-    cable = ["-b", next(v for k, v in family.items() if board.startswith(k))]
-    cmd = ["openFPGALoader", *cable, *(["-f"] if flash else []), str(bitstream)]
+# openFPGALoader's arguments per board (by name prefix): its board entry, or the cable of the
+# programmer on the board. The boards not named here (ButterStick, Logicbone, Icepi Zero,
+# Supercon badge) are loaded through a cable the user names (--cable, openFPGALoader's -c).
+LOADER_ARGS = {
+    "ulx3s": ("-b", "ulx3s"),
+    "ecpix5": ("-b", "ecpix5"),
+    "ecp5-5g-evn": ("-b", "ecp5_evn"),
+    "versa-ecp5": ("-c", "ft2232"),          # both Versas: the EVN's FT2232H programmer
+    "orangecrab": ("-b", "orangeCrab"),      # its DFU bootloader
+    "colorlight-5a-75b": ("-b", "colorlight"),
+    "icesugar-pro": ("-c", "cmsisdap", "--vid", "0x1d50", "--pid", "0x602b"),
+}
+
+
+def loader_args(board, cable=None):
+    """openFPGALoader's arguments that reach ``board``: ``-c cable`` when a cable is named,
+    else :data:`LOADER_ARGS`'. ``ValueError`` for a board with neither (before any build)."""
+    if cable:
+        return ("-c", cable)
+    for prefix, args in LOADER_ARGS.items():
+        if board.startswith(prefix):
+            return args
+    raise ValueError(f"no programmer known for the {board}: name openFPGALoader's cable "
+                     "with --cable (openFPGALoader --list-cables)")
+
+
+def program(bitstream, board, flash=False, cable=None):
+    """Load ``bitstream`` into the board's SRAM (or its SPI flash) with openFPGALoader
+    (:func:`loader_args`); raises RuntimeError with the loader's message when no board
+    answers."""
+    cmd = ["openFPGALoader", *loader_args(board, cable), *(["-f"] if flash else []),
+           str(bitstream)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except FileNotFoundError:

@@ -76,6 +76,10 @@ def _add_build(sub):
                    help="load the self-test into the board's SRAM (openFPGALoader)")
     p.add_argument("--flash", action="store_true",
                    help="write the self-test to the board's SPI flash (openFPGALoader)")
+    p.add_argument("--cable", default=None,
+                   help="with --program/--flash: openFPGALoader's cable (-c), for the boards "
+                        "without a programmer of their own (ButterStick, Logicbone, Icepi "
+                        "Zero, Supercon badge) or to override the board's")
     p.add_argument("--plan-only", action="store_true",
                    help="Xilinx boards (kcu105, kc705): write the Vivado build plan (a zip) "
                         "to run where Vivado is installed")
@@ -102,8 +106,12 @@ def _run_build(args):
         return _plan_only(args)
     if args.router and args.block is None:
         raise ValueError("--router is for a --block (the self-test routes with router2)")
+    if args.cable and not (args.program or args.flash):
+        raise ValueError("--cable is for --program or --flash")
     if args.block is None:
         from . import board
+        if args.program or args.flash:
+            board.loader_args(args.board, args.cable)       # before an hour of building
         params = {}
         for item in args.param:
             name, _, value = item.partition("=")
@@ -121,7 +129,8 @@ def _run_build(args):
               f"; fmax {result.fmax_mhz:.1f} MHz against {result.pll_mhz:.2f} MHz: "
               + ("met" if result.met else "NOT MET") + f"; bitstream {result.bitstream}")
         if result.met and (args.program or args.flash):
-            print(board.program(result.bitstream, args.board, flash=args.flash))
+            print(board.program(result.bitstream, args.board, flash=args.flash,
+                                cable=args.cable))
         return 0 if result.met else 1
     if args.program or args.flash or args.design:
         raise ValueError("--program, --flash and --design are for the self-test (no --block)")
