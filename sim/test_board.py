@@ -70,6 +70,7 @@ def test_the_command_line_says_what_is_wrong(capsys):
     out = capsys.readouterr().out
     assert "ulx3s-85f  (self-test: nic, or --design spray)" in out
     assert "versa-ecp5  (self-test: spray; the NIC needs an 85F)" in out
+    assert "butterstick  (self-test: spray; the NIC fits but did not route here" in out
     # A board too small for the NIC self-test is refused before any tool runs.
     assert cli.main(["build", "--board", "versa-ecp5", "--design", "nic"]) == 2
     err = capsys.readouterr().err
@@ -91,6 +92,13 @@ def test_the_default_selftest_boards_have_an_85f_or_a_kintex():
     assert sorted(b for b in SELFTEST_BOARDS if fits_default(b)) == [
         "butterstick", "ecp5-5g-evn", "ecpix5-85f", "kc705", "kcu105", "logicbone-85f",
         "orangecrab-r0.2-85f", "ulx3s-85f"]
+
+
+def test_the_nic_is_the_default_where_it_fits_and_routes():
+    assert sorted(b for b in SELFTEST_BOARDS if default_design(b) == "nic") == [
+        "ecp5-5g-evn", "ecpix5-85f", "kc705", "kcu105", "logicbone-85f",
+        "orangecrab-r0.2-85f", "ulx3s-85f"]
+    assert fits_default("butterstick") and default_design("butterstick") == "spray"
 
 
 def test_every_ecp5_board_with_room_has_a_selftest():
