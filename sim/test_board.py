@@ -70,7 +70,6 @@ def test_the_command_line_says_what_is_wrong(capsys):
     out = capsys.readouterr().out
     assert "ulx3s-85f  (self-test: nic, or --design spray)" in out
     assert "versa-ecp5  (self-test: spray; the NIC needs an 85F)" in out
-    assert "butterstick  (self-test: spray; the NIC fits but did not route here" in out
     # A board too small for the NIC self-test is refused before any tool runs.
     assert cli.main(["build", "--board", "versa-ecp5", "--design", "nic"]) == 2
     err = capsys.readouterr().err
@@ -94,11 +93,28 @@ def test_the_default_selftest_boards_have_an_85f_or_a_kintex():
         "orangecrab-r0.2-85f", "ulx3s-85f"]
 
 
-def test_the_nic_is_the_default_where_it_fits_and_routes():
-    assert sorted(b for b in SELFTEST_BOARDS if default_design(b) == "nic") == [
-        "ecp5-5g-evn", "ecpix5-85f", "kc705", "kcu105", "logicbone-85f",
-        "orangecrab-r0.2-85f", "ulx3s-85f"]
-    assert fits_default("butterstick") and default_design("butterstick") == "spray"
+def test_a_boards_nextpnr_seed_reaches_the_nic_build_only(tmp_path, monkeypatch):
+    """The ButterStick's NIC is placed with its own seed (the default's did not route); its
+    spray test and every other board's build keep nextpnr's default."""
+    plans = {}
+
+    def stop(*args, **kwargs):
+        raise StopBuild
+    monkeypatch.setattr(board_module, "design_digest", lambda plan: "x")
+    monkeypatch.setattr(board_module, "_run", stop)
+    monkeypatch.setattr(board_module, "yowasp_env", dict)
+    for name, design in (("butterstick", "nic"), ("butterstick", "spray"), ("ulx3s-85f", "nic")):
+        with pytest.raises(StopBuild):
+            board_module.build_selftest(name, build_dir=tmp_path / name / design, design=design,
+                                        reuse=False)
+        plans[name, design] = (tmp_path / name / design / "build_top.sh").read_text()
+    assert SELFTEST_BOARDS["butterstick"].nic_seed == 2
+    assert "--seed 2" in plans["butterstick", "nic"]
+    assert "--seed" not in plans["butterstick", "spray"] + plans["ulx3s-85f", "nic"]
+
+
+class StopBuild(Exception):
+    pass
 
 
 def test_every_ecp5_board_with_room_has_a_selftest():

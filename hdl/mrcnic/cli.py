@@ -90,13 +90,12 @@ def _add_build(sub):
 def _run_build(args):
     from . import synth
     if args.list_boards:
-        from .board import SELFTEST_BOARDS, default_design, fits_default
+        from .board import SELFTEST_BOARDS, default_design
         for name in synth.BOARDS:
             mark = ("" if name not in SELFTEST_BOARDS else
                     f"  (self-test: {default_design(name)}"
                     + (", or --design spray)" if default_design(name) == "nic" else
-                       "; the NIC fits but did not route here: --design nic)"
-                       if fits_default(name) else "; the NIC needs an 85F)"))
+                       "; the NIC needs an 85F)"))
             print(name + mark)
         for name in synth.XILINX_BOARDS:
             print(f"{name}  (self-test; --plan-only: Vivado)")
