@@ -232,7 +232,8 @@ def test_too_long_and_registers():
     regs = {"pmtu": 512, "udp_dport": 4971, "trim_dscp": 0x21, "trim_lasthop_dscp": 0x22}
     frames = []
     for i in range(16):
-        f = data_frame(rng, length=rng.choice([0, 100, 511, 512, 513, 700]))
+        # Frame 0 is over the pmtu whatever the seed: the case is always there.
+        f = data_frame(rng, length=700 if i == 0 else rng.choice([0, 100, 511, 512, 513, 700]))
         f = f[:56] + (4971).to_bytes(2, "big") + f[58:]
         f = f[:-4] + pk.icrc(f[14:-4]).to_bytes(4, "little")
         meta = meta_of()
