@@ -1,6 +1,6 @@
 """The transmit and receive blocks one after the other, through the fabric model: work
 requests are cut by TxSegmenter, built by RoceTx, SRv6-encapsulated by Srv6Encap on uSID
-paths of mrcnic.fabric, carried over its planes (with reordering), decapsulated by
+paths of mrcnic.netsim.fabric, carried over its planes (with reordering), decapsulated by
 Srv6Decap and parsed by RoceRx, which places every payload. Each block runs on Amaranth's
 simulator in turn, with the records and frames of the one before: the check is that the
 blocks agree on every record and frame between them, and that every byte of every work
@@ -8,17 +8,17 @@ request lands once, at its address, intact."""
 
 import pytest
 
-from mrcnic import proto
-from mrcnic.fabric import Fabric, FabricConfig
-from mrcnic.proto import EvMode
-from mrcnic.srv6_decap import DECAP_META
-from mrcnic.tx_segmenter import TxSegmenter
-from simtools import run, seeded, sibling
+from mrcnic.base import proto
+from mrcnic.netsim.fabric import Fabric, FabricConfig
+from mrcnic.base.proto import EvMode
+from mrcnic.base.records import DECAP_META
+from mrcnic.tx.segmenter import TxSegmenter
+from testkit.simtools import run, seeded, sibling
 
-_rx, _tx, _seg = sibling("test_roce_rx"), sibling("test_roce_tx"), sibling("test_tx_segmenter")
+_rx, _tx, _seg = sibling("rx/test_roce_rx"), sibling("tx/test_roce_tx"), sibling("tx/test_segmenter")
 RxRun, unpack, run_tx = _rx.Run, _rx.unpack, _tx.run_tx
-run_encap = sibling("test_srv6").run_encap
-run_decap = sibling("test_srv6_decap").run_decap
+run_encap = sibling("tx/test_srv6_encap").run_encap
+run_decap = sibling("rx/test_srv6_decap").run_decap
 Bench, random_wr, ready_regs = _seg.Bench, _seg.random_wr, _seg.ready_regs
 
 WIDTH = 64

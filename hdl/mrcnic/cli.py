@@ -24,7 +24,7 @@ def _add_verilog(sub):
 
 
 def _run_verilog(args):
-    from . import registry
+    from mrcnic.flow import registry
     if args.names:
         print("\n".join(registry.blocks()))
         return 0
@@ -34,12 +34,12 @@ def _run_verilog(args):
             print(f"{block.name:20} {block.summary}")
             print(f"{'':20} parameters: {params}")
         return 0
-    from .export import export_verilog
+    from mrcnic.flow.export import export_verilog
     params = registry.parse_params(args.block, args.param, args.data_width)
     path, module = export_verilog(args.block, params, args.output)
     print(f"wrote {path} (module {module})")
     if args.lint:
-        from .export import lint
+        from mrcnic.flow.export import lint
         lint(path, module)
         print(f"lint clean: verilator --lint-only -Wall {path}")
     return 0
@@ -88,9 +88,9 @@ def _add_build(sub):
 
 
 def _run_build(args):
-    from . import synth
+    from mrcnic.flow import synth
     if args.list_boards:
-        from .board import SELFTEST_BOARDS, default_design
+        from mrcnic.flow.board import SELFTEST_BOARDS, default_design
         for name in synth.BOARDS:
             mark = ("" if name not in SELFTEST_BOARDS else
                     f"  (self-test: {default_design(name)}"
@@ -109,7 +109,7 @@ def _run_build(args):
     if args.cable and not (args.program or args.flash):
         raise ValueError("--cable is for --program or --flash")
     if args.block is None:
-        from . import board
+        from mrcnic.flow import board
         if args.program or args.flash:
             board.loader_args(args.board, args.cable)       # before an hour of building
         params = {}
@@ -134,7 +134,7 @@ def _run_build(args):
         return 0 if result.met else 1
     if args.program or args.flash or args.design:
         raise ValueError("--program, --flash and --design are for the self-test (no --block)")
-    from . import registry
+    from mrcnic.flow import registry
     params = registry.parse_params(args.block, args.param, args.data_width)
     result = synth.build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
                               build_dir=args.build_dir, router=args.router or "router1")
@@ -143,11 +143,12 @@ def _run_build(args):
 
 
 def _plan_only(args):
-    from . import registry, synth
+    from mrcnic.flow import registry
+    from mrcnic.flow import synth
     if args.program or args.flash:
         raise ValueError("--plan-only builds nothing to load")
     if args.block is None:
-        from .board import DESIGNS, BoardSelfTest
+        from mrcnic.flow.board import DESIGNS, BoardSelfTest
         design = args.design or "nic"
         top = BoardSelfTest(args.board, args.freq, core=DESIGNS[design])
         what = "selftest" if design == "nic" else f"selftest-{design}"
@@ -175,7 +176,7 @@ def _add_packet(sub):
 
 
 def _run_packet(args):
-    from .model import packet
+    from mrcnic.model import packet
     if args.action == "sack-example":
         # Spec §2.2: PSNs 0..11 sent, 5 and 8 lost -> CACK 4, SACK_BASE 5.
         received = [p for p in range(12) if p not in (5, 8)]
@@ -254,7 +255,7 @@ def _add_demo(sub):
 
 
 def _run_demo(args):
-    from . import demo
+    from mrcnic.netsim import demo
     cfg = {"planes": args.planes, "loss": args.loss, "seed": args.seed, "pcap": args.pcap,
            "failures": [demo.parse_failure(f) for f in args.fail]
            + [demo.parse_gray(g) for g in args.gray], "incast": args.incast}
@@ -277,7 +278,7 @@ def _run_demo(args):
             raise ValueError(f"--reorder-time {args.reorder_time}: 0 .. 65535")
         cfg["reorder_time"] = args.reorder_time
     if args.inject:
-        from .demo_bench import INJECT_KINDS
+        from mrcnic.netsim.demo_bench import INJECT_KINDS
         cfg["inject"] = (list(INJECT_KINDS) if args.inject == "all"
                          else args.inject.split(","))
     if args.ev_count is not None:
@@ -320,7 +321,7 @@ def _add_report(sub):
 
 
 def _run_report(args):
-    from . import report
+    from mrcnic.flow import report
     kinds = [k for k, on in (("ecp5", args.ecp5), ("xilinx", args.xilinx)) if on] or \
         ["ecp5", "xilinx"]
     if args.list:
@@ -338,7 +339,7 @@ def _run_report(args):
 
 
 def _add_ev_expand(sub):
-    from .model import ev
+    from mrcnic.model import ev
     ev.add_cli(sub)
 
 

@@ -55,8 +55,8 @@ import itertools
 import operator
 import sys
 
-from .. import proto
-from ..proto import EvMode
+from mrcnic.base import proto
+from mrcnic.base.proto import EvMode
 
 
 __all__ = [
@@ -133,7 +133,7 @@ def _mode(mode):
 class EvFormatProfile:
     """Wire layout of the expanded EV: ``mode`` and format field widths, first most significant.
 
-    ``mode`` is an :class:`~mrcnic.proto.EvMode` other than PASS (or its name: ``"srv6-srh"``).
+    ``mode`` is an :class:`~mrcnic.base.proto.EvMode` other than PASS (or its name: ``"srv6-srh"``).
 
     Rules: 1..16 format fields, each 1..32 bits wide, and, as a decision of ours, the widths
     sum to no more than the mode's EV (``EV_BITS``: STEV 32, UDP 16, SRV6 128, SRV6_SRH 256):

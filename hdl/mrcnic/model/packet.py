@@ -1,7 +1,7 @@
 """Bit-exact codec for MRC packets: the golden model of every frame the datapath sees.
 
 A :class:`Packet` holds one header per attribute, each a plain ``dict`` keyed by the field
-names of :mod:`mrcnic.proto` (reserved ``_`` fields left out), plus the payload and the ICRC.
+names of :mod:`mrcnic.base.proto` (reserved ``_`` fields left out), plus the payload and the ICRC.
 Frames are Ethernet frames without FCS, ICRC included, as the datapath streams them.
 
 Building::
@@ -32,7 +32,7 @@ every builder returns a finalized packet. :func:`encode` writes every field exac
 (so that tests can build deliberately broken frames with ``check=False``); with the default
 ``check=True`` it refuses a packet whose frame would not decode back to the same packet.
 
-Decisions of this model (the spec's decisions live in :mod:`mrcnic.proto`):
+Decisions of this model (the spec's decisions live in :mod:`mrcnic.base.proto`):
 
 * Pad (RoCE rule): a packet that carries a payload (writes and endpoint packets) has
   BTH pad = (4 - len(payload) % 4) % 4 zero bytes after the payload, before the ICRC.
@@ -40,7 +40,7 @@ Decisions of this model (the spec's decisions live in :mod:`mrcnic.proto`):
   payload-plus-pad length that is not a multiple of 4, so that ``encode(decode(b)) == b``.
 * Strictness: reserved bits must be zero, control packets (ACK, SACK, NACK, probe) carry no
   bytes after their headers, BTH tver must be 0, TSETH type 1, endpoint packets go to QP
-  :data:`~mrcnic.proto.ENDPOINT_QP`, and the frame ends exactly where the IPv6 payload length
+  :data:`~mrcnic.base.proto.ENDPOINT_QP`, and the frame ends exactly where the IPv6 payload length
   says (an MRC frame is at least 78 bytes, so Ethernet padding never occurs). A frame that
   breaks any rule raises :class:`PacketError`; otherwise decoding loses no bit.
 * UDP checksum: carried verbatim and never checked (the ICRC protects the packet).
@@ -61,8 +61,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from .. import proto
-from ..proto import (ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE,
+from mrcnic.base import proto
+from mrcnic.base.proto import (ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE,
                      NETH, PETH, ICRC_LEN, SRH_FIXED_LEN, SRH_SEGMENT_LEN, NackCode, Opcode,
                      SackMode)
 
@@ -142,7 +142,7 @@ class Packet:
 
     @property
     def opcode(self):
-        """The BTH opcode as an :class:`~mrcnic.proto.Opcode` (PacketError if unknown)."""
+        """The BTH opcode as an :class:`~mrcnic.base.proto.Opcode` (PacketError if unknown)."""
         return _opcode(self.bth.get("opcode"))
 
     @property
@@ -690,7 +690,7 @@ def endpoint_packet(opcode, body=b"", *, psn=0, **net):
 
 def port_status_packet(ports, *, src_id=0, dst_id=0, psn=0, **net):
     """A port status update (spec §4 "Ports"): an endpoint request whose body is
-    :data:`~mrcnic.proto.PORT_STATUS` with the sender's port mask ``ports`` (bit p = port p
+    :data:`~mrcnic.base.proto.PORT_STATUS` with the sender's port mask ``ports`` (bit p = port p
     up), for the receiver's QP ``dst_id``. ``net`` as for :func:`write_packet`."""
     body = proto.PORT_STATUS.pack(type=proto.EP_PORT_STATUS, ports=ports, src_id=src_id,
                                   dst_id=dst_id)
@@ -698,7 +698,7 @@ def port_status_packet(ports, *, src_id=0, dst_id=0, psn=0, **net):
 
 
 def port_status(pkt):
-    """The :data:`~mrcnic.proto.PORT_STATUS` fields of a decoded packet that is a port status
+    """The :data:`~mrcnic.base.proto.PORT_STATUS` fields of a decoded packet that is a port status
     update, else None."""
     if (pkt.bth["opcode"] != Opcode.EP_REQUEST or len(pkt.payload) != proto.PORT_STATUS.size
             or pkt.payload[0] != proto.EP_PORT_STATUS):

@@ -1,4 +1,4 @@
-"""Reference model of the frames of :class:`mrcnic.spraytest.SprayTest`: what its
+"""Reference model of the frames of :class:`mrcnic.boards.spraytest.SprayTest`: what its
 generator sends for frame ``seq`` of QP ``qp``, and what its checker must find after the
 SRv6 header went in and came out again.
 
@@ -17,8 +17,8 @@ bytes, ICRC; the SRv6 blocks look no further than the UDP header):
 * ICRC: zero (the encapsulator patches it for the new UDP port; nothing checks it).
 """
 
-from .. import proto
-from ..proto import BTH, ETH, IPV6, UDP, Opcode
+from mrcnic.base import proto
+from mrcnic.base.proto import BTH, ETH, IPV6, UDP, Opcode
 
 __all__ = ["MAC", "IP", "IP_BASE", "HEADER_LEN", "frame", "frame_len", "ev_address",
            "ev_of_address"]

@@ -7,14 +7,14 @@ the register values, and returns what the block sends: ``(frame, bad, causes)``.
 
 It works on bytes and the spec, not on the gateware's structure: flow label and UDP source
 port are written at their offsets, the ICRC is recomputed as ``zlib.crc32`` would see the
-change (by the affine property, :func:`mrcnic.crc.correction`), and the outer headers are
-packed with :mod:`mrcnic.proto`. The tests also check its output against
+change (by the affine property, :func:`mrcnic.base.crc.correction`), and the outer headers are
+packed with :mod:`mrcnic.base.proto`. The tests also check its output against
 :func:`mrcnic.model.packet.encapsulate` and a full ICRC recomputation.
 """
 
-from .. import proto
-from ..crc import correction
-from ..proto import ETH, IPV6, SRH, EvMode
+from mrcnic.base import proto
+from mrcnic.base.crc import correction
+from mrcnic.base.proto import ETH, IPV6, SRH, EvMode
 
 __all__ = ["encap", "decap", "srh_end", "entropy_of", "CAUSES", "DECAP_CAUSES"]
 
@@ -154,7 +154,7 @@ def srh_end(frame):
     """The frame as the last SRv6 switch of a path leaves it: with an SRH, its segment
     copied into the outer destination and segments left 0 (RFC 8986 End, spec §2.4); any
     other frame unchanged. The inner packet and its ICRC are not touched."""
-    from . import packet as pk
+    from mrcnic.model import packet as pk
     pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
     if pkt.srh is None or not pkt.srh["segments"]:
         return bytes(frame)

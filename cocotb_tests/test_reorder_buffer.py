@@ -1,8 +1,0 @@
-import pytest
-
-from harness import run_cocotb, width_cases
-
-
-@pytest.mark.parametrize("simulator,data_width", width_cases([64, 512], soak_on_verilator=[512]))
-def test_reorder_buffer(simulator, data_width):
-    run_cocotb("reorder-buffer", {"data_width": data_width}, "tb_reorder_buffer", simulator)

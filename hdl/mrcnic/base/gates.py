@@ -1,0 +1,52 @@
+"""Small gateware helpers shared by the blocks: priority search and struct assignment.
+
+They build plain Amaranth expressions and statements, import nothing of the package, and sit
+at the bottom of it beside :mod:`mrcnic.base.proto` and :mod:`mrcnic.base.stream`.
+"""
+
+from amaranth.hdl import Cat, Const, Mux, Signal
+from amaranth.utils import ceil_log2
+
+__all__ = ["first_set", "first_set_of", "assign", "signed_fits"]
+
+
+def first_set(vec):
+    """``(found, index)`` of the lowest set bit of ``vec``: a binary tree of 2:1 muxes (the
+    left half of each node is a power of two, so the right half's index just gains its top
+    bit: no adder on the path). Pass a Signal (or use :func:`first_set_of`): every node
+    slices ``vec``, and a slice of an expression repeats the whole expression in the exported
+    Verilog."""
+    def tree(lo, hi):
+        if hi - lo == 1:
+            return vec[lo], Const(0, 0)
+        k = ceil_log2(hi - lo) - 1
+        mid = lo + (1 << k)
+        fl, il = tree(lo, mid)
+        fh, ih = tree(mid, hi)
+        left = Cat(il, Const(0, k - len(il)), Const(0, 1))
+        right = Cat(ih, Const(0, k - len(ih)), Const(1, 1))
+        return fl | fh, Mux(fl, left, right)
+    return tree(0, len(vec))
+
+
+def first_set_of(m, vec, name):
+    """:func:`first_set` of ``vec`` held in a Signal ``name`` of module ``m`` first."""
+    held = Signal(len(vec), name=name)
+    m.d.comb += held.eq(vec)
+    return first_set(held)
+
+
+def assign(view, **fields):
+    """Statements setting the named fields of a struct view; the other fields to 0."""
+    stmts = []
+    for name, _ in view.shape():
+        stmts.append(getattr(view, name).eq(fields.pop(name, 0)))
+    if fields:
+        raise ValueError(f"no fields {', '.join(fields)} in {view.shape()!r}")
+    return stmts
+
+
+def signed_fits(value, bits):
+    """``value`` (two's complement) fits a signed ``bits``-bit field."""
+    top = value[bits - 1:]
+    return (top == 0) | (top == (1 << len(top)) - 1)

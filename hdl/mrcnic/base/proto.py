@@ -1,0 +1,397 @@
+"""MRC wire format: every header, declared once, and the constants of the spec.
+
+Each header is a list of ``(field, width_in_bits)`` in wire order. Network byte order is
+handled in exactly one place, :meth:`Header.wire_bit`: the field bit numbering of the wire
+(bit 7 of byte 0 first, multi-byte fields big-endian) is mapped there to
+
+* Python: ``bytes`` (``pack``/``unpack``), and
+* gateware: an AXI-Stream-ordered bus, where byte ``i`` of the header is ``bus[8*i:8*i+8]``
+  (byte 0 of a frame is ``tdata[7:0]``), through :meth:`Header.get` and :meth:`Header.assemble`.
+
+Every decision of ``mrc-datapath-spec.md`` that fixes a number (UDP port, BTH flag bits, STEV
+split, SETH bit positions, PETH layout) is a named constant below and nowhere else.
+"""
+
+import enum
+
+from amaranth.hdl import Cat, Const, Value
+from amaranth.lib import data
+
+
+__all__ = [
+    "Header", "HEADERS",
+    "ETH", "IPV6", "SRH", "UDP", "BTH", "METH", "TSETH", "RETH", "IMMDT", "AETH",
+    "SETH", "CC_STATE", "NETH", "PETH", "PORT_STATUS", "EP_PORT_STATUS", "ICRC_LEN",
+    "Opcode", "NackCode", "SackMode", "EvMode", "EvState",
+]
+
+
+class Header:
+    """A fixed-size protocol header declared as ``(name, width)`` pairs in wire order.
+
+    Field names starting with ``_`` are reserved: packed as zero (or as given), ignored by
+    :meth:`unpack` unless ``reserved=True``.
+    """
+
+    def __init__(self, name, fields):
+        self.name = name
+        self.fields = {}
+        offset = 0
+        for field, width in fields:
+            if field in self.fields:
+                raise ValueError(f"{name}: duplicate field {field!r}")
+            if width <= 0:
+                raise ValueError(f"{name}: field {field!r} has width {width}")
+            self.fields[field] = (offset, width)
+            offset += width
+        if offset % 8:
+            raise ValueError(f"{name}: {offset} bits is not a whole number of bytes")
+        self.bits = offset
+        self.size = offset // 8
+
+    def __repr__(self):
+        return f"Header({self.name}, {self.size} bytes)"
+
+    def __len__(self):
+        return self.size
+
+    def offset(self, field):
+        """Byte offset and bit offset within that byte (0 = bit 7) of ``field``'s first bit."""
+        start, _ = self.fields[field]
+        return start // 8, start % 8
+
+    def width(self, field):
+        return self.fields[field][1]
+
+    # The one place byte order lives.
+    def wire_bit(self, field, k):
+        """Bit index, in an AXI-Stream-ordered bus, of bit ``k`` (0 = LSB) of ``field``."""
+        start, width = self.fields[field]
+        if not 0 <= k < width:
+            raise IndexError(f"{self.name}.{field} has {width} bits, no bit {k}")
+        p = start + width - 1 - k          # position in the wire bit string, 0 = first on wire
+        return 8 * (p // 8) + 7 - (p % 8)
+
+    # Python side ----------------------------------------------------------------------------
+
+    def pack(self, **values):
+        """Bytes of the header. Unnamed fields are zero; out-of-range values raise ValueError."""
+        word = 0
+        for field, value in values.items():
+            if field not in self.fields:
+                raise ValueError(f"{self.name} has no field {field!r}")
+            start, width = self.fields[field]
+            value = int(value)
+            if not 0 <= value < (1 << width):
+                raise ValueError(f"{self.name}.{field} = {value:#x} does not fit {width} bits")
+            word |= value << (self.bits - start - width)
+        return word.to_bytes(self.size, "big")
+
+    def unpack(self, buf, *, reserved=False):
+        """Field dictionary of the first :attr:`size` bytes of ``buf``."""
+        buf = bytes(buf)
+        if len(buf) < self.size:
+            raise ValueError(f"{self.name} needs {self.size} bytes, got {len(buf)}")
+        word = int.from_bytes(buf[:self.size], "big")
+        out = {}
+        for field, (start, width) in self.fields.items():
+            if field.startswith("_") and not reserved:
+                continue
+            out[field] = (word >> (self.bits - start - width)) & ((1 << width) - 1)
+        return out
+
+    # Gateware side --------------------------------------------------------------------------
+
+    def get(self, bus, field, byte_offset=0):
+        """``field`` of a header starting at byte ``byte_offset`` of an AXI-ordered ``bus``."""
+        bus = Value.cast(bus)
+        base = 8 * byte_offset
+        width = self.width(field)
+        if base + self.bits > len(bus):
+            raise ValueError(f"{self.name} at byte {byte_offset} does not fit a "
+                             f"{len(bus) // 8}-byte bus")
+        return Cat(*(bus[base + self.wire_bit(field, k)] for k in range(width)))
+
+    def assemble(self, values):
+        """AXI-ordered value of ``size`` bytes from a ``{field: Value or int}`` mapping.
+
+        Built of runs (a byte of a field, a run of zero bits) rather than single bits: the
+        same value, a fraction of the terms for the simulators to compile."""
+        src = [None] * self.bits                 # bus bit -> (Value, bit) or None for 0
+        for field, value in values.items():
+            width = self.width(field)
+            value = Const(value, width) if isinstance(value, int) else Value.cast(value)
+            if len(value) > width:
+                raise ValueError(f"{self.name}.{field}: {len(value)}-bit value for a "
+                                 f"{width}-bit field")
+            value = value.as_unsigned()
+            for k in range(len(value)):
+                src[self.wire_bit(field, k)] = (value, k)
+        runs, p = [], 0
+        while p < self.bits:
+            q = p + 1
+            if src[p] is None:
+                while q < self.bits and src[q] is None:
+                    q += 1
+                runs.append(Const(0, q - p))
+            else:
+                value, k = src[p]
+                while q < self.bits and src[q] is not None and src[q][0] is value \
+                        and src[q][1] == k + q - p:
+                    q += 1
+                runs.append(value[k:k + q - p])
+            p = q
+        return Cat(*runs)
+
+    @property
+    def layout(self):
+        """A ``data.StructLayout`` with one member per non-reserved field (for metadata)."""
+        return data.StructLayout({f: w for f, (_, w) in self.fields.items()
+                                  if not f.startswith("_")})
+
+
+# --- Decisions of the spec (one line each) ------------------------------------------------
+
+UDP_DPORT_DEFAULT   = 4791     # RoCEv2; a register in each block that writes or checks it
+ETHERTYPE_IPV6      = 0x86DD
+IPPROTO_UDP         = 17
+IPPROTO_IPV6        = 41       # outer Next Header without SRH (IPv6-in-IPv6)
+IPPROTO_ROUTING     = 43       # outer Next Header with SRH
+IPPROTO_NONE        = 59
+SRH_ROUTING_TYPE    = 4
+IPV6_VERSION        = 6
+BTH_TVER            = 0
+PKEY_DEFAULT        = 0xFFFF
+BTH_RTX_BIT         = 5        # bit of BTH byte 8 that marks a retransmission
+BTH_TS_BIT          = 4        # bit of BTH byte 8 that says a TSETH follows the METH
+SETH_M_SHIFT        = 2        # SETH byte 1 bits 3:2 = M
+SETH_PR_BIT         = 1        # SETH byte 1 bit 1 = pr (answers a probe)
+STEV_PORT_BITS      = 16       # EV[15:0] -> UDP source port
+STEV_FLOW_BITS      = 16       # EV[31:16] -> flow label[15:0]; flow label[19:16] = 0
+SRV6_LBL_BITS       = 32       # uSID locator block length
+SRV6_USID_BITS      = 16       # uSID length
+TSETH_TYPE          = 1
+TIMESTAMP_UNIT_NS   = 128      # TSETH and CC_STATE timestamps
+CC_BYTES_UNIT       = 256      # CC_STATE rcvd_bytes unit
+MPR_UNIT_PSNS       = 128      # MPR counts receive window in 128-PSN units
+PSN_BITS            = 24
+ENDPOINT_QP         = 0x2      # destination QP of endpoint requests/responses
+ICRC_LEN            = 4
+AETH_SYNDROME_ACCESS_ERROR = 0x62
+
+# Traffic classes. The spec leaves the codepoints to the operator: these are defaults of the
+# registers that write or recognise them (a NIC, and the switches of mrcnic.netsim.fabric).
+DSCP_DATA           = 0x0A     # first transmissions of data packets
+DSCP_RTX            = 0x0C     # retransmissions (spec §4: "a retransmit DSCP")
+DSCP_CONTROL        = 0x30     # SACK, NACK, probes
+DSCP_TRIMMED        = 0x2C     # set by a switch that trimmed the packet
+DSCP_TRIMMED_LASTHOP = 0x2D    # ... when that switch was the packet's last hop
+ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = 0, 1, 2, 3   # RFC 3168; NICs send ECT(0)
+# Decision (trimming): a switch keeps the frame up to the end of the inner RETH (Ethernet,
+# outer IPv6 and SRH if any, inner IPv6, UDP, BTH, METH, [TSETH], RETH) and drops the rest,
+# payload and ICRC; it rewrites the outermost IPv6 header's DSCP and payload length only.
+# The receiver recognises the DSCP before any other check and never checks the ICRC or the
+# inner lengths of a trimmed packet.
+
+
+class Opcode(enum.IntEnum):
+    WRITE_FIRST     = 0xC6
+    WRITE_MIDDLE    = 0xC7
+    WRITE_LAST      = 0xC8
+    WRITE_LAST_IMM  = 0xC9
+    WRITE_ONLY      = 0xCA
+    WRITE_ONLY_IMM  = 0xCB
+    ACK             = 0xD1
+    SACK            = 0xDC
+    NACK            = 0xDD
+    PROBE           = 0xDE
+    EP_REQUEST      = 0xD8
+    EP_RESPONSE     = 0xD9
+
+    @property
+    def is_write(self):
+        return Opcode.WRITE_FIRST <= self <= Opcode.WRITE_ONLY_IMM
+
+    @property
+    def has_immdt(self):
+        return self in (Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM)
+
+
+class NackCode(enum.IntEnum):
+    TRIMMED           = 0x01
+    TRIMMED_LASTHOP   = 0x02
+    NO_BITMAP         = 0x06
+    NO_PKT_BUFFER     = 0x07
+    NO_RESOURCE       = 0x0A
+    PSN_OUT_OF_WINDOW = 0x0B
+    UNEXPECTED_EVENT  = 0x19
+
+
+class SackMode(enum.IntEnum):
+    """SETH M: what the sender should do with the EV the acknowledged packet used."""
+    NONE        = 0
+    SKIP_ONCE   = 1
+    ALWAYS_SKIP = 2
+
+
+class EvMode(enum.IntEnum):
+    """How an EV is written into a frame (spec §2.3)."""
+    PASS     = 0
+    STEV     = 1
+    UDP      = 2
+    SRV6     = 3
+    SRV6_SRH = 4
+
+
+class EvState(enum.IntEnum):
+    GOOD        = 0
+    SKIP        = 1
+    ASSUMED_BAD = 2
+    DENIED      = 3
+
+
+# --- Headers, in wire order ----------------------------------------------------------------
+
+def _bth_byte8():
+    # Byte 8 of the BTH: A at bit 7, the MRC flags at their decided bits, the rest reserved.
+    named = {7: "ack_req", BTH_RTX_BIT: "rtx", BTH_TS_BIT: "ts"}
+    return [(named.get(bit, f"_rsvd8_{bit}"), 1) for bit in range(7, -1, -1)]
+
+
+def _seth_byte1():
+    fields, bit = [], 7
+    while bit >= 0:
+        if bit == SETH_M_SHIFT + 1:
+            fields.append(("m", 2)); bit -= 2
+        elif bit == SETH_PR_BIT:
+            fields.append(("pr", 1)); bit -= 1
+        else:
+            fields.append((f"_rsvd1_{bit}", 1)); bit -= 1
+    return fields
+
+
+ETH = Header("Ethernet", [("dst", 48), ("src", 48), ("ethertype", 16)])
+
+IPV6 = Header("IPv6", [
+    ("version", 4), ("dscp", 6), ("ecn", 2), ("flow_label", 20),
+    ("payload_length", 16), ("next_header", 8), ("hop_limit", 8),
+    ("src", 128), ("dst", 128),
+])
+
+# RFC 8754 Segment Routing Header with the single segment MRC uses (n = 1, hdr_ext_len = 2).
+SRH = Header("SRH", [
+    ("next_header", 8), ("hdr_ext_len", 8), ("routing_type", 8), ("segments_left", 8),
+    ("last_entry", 8), ("flags", 8), ("tag", 16), ("segment", 128),
+])
+SRH_FIXED_LEN = 8              # bytes before the segment list
+SRH_SEGMENT_LEN = 16
+
+UDP = Header("UDP", [("src_port", 16), ("dst_port", 16), ("length", 16), ("checksum", 16)])
+
+BTH = Header("BTH", [
+    ("opcode", 8), ("se", 1), ("m", 1), ("pad", 2), ("tver", 4), ("pkey", 16),
+    ("fecn", 1), ("becn", 1), ("_rsvd4", 6), ("dest_qp", 24),
+    *_bth_byte8(), ("psn", 24),
+])
+
+METH = Header("METH", [("rqmsn", 16), ("msn", 16)])
+
+TSETH = Header("TSETH", [("timestamp", 16), ("tsr", 1), ("_rsvd", 11), ("type", 4)])
+
+RETH = Header("RETH", [("va", 64), ("rkey", 32), ("dma_length", 32)])
+
+IMMDT = Header("ImmDt", [("imm", 32)])
+
+AETH = Header("AETH", [("syndrome", 8), ("msn", 24)])
+
+SETH = Header("SETH", [
+    ("_rsvd0", 8), *_seth_byte1(), ("ack_psn_offset", 16), ("entropy", 32),
+    ("src_id", 16), ("dst_id", 16), ("_rsvd12", 8), ("cack_psn", 24),
+    ("cc_type", 4), ("flags", 4), ("mpr", 8), ("sack_offset", 16), ("bitmap", 64),
+])
+
+CC_STATE = Header("CC_STATE", [
+    ("timestamp", 16), ("_rsvd", 1), ("ooo_count", 15),
+    ("restore_cwnd", 1), ("rcv_cwnd_pen", 7), ("rcvd_bytes", 24),
+])
+
+NETH = Header("NETH", [
+    ("_rsvd0", 16), ("reason", 8), ("vendor", 8), ("entropy", 32),
+    ("src_id", 16), ("dst_id", 16), ("_rsvd12", 8), ("nack_psn", 24),
+    ("cc_type", 8), ("_rsvd17", 8), ("timestamp", 16),
+])
+
+# Decision: the spec fixes only the probe id at bytes 4-5; ids and timestamp follow it.
+PETH = Header("PETH", [
+    ("_rsvd0", 32), ("probe_id", 16), ("src_id", 16), ("dst_id", 16),
+    ("timestamp", 16), ("_rsvd12", 32),
+])
+
+# Decision: the port status update (§4 "Ports": the peers are told with a 32-bit port mask)
+# is an endpoint request (0xD8, BTH dest QP ENDPOINT_QP) whose body is PORT_STATUS: type
+# EP_PORT_STATUS, the sender's port mask (bit p = its port p up), and QP ids as in SETH:
+# src_id the sender's QP, dst_id the receiver's QP the update is for. No public format
+# exists; it has PETH's size so that every control frame of the NIC is at most a SACK long.
+PORT_STATUS = Header("PORT_STATUS", [
+    ("type", 8), ("_rsvd1", 24), ("ports", 32), ("src_id", 16), ("dst_id", 16),
+    ("_rsvd12", 32),
+])
+EP_PORT_STATUS = 1
+
+HEADERS = {h.name: h for h in
+           (ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
+            PORT_STATUS)}
+
+assert (ETH.size, IPV6.size, SRH.size, UDP.size, BTH.size) == (14, 40, 24, 8, 12)
+assert (METH.size, TSETH.size, RETH.size, IMMDT.size, AETH.size) == (4, 4, 16, 4, 4)
+assert (SETH.size, CC_STATE.size, NETH.size, PETH.size, PORT_STATUS.size) == (28, 8, 20, 16, 16)
+
+OUTER_IPV6_LEN = IPV6.size                 # bytes an SRv6 encapsulation inserts
+OUTER_SRH_LEN = IPV6.size + SRH.size       # ... and with the one-segment SRH
+
+
+# --- Where the EV goes (spec §2.3) ---------------------------------------------------------
+
+# Bits of EV each mode carries on the wire, derived from the headers that carry it.
+EV_BITS = {
+    EvMode.STEV:     STEV_PORT_BITS + STEV_FLOW_BITS,
+    EvMode.UDP:      UDP.width("src_port"),
+    EvMode.SRV6:     IPV6.width("dst"),
+    EvMode.SRV6_SRH: IPV6.width("dst") + SRH.width("segment"),
+}
+EV_MAX_BITS = max(EV_BITS.values())      # 256: the expanded EV a descriptor carries
+
+
+def stev_split(ev):
+    """``(udp_src_port, flow_label)`` that carry the 32-bit STEV ``ev``: EV[15:0] in the UDP
+    source port, EV[31:16] in flow label[15:0], flow label[19:16] zero."""
+    width = EV_BITS[EvMode.STEV]
+    if not 0 <= ev < (1 << width):
+        raise ValueError(f"STEV EV {ev:#x} does not fit {width} bits")
+    return ev & ((1 << STEV_PORT_BITS) - 1), ev >> STEV_PORT_BITS
+
+
+def stev_join(udp_src_port, flow_label):
+    """The 32-bit STEV carried by a UDP source port and a flow label (inverse of the split)."""
+    port = udp_src_port & ((1 << STEV_PORT_BITS) - 1)
+    flow = flow_label & ((1 << STEV_FLOW_BITS) - 1)
+    return flow << STEV_PORT_BITS | port
+
+
+# --- PSN arithmetic (spec §5): modulo 2^24 -------------------------------------------------
+
+PSN_MASK = (1 << PSN_BITS) - 1
+
+
+def psn_add(a, b):
+    return (a + b) & PSN_MASK
+
+
+def psn_diff(a, b):
+    """(a - b) mod 2^24."""
+    return (a - b) & PSN_MASK
+
+
+def psn_after(a, b):
+    """True when ``a`` comes after ``b``: (a - b) mod 2^24 in 1 .. 2^23 - 1."""
+    return 0 < psn_diff(a, b) < (1 << (PSN_BITS - 1))

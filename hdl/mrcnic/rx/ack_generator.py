@@ -1,0 +1,701 @@
+"""SACK, NACK and AETH NAK control frames: :class:`AckGenerator` (``ack-generator``).
+
+Operation
+    Each record on ``desc`` (:data:`mrcnic.base.records.ACK_DESC`) and each record on ``nak``
+    (:data:`mrcnic.rx.roce_rx.NAK`: a memory access error to report) becomes one complete
+    frame on ``m_axis``, ICRC included, no FCS:
+
+    ======== ================================================================== =========
+    kind     frame                                                               bytes
+    ======== ================================================================== =========
+    SACK     Eth | IPv6 | UDP | BTH (0xDC) | SETH | CC_STATE | ICRC              114
+    NACK     Eth | IPv6 | UDP | BTH (0xDD) | NETH | ICRC                         98
+    AETH NAK Eth | IPv6 | UDP | BTH (0xD1) | AETH | ICRC                         82
+    ======== ================================================================== =========
+
+    SACK and NACK come from ``desc`` (``desc.nack``), AETH NAK from ``nak``. Where each
+    field comes from:
+
+    * the descriptor: SETH ``m``, ``pr``, ``ack_psn_offset``, ``entropy``, ``cack_psn``
+      (= ``cack``), ``mpr``, ``sack_offset``, ``bitmap``; CC_STATE ``timestamp``,
+      ``ooo_count``, ``rcvd_bytes``; NETH ``reason``, ``entropy``, ``nack_psn``
+      (= ``psn``), ``timestamp``. SETH/NETH ``src_id`` = ``desc.qp``. The frame's own
+      IPv6 flow label and UDP source port carry ``entropy`` as a STEV
+      (:func:`mrcnic.base.proto.stev_split`, the decision of :mod:`mrcnic.base.records`);
+    * the nak record: AETH ``syndrome`` (0x62, ``proto.AETH_SYNDROME_ACCESS_ERROR``, for a
+      remote access error; any value is sent as given) and BTH PSN (= ``psn``); ``qp``
+      selects the context. **Decision (AETH MSN):** 0 (:data:`NAK_MSN`): the receive side
+      keeps no AETH message count (MRC acknowledges with SACKs); an AETH NAK here reports
+      only the refused PSN and the syndrome. **Decision (entropy):** an AETH NAK answers no EV, so its
+      flow label and UDP source port are 0;
+    * the QP's context (a table written through the registers, one entry per QP): the
+      Ethernet destination, the IPv6 destination, BTH ``dest_qp`` (the remote QP number),
+      and SETH/NETH ``dst_id`` (its low 16 bits);
+    * registers (:data:`ACK_REGS`): the Ethernet and IPv6 sources, the UDP destination port,
+      DSCP, ECN, hop limit and P_Key, the same for every kind;
+    * constants: everything else is 0 (``cc_type``, ``flags``, ``vendor``,
+      ``restore_cwnd``, ``rcv_cwnd_pen``, AETH ``msn``, the UDP checksum, BTH ``se``,
+      ``m``, ``pad``, ``tver``, ``fecn``, ``becn``, ``ack_req``, ``rtx``, ``ts``).
+
+    **Decision (BTH PSN):** the spec gives the PSN of a SACK or NACK no meaning. A SACK
+    carries its CACK there and a NACK the PSN it refuses (:data:`BTH_PSN_SOURCE`), so that a
+    capture reads the same PSN in the BTH as in the header that follows. An AETH NAK carries
+    the PSN of the refused packet, as RoCE does.
+
+    **Decision (two inputs):** one record a cycle enters the pipeline, from ``nak`` when it
+    holds one, else from ``desc``: access errors are rare (one per QP error episode) and a
+    SACK waits one cycle. The choice is made in front of R0, so at most one of the two
+    handshakes happens in a cycle and the frames leave in the order of the handshakes; a
+    user tags each frame at its record's handshake (:class:`~mrcnic.rx.mrc_rx.MrcRx` keeps the
+    frames' planes in a FIFO that way).
+
+    **ICRC.** The frame has one of three lengths and most of its bytes are constant, so its
+    CRC-32 is an affine function of the variable fields (:mod:`mrcnic.base.crc`):
+    ``ICRC = c_t ^ raw(0, delta)``, ``c_t`` the ICRC of the frame of kind ``t`` with every
+    variable field zero (a constant) and ``delta`` the covered bytes with the variable
+    fields in place over zeros; ``raw(0, .)`` is linear, so it is the XOR of one part per
+    group of fields, each computed where its fields are held still:
+
+    * the record's fields: constant GF(2) matrices (one XOR tree per CRC bit) in the
+      first pipeline stage, in chunks of at most 64 bits (4 chunks for a SACK, 2 for a
+      NACK, 1 for an AETH NAK: its PSN and syndrome);
+    * the QP context's fields (IPv6 destination, ``dest_qp``, ``dst_id``): when the entry is
+      written, by a byte-serial CRC engine (one byte a cycle over the 72 covered bytes from
+      the destination address on, ``raw`` taken after 64, 80 and 96 bytes for AETH NAK,
+      NACK and SACK), and stored in the table with the entry;
+    * the registers' fields (source address, UDP port, P_Key): by the same kind of engine,
+      looping for ever over a copy of the registers (88 bytes, 89 cycles a round). At the
+      end of each round the copy and its three CRC parts become, together, the values
+      frames use; so a frame never mixes old and new values, whenever the registers are
+      written. ``status.cfg_pending`` reads 1 until frames use what the registers hold (at
+      most two rounds, 178 cycles, after a write).
+
+    For values that change only when software writes them, the serial engines save about
+    1600 LUT4 over matrices (measured at 64 bits). F takes the XOR of the constant, the
+    registers' part and the record's chunks of the frame's kind, and the table's three
+    parts as read, with no logic after the block RAM; the last XOR is made at the output.
+
+    Pipeline: ``nak`` or ``desc`` -> :class:`~mrcnic.base.stream.MetaSkidBuffer` (R0; its output
+    addresses the context table; a nak record rides R0 and S1 in the descriptor's fields:
+    ``qp``, ``psn``, its syndrome in ``reason``, ``nack`` and ``entropy`` 0, the others
+    unread) -> S1 (the record, its ICRC
+    chunks; the table's read data) -> F (the frame: every variable field and the ICRC's
+    parts) -> the beats of F, one per cycle, into a :class:`~mrcnic.base.stream.SkidBuffer` ->
+    ``m_axis``. R0, S1 and F form a stall-all pipeline that moves when F is empty or hands
+    on its last beat.
+
+    A record (descriptor or nak) whose ``qp`` is not below ``qps`` is dropped (no frame)
+    and counted in ``bad_qp``; the frames around it are not affected. Every other record
+    gives exactly one frame, in order. A QP whose context was never written sends with a
+    zero context. The table is not cleared by reset. Bytes of the last beat beyond
+    ``tkeep`` are undefined; ``tuser[0]`` is always 0.
+
+Parameters
+    ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 QP
+    contexts (default 64).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.base.csr.regs.event_counters`).
+
+Ports
+    ``desc`` (in, metadata stream of :data:`~mrcnic.base.records.ACK_DESC`; ``desc.ready`` is a
+    register gated by ``nak.valid``), ``nak`` (in, metadata stream of
+    :data:`~mrcnic.rx.roce_rx.NAK`; ``nak.ready`` is a register), ``m_axis`` (out,
+    AXI-Stream, driven from registers), ``s_axil`` (:data:`ACK_REGS`).
+
+Latency
+    :data:`LATENCY` = 4 cycles from a record's handshake (either input) to the frame's
+    first beat on ``m_axis`` when the block is idle (measured in
+    ``sim/rx/test_ack_generator.py`` and the cocotb bench).
+
+Throughput
+    Frames back to back while records come and ``m_axis`` is ready: a SACK takes exactly
+    ceil(114/B) beats, a NACK ceil(98/B) and an AETH NAK ceil(82/B) on a B-byte bus, with
+    no idle cycle between frames (one frame per cycle from 1024 bits on);
+    :attr:`AckGenerator.beats`. No path runs from ``m_axis.tready`` to ``desc.ready`` or
+    ``nak.ready``.
+
+Resources
+    ECP5 (``mrcnic build --board ulx3s-85f``, qps = 64): 5561 LUT4, 4294 FF, 9 DP16KD,
+    117.8 MHz at 64 bits (``docs/blocks/ack-generator.md``).
+
+Registers
+    Write the context of QP ``n``: ``ctx_qp`` = n, ``ctx_mac_*``, ``ctx_ip*``,
+    ``ctx_remote_qp``, then ``control.ctx_write`` = 1. The ``ctx_*`` registers are copied on
+    that write, so they may be changed at once for the next entry; the entry is in the
+    table when ``status.ctx_busy`` reads 0 (73 cycles later), all of it at once. A
+    ``ctx_write`` while ``ctx_busy`` is ignored and sets ``status.ctx_dropped``; one with
+    ``ctx_qp`` not below ``qps`` writes nothing. The table cannot be read back. Counters:
+    ``sacks``, ``nacks``, ``naks`` (frames sent of each kind), ``bad_qp``.
+"""
+
+import functools
+import zlib
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.base import proto
+
+from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, NAK
+from mrcnic.base.crc import crc32_raw, matrix_of
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters, ipv6_registers, mac_registers)
+from mrcnic.base.proto import AETH, BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
+from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
+                     drive_axis, meta_stream)
+
+
+__all__ = ["AckGenerator", "ACK_REGS", "ACK_CTX", "LATENCY", "FRAME_LEN", "HOP_LIMIT_DEFAULT",
+           "BTH_PSN_SOURCE", "NAK_MSN", "SACK", "NACK", "AETH_NAK", "KINDS", "inner_delta",
+           "affine_icrc"]
+
+# The three kinds of frame, as the Python helpers below and the tests number them.
+SACK, NACK, AETH_NAK = 0, 1, 2
+KINDS = (SACK, NACK, AETH_NAK)
+
+
+HDR_LEN = ETH.size + IPV6.size + UDP.size + BTH.size          # 74: bytes before SETH/NETH
+WINDOW = IPV6.size + UDP.size + BTH.size                      # 60: ICRC-covered, before them
+TAIL = {SACK: SETH.size + CC_STATE.size, NACK: NETH.size, AETH_NAK: AETH.size}  # 36, 20, 4
+FRAME_LEN = {t: HDR_LEN + TAIL[t] + ICRC_LEN for t in TAIL}   # 114, 98, 82
+OPCODE = {SACK: Opcode.SACK, NACK: Opcode.NACK, AETH_NAK: Opcode.ACK}
+# Decision (module docstring): the record field a control frame's BTH PSN carries.
+BTH_PSN_SOURCE = {SACK: "cack", NACK: "psn", AETH_NAK: "psn"}
+# Decision (module docstring): the MSN of an AETH NAK. The receive side keeps no AETH
+# message count (MRC acknowledges with SACKs), so it sends 0.
+NAK_MSN = 0
+HOP_LIMIT_DEFAULT = 64      # the same default as the packet model's DEFAULT_HOP_LIMIT
+LATENCY = 4                 # R0, S1, F, output register slice
+CHUNK_BITS = 64             # descriptor bits per ICRC partial (4 LUT levels as mapped)
+
+ACK_CTX = data.StructLayout({
+    "mac":       48,        # Ethernet destination
+    "ip":        128,       # IPv6 destination
+    "remote_qp": 24,        # BTH dest_qp; low 16 bits = SETH/NETH dst_id
+    "crc_sack":  32,        # this entry's part of a SACK's ICRC
+    "crc_nack":  32,        # ... of a NACK's
+    "crc_nak":   32,        # ... and of an AETH NAK's
+})
+CTX_CRC = {SACK: "crc_sack", NACK: "crc_nack", AETH_NAK: "crc_nak"}
+
+ACK_COUNTERS = ["sacks", "nacks", "bad_qp", "naks"]
+
+
+ACK_REGS = RegisterMap("ack_generator", [
+    *mac_registers("local", "Source (this NIC)"),
+    *ipv6_registers("local", "Source (this NIC)"),
+    Register("config", [
+        Field("udp_dport", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
+              desc="UDP destination port of every control frame"),
+        Field("pkey", 16, "rw", reset=proto.PKEY_DEFAULT, desc="BTH P_Key"),
+    ]),
+    Register("ipv6", [
+        Field("dscp", 6, "rw", desc="IPv6 DSCP of control frames"),
+        Field("ecn", 2, "rw", desc="IPv6 ECN of control frames"),
+        Field("hop_limit", 8, "rw", reset=HOP_LIMIT_DEFAULT, desc="IPv6 hop limit"),
+    ]),
+    Register("ctx_qp", [Field("qp", QP_INDEX_BITS, "rw",
+                              desc="Local QP index of the context entry ctx_write writes")]),
+    *mac_registers("ctx", "Context: destination (the peer)"),
+    *ipv6_registers("ctx", "Context: destination (the peer)"),
+    Register("ctx_remote_qp", [Field("qpn", proto.PSN_BITS, "rw",
+                                     desc="Context: remote QP number (BTH dest_qp; its low "
+                                          "16 bits are SETH/NETH dst_id)")]),
+    Register("control", [
+        Field("ctx_write", 1, "w1p",
+              desc="Write the ctx_* registers (as they are now) into the context of QP "
+                   "ctx_qp; nothing when ctx_qp is not below qps"),
+        Field("clear", 1, "w1p", desc="Zero every counter"),
+    ]),
+    Register("status", [
+        Field("cfg_pending", 1, "ro",
+              desc="1 while frames do not yet use the values of the local_*, config and "
+                   "ipv6 registers (at most 2 x 89 cycles after a write), and while any "
+                   "write's response is pending"),
+        Field("ctx_busy", 1, "ro",
+              desc="1 from ctx_write until the entry is in the table (73 cycles)"),
+        Field("ctx_dropped", 1, "w1c",
+              desc="A ctx_write came while ctx_busy and was ignored"),
+    ]),
+    Register("info", [Field("qps", 17, "ro", desc="QP contexts (the qps parameter)")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("sacks", "SACK frames sent"),
+        ("nacks", "NACK frames sent"),
+        ("bad_qp", "Records dropped, desc or nak: qp not below qps"),
+        ("naks", "AETH NAK frames sent (nak records)"),
+    ]],
+])
+
+
+# --- The ICRC as an affine map (Python side: rows of the matrices, and a reference) --------
+
+# Fields that vary from frame to frame, named as inner_delta() takes them, with their widths
+# (``syndrome``: the nak record's).
+VARIABLES = {
+    "src_ip": 128, "dst_ip": 128, "dport": 16, "pkey": 16, "dest_qp": 24, "dst_id": 16,
+    **{name: ACK_DESC[name].width
+       for name in ("entropy", "cack", "psn", "qp", "m", "pr", "ack_psn_offset", "mpr",
+                    "sack_offset", "bitmap", "timestamp", "ooo_count", "rcvd_bytes",
+                    "reason")},
+    "syndrome": NAK["syndrome"].width,
+}
+
+
+def inner_delta(kind, **v):
+    """The ICRC-covered bytes (inner IPv6 header to the end of SETH/CC_STATE, NETH or AETH)
+    of a frame of ``kind`` (:data:`KINDS`) with every constant field zero and the variables
+    ``v`` (:data:`VARIABLES`, missing ones 0; those the kind does not carry ignored) in
+    place. Linear in ``v``: the gateware's matrices are its columns, one bit of one variable
+    at a time."""
+    g = {name: v.get(name, 0) for name in VARIABLES}
+    # An AETH NAK echoes no EV: its UDP source port (and flow label) is 0.
+    entropy = 0 if kind == AETH_NAK else g["entropy"]
+    sport, _ = proto.stev_split(entropy)             # the flow label is outside the ICRC
+    psn = g[BTH_PSN_SOURCE[kind]]
+    head = (IPV6.pack(src=g["src_ip"], dst=g["dst_ip"])
+            + UDP.pack(src_port=sport, dst_port=g["dport"])
+            + BTH.pack(pkey=g["pkey"], dest_qp=g["dest_qp"], psn=psn))
+    if kind == AETH_NAK:
+        tail = AETH.pack(syndrome=g["syndrome"])
+    elif kind == NACK:
+        tail = NETH.pack(reason=g["reason"], entropy=g["entropy"], src_id=g["qp"],
+                         dst_id=g["dst_id"], nack_psn=g["psn"], timestamp=g["timestamp"])
+    else:
+        tail = (SETH.pack(m=g["m"], pr=g["pr"], ack_psn_offset=g["ack_psn_offset"],
+                          entropy=g["entropy"], src_id=g["qp"], dst_id=g["dst_id"],
+                          cack_psn=g["cack"], mpr=g["mpr"], sack_offset=g["sack_offset"],
+                          bitmap=g["bitmap"])
+                + CC_STATE.pack(timestamp=g["timestamp"], ooo_count=g["ooo_count"],
+                                rcvd_bytes=g["rcvd_bytes"]))
+    return head + tail
+
+
+def _icrc_base(kind):
+    """ICRC of the frame of ``kind`` with every variable field zero, by the RoCEv2 rule
+    (spec 2.1): 8 bytes of ones, then the inner packet with traffic class, flow label, hop
+    limit, UDP checksum and BTH byte 4 replaced by ones."""
+    length = UDP.size + BTH.size + TAIL[kind] + ICRC_LEN
+    inner = (IPV6.pack(version=proto.IPV6_VERSION, dscp=0x3F, ecn=0x3, flow_label=0xFFFFF,
+                       payload_length=length, next_header=proto.IPPROTO_UDP, hop_limit=0xFF)
+             + UDP.pack(length=length, checksum=0xFFFF)
+             + BTH.pack(opcode=OPCODE[kind], tver=proto.BTH_TVER, fecn=1, becn=1,
+                        _rsvd4=0x3F)
+             + (AETH.pack(msn=NAK_MSN) if kind == AETH_NAK else bytes(TAIL[kind])))
+    return zlib.crc32(b"\xff" * 8 + inner)
+
+
+ICRC_BASE = {t: _icrc_base(t) for t in TAIL}
+
+
+def affine_icrc(kind, **v):
+    """The ICRC the gateware computes, in Python: ``c_t ^ raw(0, inner_delta(...))``."""
+    return ICRC_BASE[kind] ^ crc32_raw(0, inner_delta(kind, **v))
+
+
+@functools.lru_cache(maxsize=None)
+def _rows(kind, names):
+    """Rows of the GF(2) map from ``Cat(*values of names)`` (first name least significant)
+    to the raw CRC of :func:`inner_delta`."""
+    rows, shift = [0] * 32, 0
+    for name in names:
+        def column(x, name=name):
+            return crc32_raw(0, inner_delta(kind, **{name: x}))
+        sub = matrix_of(column, VARIABLES[name])
+        rows = [r | s << shift for r, s in zip(rows, sub)]
+        shift += VARIABLES[name]
+    return tuple(rows)
+
+
+def _gf2(rows, x):
+    """Gateware: matrix ``rows`` applied to ``x``, each bit the parity of ``x`` AND a
+    constant (the same XOR tree as :func:`mrcnic.base.crc.gf2_apply` once synthesised, and one
+    expression a bit for the simulator instead of one term a bit of ``x``)."""
+    x = Value.cast(x)
+    return Cat(*((x & r).xor() if r else Const(0, 1) for r in rows))
+
+
+def _crc_map(kind, terms):
+    """Gateware: the CRC part of ``terms`` (``[(variable, Value)]``), one XOR tree a bit."""
+    names = tuple(n for n, _ in terms)
+    return _gf2(_rows(kind, names), Cat(*(v for _, v in terms)))
+
+
+def _chunks(names, limit=CHUNK_BITS):
+    """``names`` in order, grouped so that each group has at most ``limit`` bits."""
+    groups, size = [[]], 0
+    for name in names:
+        if groups[-1] and size + VARIABLES[name] > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += VARIABLES[name]
+    return groups
+
+
+# Record fields each kind's frame carries (its ICRC's record part).
+DESC_VARS = {
+    SACK: ["entropy", "cack", "m", "pr", "qp", "ack_psn_offset", "sack_offset", "timestamp",
+           "bitmap", "mpr", "ooo_count", "rcvd_bytes"],
+    NACK: ["entropy", "psn", "reason", "qp", "timestamp"],
+    AETH_NAK: ["psn", "syndrome"],
+}
+
+
+# The registers' and the contexts' parts are computed a byte a cycle over the covered bytes
+# (the SACK's 96; a NACK's are its first 80, an AETH NAK's its first 64): the kinds share
+# these fields' bytes, since SETH and NETH carry dst_id at the same offset, the AETH NAK
+# carries no dst_id (it would sit beyond its 64 bytes) and the rest of these fields sit
+# before the kind's own header.
+COVERED = WINDOW + TAIL[0]
+assert SETH.offset("dst_id") == NETH.offset("dst_id")
+# One CRC step: the register after one more byte, a linear map of (register, byte).
+STEP_ROWS = tuple(matrix_of(lambda x: crc32_raw(x & 0xFFFFFFFF, bytes([x >> 32])), 40))
+SERIAL_VARS = ("src_ip", "dst_ip", "dport", "pkey", "dest_qp", "dst_id")
+
+
+def _positions(names):
+    """Byte indices (in the covered bytes) where the variables ``names`` land."""
+    ones = {n: (1 << VARIABLES[n]) - 1 for n in names}
+    found = {t: {i for i, b in enumerate(inner_delta(t, **ones)) if b} for t in TAIL}
+    for t in TAIL:          # each kind's bytes: the SACK's, cut at the kind's length
+        assert found[t] == {i for i in found[SACK] if i < WINDOW + TAIL[t]}
+    assert max(found[SACK]) < WINDOW + TAIL[NACK]
+    return sorted(found[SACK])
+
+
+def _variable_bytes(values):
+    """``{byte index: 8-bit Value}`` of the covered bytes that ``values`` (a ``{variable:
+    Value}`` dict of :data:`SERIAL_VARS`) make non-zero, in the gateware's own bus order."""
+    v = {n: values.get(n, 0) for n in SERIAL_VARS}
+    bus = Cat(IPV6.assemble({"src": v["src_ip"], "dst": v["dst_ip"]}),
+              UDP.assemble({"dst_port": v["dport"]}),
+              BTH.assemble({"pkey": v["pkey"], "dest_qp": v["dest_qp"]}),
+              NETH.assemble({"dst_id": v["dst_id"]}))
+    return {i: bus[8 * i:8 * i + 8] for i in _positions(tuple(values))}
+
+
+def _serial_crc(m, name, start, src_bytes, held_bytes):
+    """A byte-serial CRC engine: on ``start`` (while not busy) it runs over the covered bytes
+    from the first variable one, reading them from ``src_bytes`` at the start and from
+    ``held_bytes`` (the caller's copy, taken on the starting edge) after it; zeros
+    elsewhere. Returns ``(busy, done, crc)``: ``done`` pulses in the cycle after the last
+    byte, when ``crc`` holds the raw CRC of the first 64 (``crc[AETH_NAK]``), 80
+    (``crc[NACK]``) and 96 (``crc[SACK]``) bytes. The next byte is read a cycle ahead, so a
+    step is one byte mux or one CRC step deep, not both."""
+    first = min(src_bytes)
+    k = Signal(range(COVERED), name=f"{name}_k")
+    busy = Signal(name=f"{name}_busy")
+    done = Signal(name=f"{name}_done")
+    state = Signal(32, name=f"{name}_state")
+    byte = Signal(8, name=f"{name}_byte")
+    next_byte = Signal(8, name=f"{name}_next_byte")
+    crc = {t: Signal(32, name=f"{name}_{t}") for t in TAIL}
+    with m.Switch(k):
+        for i in held_bytes:
+            if i - 1 >= first:
+                with m.Case(i - 1):
+                    m.d.comb += next_byte.eq(held_bytes[i])
+    step = _gf2(STEP_ROWS, Cat(state, byte))
+    m.d.sync += done.eq(0)
+    with m.If(busy):
+        m.d.sync += [state.eq(step), byte.eq(next_byte), k.eq(k + 1)]
+        for t in TAIL:
+            with m.If(k == WINDOW + TAIL[t] - 1):
+                m.d.sync += crc[t].eq(step)
+        with m.If(k == COVERED - 1):
+            m.d.sync += [busy.eq(0), done.eq(1)]
+    with m.Elif(start):
+        m.d.sync += [busy.eq(1), k.eq(first), state.eq(0), byte.eq(src_bytes[first])]
+    return busy, done, crc
+
+
+# --- Gateware ------------------------------------------------------------------------------
+
+_CFG = data.StructLayout({"mac": 48, "ip": 128, "dport": 16, "pkey": 16, "dscp": 6,
+                          "ecn": 2, "hop_limit": 8})
+_CFG_REGS = {"dport": ("config", "udp_dport"), "pkey": ("config", "pkey"),
+             "dscp": ("ipv6", "dscp"), "ecn": ("ipv6", "ecn"),
+             "hop_limit": ("ipv6", "hop_limit")}
+CFG_RESET = {n: ACK_REGS[r].field(fd).reset for n, (r, fd) in _CFG_REGS.items()}
+CFG_RESET.update(mac=0, ip=0)
+CFG_CRC_RESET = {t: crc32_raw(0, inner_delta(t, dport=CFG_RESET["dport"],
+                                              pkey=CFG_RESET["pkey"])) for t in TAIL}
+
+
+# R0 and S1 hold a record of either input: a descriptor, or (``aeth``) a nak record in the
+# descriptor's fields (qp, psn, its syndrome in reason, nack and entropy 0; the others are
+# desc's, and unread).
+_R0 = data.StructLayout({"aeth": 1, "d": ACK_DESC})
+
+
+def _by_kind(aeth, nack, values):
+    """Gateware: ``values[kind]`` of the kind that the flags ``aeth`` and ``nack`` name."""
+    return Mux(aeth, values[AETH_NAK], Mux(nack, values[NACK], values[SACK]))
+
+
+class AckGenerator(wiring.Component):
+    """See the module docstring: SACK, NACK and AETH NAK control frames, ``ack-generator``.
+
+    :attr:`beats` is ``{SACK: beats, NACK: beats, AETH_NAK: beats}`` at this width;
+    :attr:`latency` the cycles from a record's handshake to its frame's first beat.
+    """
+
+    def __init__(self, data_width=512, qps=64, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        self.data_width = check_data_width(data_width, minimum=64, maximum=2048,
+                                           power_of_two=True)
+        if not isinstance(qps, int) or isinstance(qps, bool):
+            raise TypeError(f"qps must be an int, not {qps!r}")
+        if not 1 <= qps <= 1 << QP_INDEX_BITS:
+            raise ValueError(f"qps = {qps} is outside 1..{1 << QP_INDEX_BITS}")
+        self.qps = qps
+        B = data_width // 8
+        self.beats = {t: -(-FRAME_LEN[t] // B) for t in TAIL}
+        self.latency = LATENCY
+        super().__init__({
+            "desc": In(meta_stream(ACK_DESC)),
+            "nak": In(meta_stream(NAK)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "s_axil": In(AxiLiteSignature(ACK_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.data_width // 8
+        qps = self.qps
+
+        m.submodules.csr = csr = CsrBlock(ACK_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+
+        def ip(prefix):            # register 0 holds the address's first bytes
+            return Cat(*(f[f"{prefix}{i}"]["ip"] for i in reversed(range(4))))
+
+        def qp_below_qps(qp):
+            return Const(1, 1) if qps == 1 << QP_INDEX_BITS else qp < qps
+
+        # --- Registers: a published copy and its ICRC parts, always of the same values ------
+        csr_cfg = {
+            "mac": Cat(f["local_mac_lo"]["mac"], f["local_mac_hi"]["mac"]),
+            "ip": ip("local_ip"),
+            "dport": f["config"]["udp_dport"], "pkey": f["config"]["pkey"],
+            "dscp": f["ipv6"]["dscp"], "ecn": f["ipv6"]["ecn"],
+            "hop_limit": f["ipv6"]["hop_limit"],
+        }
+        cfg_snap = Signal(_CFG)
+        cfg = Signal(_CFG, init=CFG_RESET)          # what frames use
+        cr = {t: Signal(32, init=CFG_CRC_RESET[t], name=f"cfg_crc_{t}") for t in TAIL}
+        cfg_bus = {"src_ip": "ip", "dport": "dport", "pkey": "pkey"}
+        busy, done, crc = _serial_crc(
+            m, "cfg_crc", Const(1, 1),
+            _variable_bytes({v: csr_cfg[n] for v, n in cfg_bus.items()}),
+            _variable_bytes({v: cfg_snap[n] for v, n in cfg_bus.items()}))
+        with m.If(~busy):
+            m.d.sync += [cfg_snap[n].eq(v) for n, v in csr_cfg.items()]
+        with m.If(done):
+            m.d.sync += [cfg.eq(cfg_snap)] + [cr[t].eq(crc[t]) for t in TAIL]
+        # Registered, so that the 224-bit compare does not sit in front of the read mux; a
+        # read on the edge right after a write would see the compare of the old values, so
+        # the pending B response of any write counts as pending too.
+        differ = Signal()
+        m.d.sync += differ.eq(Cat(*csr_cfg.values()) != Cat(*(cfg[n] for n in csr_cfg)))
+        status = f["status"]
+        m.d.comb += [
+            status["cfg_pending"].eq(differ | self.s_axil.bvalid),
+            f["info"]["qps"].eq(qps),
+        ]
+
+        # --- Context table: entries written whole, with their ICRC parts -------------------
+        # At least two entries: a one-entry memory has a zero-bit address, which Verilog
+        # cannot declare. Entry 1 of such a table is never written nor used.
+        m.submodules.ctx = ctx = Memory(shape=ACK_CTX, depth=max(qps, 2), init=[])
+        wr = ctx.write_port()
+        rd = ctx.read_port()
+        ctx_qp = f["ctx_qp"]["qp"]
+        csr_ctx = {"mac": Cat(f["ctx_mac_lo"]["mac"], f["ctx_mac_hi"]["mac"]),
+                   "ip": ip("ctx_ip"),
+                   "remote_qp": f["ctx_remote_qp"]["qpn"]}
+        ctx_snap = Signal(data.StructLayout({"mac": 48, "ip": 128, "remote_qp": 24}))
+        ctx_addr = Signal(QP_INDEX_BITS)
+        strobe = f["control"]["ctx_write"]
+        start = strobe & qp_below_qps(ctx_qp)
+
+        def ctx_vars(c):
+            return {"dst_ip": c["ip"], "dest_qp": c["remote_qp"],
+                    "dst_id": c["remote_qp"][:16]}
+
+        busy, done, crc = _serial_crc(m, "ctx_crc", start,
+                                      _variable_bytes(ctx_vars(csr_ctx)),
+                                      _variable_bytes(ctx_vars(ctx_snap)))
+        with m.If(start & ~busy):
+            m.d.sync += [ctx_snap[n].eq(v) for n, v in csr_ctx.items()]
+            m.d.sync += ctx_addr.eq(ctx_qp)
+        m.d.comb += [
+            status["ctx_busy"].eq(busy | start),
+            status["ctx_dropped_set"].eq(strobe & busy),
+            wr.en.eq(done), wr.addr.eq(ctx_addr),
+            wr.data.mac.eq(ctx_snap.mac), wr.data.ip.eq(ctx_snap.ip),
+            wr.data.remote_qp.eq(ctx_snap.remote_qp),
+            *(wr.data[CTX_CRC[t]].eq(crc[t]) for t in TAIL),
+        ]
+
+        # --- R0: one record a cycle from desc or nak, into a register slice ----------------
+        # Decision: a nak record goes first when both inputs hold one (they are rare: at
+        # most one per QP error episode, and a SACK waits one cycle). The choice is made in
+        # front of R0, so at most one of the two handshakes happens in a cycle and frames
+        # leave in the order of the handshakes: a user can tag each frame at the handshake
+        # (MrcRx keeps the frames' planes that way). desc.ready is R0's registered ready
+        # gated by nak.valid; nak.ready is R0's registered ready.
+        m.submodules.r0_skid = skid = MetaSkidBuffer(_R0)
+        nak_in, desc_in, take_nak = self.nak.payload, self.desc.payload, self.nak.valid
+        # A nak record rides in the descriptor's fields: qp, psn, its syndrome in reason,
+        # nack and entropy 0 (the frame's STEV). The other fields keep desc's values: no
+        # AETH NAK byte or ICRC part reads them.
+        m.d.comb += [
+            skid.i.valid.eq(take_nak | self.desc.valid),
+            skid.i.payload.aeth.eq(take_nak),
+            skid.i.payload.d.eq(desc_in),
+            self.nak.ready.eq(skid.i.ready),
+            self.desc.ready.eq(skid.i.ready & ~take_nak),
+        ]
+        with m.If(take_nak):
+            m.d.comb += [skid.i.payload.d.qp.eq(nak_in.qp), skid.i.payload.d.psn.eq(nak_in.psn),
+                         skid.i.payload.d.reason.eq(nak_in.syndrome),
+                         skid.i.payload.d.nack.eq(0), skid.i.payload.d.entropy.eq(0)]
+        r0, r0_aeth, r0_valid = skid.o.payload.d, skid.o.payload.aeth, skid.o.valid
+        en = Signal()                    # the stall-all pipeline R0 -> S1 -> F moves
+        r0_ok = qp_below_qps(r0.qp)
+        m.d.comb += [skid.o.ready.eq(en), rd.addr.eq(r0.qp), rd.en.eq(en)]
+
+        def r0_field(name):              # a VARIABLES name in R0's fields
+            return r0.reason if name == "syndrome" else r0[name]
+
+        # --- S1: the record and its ICRC parts; the context is read meanwhile --------------
+        v1 = Signal()
+        d1 = Signal(ACK_DESC)
+        a1 = Signal()                    # d1 is a nak record
+        part = {t: [Signal(32, name=f"desc_crc_{t}_{i}")
+                    for i in range(len(_chunks(DESC_VARS[t])))] for t in TAIL}
+        with m.If(en):
+            m.d.sync += [v1.eq(r0_valid & r0_ok), d1.eq(r0), a1.eq(r0_aeth)]
+            for t in TAIL:
+                for sig, names in zip(part[t], _chunks(DESC_VARS[t])):
+                    m.d.sync += sig.eq(_crc_map(t, [(n, r0_field(n)) for n in names]))
+        c1 = rd.data
+
+        # --- F: the frame, held while its beats leave -------------------------------------
+        fv = Signal()
+        fr = Signal(data.StructLayout({
+            "nack": 1, "aeth": 1, "cfg": _CFG, "mac": 48, "ip": 128, "remote_qp": 24,
+            "entropy": 32, "psn": proto.PSN_BITS,
+            "tail": 8 * SETH.size + 8 * CC_STATE.size, "icrc_rest": 32,
+            **{CTX_CRC[t]: 32 for t in TAIL},
+        }))
+        # The ICRC but for the table's part, selected by kind. The table's parts go into F
+        # as read (a block RAM output is slow on ECP5: no logic after it) and are XORed in
+        # at the output, where the ICRC's lanes have a LUT level to spare.
+        rest = {t: Const(ICRC_BASE[t], 32) ^ cr[t] for t in TAIL}
+        for t in TAIL:
+            for p in part[t]:
+                rest[t] = rest[t] ^ p
+        dst_id = c1.remote_qp[:16]
+        seth = SETH.assemble({"m": d1.m, "pr": d1.pr, "ack_psn_offset": d1.ack_psn_offset,
+                                "entropy": d1.entropy, "src_id": d1.qp, "dst_id": dst_id,
+                                "cack_psn": d1.cack, "mpr": d1.mpr,
+                                "sack_offset": d1.sack_offset, "bitmap": d1.bitmap})
+        cc = CC_STATE.assemble({"timestamp": d1.timestamp, "ooo_count": d1.ooo_count,
+                                  "rcvd_bytes": d1.rcvd_bytes})
+        neth = NETH.assemble({"reason": d1.reason, "entropy": d1.entropy, "src_id": d1.qp,
+                                "dst_id": dst_id, "nack_psn": d1.psn,
+                                "timestamp": d1.timestamp})
+        aeth = AETH.assemble({"syndrome": d1.reason, "msn": NAK_MSN})
+        sack_tail = Cat(seth, cc)
+        n_neth, n_aeth = len(neth), len(aeth)
+        with m.If(en):
+            m.d.sync += [
+                fv.eq(v1),
+                fr.nack.eq(d1.nack), fr.aeth.eq(a1),
+                fr.cfg.eq(cfg),
+                fr.mac.eq(c1.mac), fr.ip.eq(c1.ip), fr.remote_qp.eq(c1.remote_qp),
+                fr.entropy.eq(d1.entropy),          # 0 for a nak record: no EV to echo
+                fr.psn.eq(_by_kind(a1, d1.nack, {t: d1[BTH_PSN_SOURCE[t]] for t in TAIL})),
+                # The bytes after a frame's last header are its ICRC, placed at the
+                # output; the rest of the register keeps another kind's bytes (beyond
+                # tkeep, undefined).
+                fr.tail.eq(Cat(_by_kind(a1, d1.nack, {SACK: sack_tail[:n_aeth],
+                                                      NACK: neth[:n_aeth],
+                                                      AETH_NAK: aeth}),
+                               Mux(d1.nack, neth[n_aeth:], sack_tail[n_aeth:n_neth]),
+                               sack_tail[n_neth:])),
+                fr.icrc_rest.eq(_by_kind(a1, d1.nack, rest)),
+                *(fr[CTX_CRC[t]].eq(c1[CTX_CRC[t]]) for t in TAIL),
+            ]
+
+        # --- The beats of F ----------------------------------------------------------------
+        nack, is_aeth = fr.nack, fr.aeth
+        fc = fr.cfg
+
+        def kind_mux(values):
+            return _by_kind(is_aeth, nack, values)
+        # IPv6 payload length = UDP length: everything after the IPv6 header.
+        length = kind_mux({t: FRAME_LEN[t] - ETH.size - IPV6.size for t in TAIL})
+        sport = fr.entropy[:proto.STEV_PORT_BITS]
+        flow = fr.entropy[proto.STEV_PORT_BITS:proto.STEV_PORT_BITS + proto.STEV_FLOW_BITS]
+        head = Cat(
+            ETH.assemble({"dst": fr.mac, "src": fc.mac, "ethertype": proto.ETHERTYPE_IPV6}),
+            IPV6.assemble({"version": proto.IPV6_VERSION, "dscp": fc.dscp, "ecn": fc.ecn,
+                             "flow_label": flow, "payload_length": length,
+                             "next_header": proto.IPPROTO_UDP, "hop_limit": fc.hop_limit,
+                             "src": fc.ip, "dst": fr.ip}),
+            UDP.assemble({"src_port": sport, "dst_port": fc.dport, "length": length}),
+            BTH.assemble({"opcode": kind_mux({t: int(OPCODE[t]) for t in TAIL}),
+                            "tver": proto.BTH_TVER, "pkey": fc.pkey,
+                            "dest_qp": fr.remote_qp, "psn": fr.psn}),
+        )
+        # The ICRC goes out least significant byte first: the bus order of its bits.
+        icrc = fr.icrc_rest ^ kind_mux({t: fr[CTX_CRC[t]] for t in TAIL})
+        frame = Cat(head, fr.tail[:n_aeth],
+                    Mux(is_aeth, icrc, fr.tail[n_aeth:n_aeth + 32]),
+                    fr.tail[n_aeth + 32:n_neth],
+                    Mux(nack, icrc, fr.tail[n_neth:n_neth + 32]),
+                    fr.tail[n_neth + 32:], icrc)
+        assert len(frame) == 8 * FRAME_LEN[SACK]
+        nbeats = self.beats[SACK]
+        frame_bus = Signal(8 * B * nbeats)
+        m.d.comb += frame_bus.eq(frame)
+
+        j = Signal(range(max(nbeats, 2)))
+        # j is the frame's last beat: a register, so that the pipeline's enable is one LUT.
+        last = Signal()
+        last_j = kind_mux({t: self.beats[t] - 1 for t in TAIL})
+        beat = Signal(8 * B)
+        with m.Switch(j):
+            for i in range(nbeats):
+                with m.Case(i):
+                    m.d.comb += beat.eq(frame_bus.word_select(i, 8 * B))
+        tail_keep = {t: (1 << (FRAME_LEN[t] - (self.beats[t] - 1) * B)) - 1 for t in TAIL}
+        keep = Mux(last, kind_mux(tail_keep), (1 << B) - 1)
+
+        m.submodules.out_skid = out = SkidBuffer(self.data_width)
+        wiring.connect(m, out.m_axis, wiring.flipped(self.m_axis))
+        drive_axis(m, out.s_axis, valid=fv, data=beat, keep=keep, last=last, user=0)
+        handed = fv & out.s_axis.tready
+        with m.If(handed):
+            m.d.sync += [j.eq(Mux(last, 0, j + 1)), last.eq(j + 1 == last_j)]
+        with m.If(en):                   # a new frame (or none) in F
+            m.d.sync += last.eq(_by_kind(a1, d1.nack, {t: self.beats[t] == 1 for t in TAIL}))
+        m.d.comb += en.eq(~fv | (handed & last))
+
+        events = Signal(data.StructLayout({n: 1 for n in ACK_COUNTERS}))
+        m.d.comb += [
+            events.sacks.eq(handed & last & ~nack & ~is_aeth),
+            events.nacks.eq(handed & last & nack),
+            events.naks.eq(handed & last & is_aeth),
+            events.bad_qp.eq(en & r0_valid & ~r0_ok),
+        ]
+        event_counters(m, f, events, ACK_COUNTERS, f["control"]["clear"], width=self.counter_width)
+        return m
+
+

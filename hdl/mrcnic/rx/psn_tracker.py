@@ -1,0 +1,631 @@
+"""Receive PSN tracking (spec §5): :class:`PsnTracker` (``psn-tracker``).
+
+Operation
+    One record per received packet comes in on ``pkt`` (:data:`PKT_IN`: QP index, PSN,
+    opcode, BTH A and rtx, ECN CE, trimmed and last-hop-trimmed flags from the DSCP, payload
+    length, the EV echoed as entropy, the TSETH timestamp, the immediate, and a free ``tag``
+    the consumer uses to find the packet again). For each, in order:
+
+    1. a QP index >= ``qps`` or a QP not open: verdict NO_QP, nothing answered;
+    2. a probe (0xDE): verdict PROBE, a SACK with pr = 1 (consumes no PSN);
+    3. trimmed (recognised upstream by its DSCP, before any other check): verdict TRIMMED,
+       NACK TRIMMED or TRIMMED_LASTHOP with the packet's PSN and entropy;
+    4. not a WRITE opcode: verdict BAD_OPCODE, nothing answered;
+    5. at or before CACK, or its bit already set: verdict DUPLICATE and a SACK;
+    6. beyond CACK + MPR x 128: verdict OUT_OF_WINDOW, NACK PSN_OUT_OF_WINDOW;
+    7. a WRITE-with-immediate that cannot complete at once (it is not CACK + 1) when
+       ``max_wimm_dest`` completions are already held: verdict NO_RESOURCE, NACK NO_RESOURCE
+       (retriable; the packet is not placed). The one at CACK + 1 is always accepted, so
+       held completions can always drain;
+    8. otherwise verdict PLACE: its bit is set, CACK advances over the run of arrived PSNs,
+       completions held up to the new CACK leave in PSN order, and a SACK is sent when the
+       packet asks (A), is a retransmission, carries CE (then M = SKIP_ONCE), opens a new
+       hole (it lands more than one past the highest PSN seen), fills the lowest hole while
+       later PSNs have arrived (CACK moves past it: :data:`LATE_SACK`), or when it is the
+       ``sack_every``-th placed packet since the QP's last SACK.
+
+    Every packet gives one ``verdict`` record; SACK and NACK descriptors
+    (:data:`mrcnic.base.records.ACK_DESC`) leave on ``ack``; completions on ``cpl``. A SACK has
+    SACK_BASE = CACK + 1 (:data:`SACK_OFFSET`): its bitmap starts at the lowest hole.
+
+    Storage. Per QP, a context in distributed RAM (CACK, highest PSN seen, MPR, open, packets
+    since the last SACK, out-of-order count, bytes) and a bitmap ring of ``mpr_max`` x 128
+    bits in block RAM, in 128-bit chunks. The bit of PSN p is at ring position p mod
+    (``mpr_max`` x 128); it means "arrived" when it differs from the lap parity of p (bit
+    log2(``mpr_max`` x 128) of p), and placing p writes the complement of that parity. So a
+    bit need never be cleared as CACK passes it: the next PSN to use the position has the
+    other parity and reads "not arrived". Opening a QP rewrites its ring (``mpr_max``
+    cycles); after reset a sweep opens every QP at PSN 0 with MPR = ``mpr_max`` (``qps`` x
+    (``mpr_max`` + 1) cycles, the input held), since block RAM keeps its contents through
+    a reset.
+
+    Pipeline. I: the record is chosen (a pending continuation, then a replayed record,
+    then the input), its QP context read (registered into E) and the block RAM read at the
+    packet's chunk and at the ``window_chunks`` chunks from CACK + 1 (the window); the read
+    ports are transparent to the write port, so the data includes the write of the packet
+    ahead. E: the context is the registered one, or the one the record ahead just wrote for
+    the same QP; everything is decided, the chunk written back, CACK advanced to the first
+    PSN after it not arrived in the window (a 384- or 256-bit first-zero search), the
+    context written. E2: the SACK bitmap is cut from the window, ack_psn_offset and the
+    out-of-order count worked out, and the records go to the output FIFOs. The window was
+    addressed from the CACK before the packet ahead updated it; when it does not reach far
+    enough (CACK moved past it, the run fills it, or the SACK's 64 bits leave it), the
+    packet's SACK and the rest of the advance go to a continuation that re-reads the window,
+    and the record behind, killed in E by a registered flag, is replayed after it (2
+    cycles). The input waits while a
+    continuation, a replay, a release of more than the packet's own completion, or a QP
+    command runs.
+
+Parameters
+    ``qps``: QPs, 1 .. 65536 (default 64). ``mpr_max``: the largest receive window in 128-PSN
+    units, a power of two 1 .. 64 (default 8: 1024 PSNs). ``max_wimm_dest``: completions
+    held at once, 1 .. 32 (default 8). ``window_chunks``: 128-PSN chunks read from CACK + 1
+    each cycle, 3 (default) or 2 (a third less stage-E logic: the board option; with
+    ``mpr_max`` 1 it still covers the whole window, otherwise continuations come sooner).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.base.csr.regs.event_counters`).
+
+Ports
+    ``pkt`` in (:data:`PKT_IN`), ``verdict`` out (:data:`VERDICT`), ``ack`` out
+    (:data:`~mrcnic.base.records.ACK_DESC`), ``cpl`` out (:data:`COMPLETION`), ``s_axil``
+    (:data:`TRACKER_REGS`). Every output comes from a FIFO; ``pkt.ready`` is a register.
+
+Latency, throughput
+    A record accepted in cycle t has its verdict (and SACK/NACK, own completion) written
+    into the output FIFOs at the end of cycle t + 2, out at t + 4 (:attr:`latency`, 4
+    cycles; the FIFOs register their outputs).
+    One packet per cycle, any mix of QPs, back-to-back packets of one QP included; the
+    exceptions cost 2 cycles each: a CACK advance that runs past the window (at least 257
+    PSNs per continuation; 129 with ``window_chunks`` 2), and a release of held completions
+    (plus one cycle per completion). Measured in ``sim/rx/test_psn_tracker.py``.
+"""
+
+import enum
+import functools
+import operator
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from mrcnic.base import proto
+
+from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
+from mrcnic.base.gates import assign, first_set, signed_fits
+from mrcnic.base.proto import NackCode, Opcode, SackMode
+from mrcnic.base.stream import meta_stream
+
+__all__ = ["PsnTracker", "TRACKER_REGS",
+           "SACK_OFFSET", "BITMAP_BITS", "LATE_SACK"]
+
+PSN = proto.PSN_BITS
+CHUNK = proto.MPR_UNIT_PSNS          # PSNs per block RAM word
+# Chunks read from CACK + 1 for the advance and the SACK: 3 by default (at least 257 PSNs
+# after CACK + 1, so a continuation is rare at any MPR); 2 is the small option (at least 129
+# PSNs: the whole window when mpr_max is 1, a third less logic in stage E).
+WINDOW_CHUNKS = (2, 3)
+SACK_OFFSET = 1                      # decision: SACK_BASE = CACK + 1, the lowest hole
+# Decision: a packet that fills the lowest hole while later PSNs have arrived (CACK moves
+# past it) is SACKed at once. Without it, when the packets at the end of a burst arrive out
+# of order, the one that completes them would wait for the next coalesced SACK, and with no
+# more traffic the sender would time it out: a spurious retransmission and an EV wrongly
+# taken for broken. (SACKing every packet that lands below the highest PSN seen would do
+# too, but under spraying that is nearly every packet.)
+LATE_SACK = "a packet that fills the lowest hole, CACK moving past it"
+BITMAP_BITS = proto.SETH.width("bitmap")
+FIFO_DEPTH = 8
+
+
+
+
+
+
+
+COUNTERS = ["packets", *[v.name.lower() for v in Verdict], "sacks", "nacks", "completions",
+            "continuations", "stall_cycles"]
+
+TRACKER_REGS = RegisterMap("psn_tracker", [
+    Register("config", [Field("sack_every", 8, "rw", reset=8,
+                              desc="SACK every N placed packets of a QP (0: only on the "
+                                   "other triggers)")]),
+    Register("qp_select", [Field("qp", 16, "rw", desc="QP the next command acts on")]),
+    Register("qp_start", [Field("psn", 24, "rw", desc="First PSN expected after open")]),
+    Register("qp_mpr", [Field("mpr", 8, "rw", desc="Receive window in 128-PSN units, "
+                                                   "1 .. mpr_max; 0 means mpr_max")]),
+    Register("qp_command", [
+        Field("open", 1, "w1p", desc="Open qp_select at qp_start with qp_mpr (its held "
+                                     "completions are dropped)"),
+        Field("close", 1, "w1p", desc="Close qp_select: its packets get verdict NO_QP"),
+    ]),
+    Register("status", [
+        Field("busy", 1, "ro", desc="A QP command, or the sweep that opens every QP after "
+                                    "reset, is in progress (the input waits)"),
+        Field("held", 8, "ro", desc="WRITE-with-immediate completions held"),
+    ]),
+    Register("error", [
+        Field("bad_qp", 1, "w1c", desc="A command named a QP >= qps; it was refused"),
+        Field("bad_mpr", 1, "w1c", desc="An open asked for MPR > mpr_max; it was refused"),
+        Field("busy", 1, "w1c", desc="A command came while status.busy; it was refused"),
+    ]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("packets", "Records in"),
+        ("place", "Packets placed (new PSN in the window)"),
+        ("duplicate", "Duplicates (at or before CACK, or already arrived): SACKed"),
+        ("out_of_window", "PSNs beyond CACK + MPR x 128: NACK 0x0B"),
+        ("trimmed", "Trimmed packets: NACK 0x01 / 0x02"),
+        ("no_qp", "Records for a QP index out of range or not open"),
+        ("bad_opcode", "Records with an opcode other than WRITE or probe"),
+        ("no_resource", "WRITE-with-immediate refused, completions full: NACK 0x0A"),
+        ("probe", "Probes answered"),
+        ("sacks", "SACK descriptors"),
+        ("nacks", "NACK descriptors"),
+        ("completions", "WRITE-with-immediate completions"),
+        ("continuations", "CACK advances or SACKs finished by a continuation"),
+        ("stall_cycles", "Cycles a record waited at the input"),
+    ]],
+])
+
+
+class PsnTracker(wiring.Component):
+    """See the module docstring: the receive PSN tracker, ``psn-tracker``."""
+
+    latency = 4
+
+    def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8, window_chunks=3, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
+            raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
+        if not (isinstance(mpr_max, int) and 1 <= mpr_max <= 64
+                and mpr_max & (mpr_max - 1) == 0):
+            raise ValueError(f"mpr_max must be a power of two 1 .. 64, not {mpr_max!r}")
+        if not (isinstance(max_wimm_dest, int) and 1 <= max_wimm_dest <= 32):
+            raise ValueError(f"max_wimm_dest must be 1 .. 32, not {max_wimm_dest!r}")
+        if window_chunks not in WINDOW_CHUNKS:
+            raise ValueError(f"window_chunks must be one of {WINDOW_CHUNKS}, not "
+                             f"{window_chunks!r}")
+        self.qps, self.mpr_max, self.max_wimm_dest = qps, mpr_max, max_wimm_dest
+        self.window_chunks, self.window = window_chunks, window_chunks * CHUNK
+        self.ring = mpr_max * CHUNK
+        self.lap_bit = ceil_log2(self.ring)          # PSN bit giving the lap parity
+        super().__init__({
+            "pkt": In(meta_stream(PKT_IN)),
+            "verdict": Out(meta_stream(VERDICT)),
+            "ack": Out(meta_stream(ACK_DESC)),
+            "cpl": Out(meta_stream(COMPLETION)),
+            "s_axil": In(AxiLiteSignature(TRACKER_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        qps, mpr_max, N = self.qps, self.mpr_max, self.max_wimm_dest
+        WINDOW = self.window
+        qbits = max(1, ceil_log2(qps))
+        cbits = ceil_log2(mpr_max)
+        mbits = max(1, cbits)
+        lap = self.lap_bit
+
+        m.submodules.csr = csr = CsrBlock(TRACKER_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+
+        # --- State -------------------------------------------------------------------------
+        # `placed` counts placed packets (mod 2^24) and `start_m1` is the CACK at open: the
+        # out-of-order count is placed - (CACK - start_m1), worked out after stage E so that
+        # nothing but the new CACK itself waits for the window search.
+        CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mpr_m1": mbits, "open": 1,
+                                 "since": 8, "placed": PSN, "start_m1": PSN, "bytes": 32})
+        # Reset: every QP open, CACK = 2^24 - 1 (PSN 0 expected), MPR = mpr_max.
+        ctx_init = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1, "mpr_m1": mpr_max - 1,
+                    "open": 1, "start_m1": (1 << PSN) - 1}
+        m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[ctx_init] * qps)
+        ctx_w = ctx.write_port()
+        # Read once, in stage I; stage E takes the registered copy, or the context the record
+        # ahead wrote in the cycle of that read when it is the same QP (the only write the
+        # read can miss). No memory read sits on stage E's path.
+        ctx_ri = ctx.read_port(domain="comb")
+
+        m.submodules.ring = ring = Memory(shape=unsigned(CHUNK), depth=qps * mpr_max,
+                                          init=[0] * (qps * mpr_max))
+        ring_w = ring.write_port()
+        rd_p = ring.read_port(transparent_for=(ring_w,))
+        rd_w = [ring.read_port(transparent_for=(ring_w,)) for _ in range(self.window_chunks)]
+
+        POOL = data.StructLayout({"valid": 1, "qp": QP_INDEX_BITS, "psn": PSN, "imm": 32,
+                                  "tag": 16})
+        pool = Signal(data.ArrayLayout(POOL, N))
+
+        OP = data.StructLayout({"pkt": PKT_IN, "cont": 1, "due": 1, "wbase": PSN})
+
+        def ring_addr(qp, chunk):
+            return Cat(chunk[:cbits], qp[:qbits]) if cbits else qp[:qbits]
+
+        def parity(psn):
+            return psn[lap] if lap < PSN else Const(0, 1)
+
+        # --- Output FIFOs --------------------------------------------------------------------
+        fifos = {}
+        for name, layout in (("verdict", VERDICT), ("ack", ACK_DESC), ("cpl", COMPLETION)):
+            fifo = SyncFIFOBuffered(width=layout.size, depth=FIFO_DEPTH)
+            m.submodules[f"{name}_fifo"] = fifo
+            port = getattr(self, name)
+            m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
+                         fifo.r_en.eq(port.ready)]
+            fifos[name] = fifo
+        # Records in I, E and E2 may each still write one record into every FIFO.
+        room = Signal()
+        m.d.comb += room.eq(Cat(*(fi.level <= FIFO_DEPTH - 4 for fi in fifos.values())).all())
+
+        # --- Control registers: continuation, replay, drain, QP command ----------------------
+        cont_valid, cont_op = Signal(name="cont_valid"), Signal(OP, name="cont_op")
+        replay_valid, replay_op = Signal(name="replay_valid"), Signal(OP, name="replay_op")
+        drain_busy = Signal(name="drain_busy")
+        drain_mask, drain_ref = Signal(N, name="drain_mask"), Signal(PSN, name="drain_ref")
+        # After reset, a sweep opens every QP at PSN 0 with MPR mpr_max (block RAM keeps its
+        # contents through a reset): qps x (mpr_max + 1) cycles with the input held.
+        sweep = Signal(init=1)
+        cmd_busy = Signal(init=1, name="cmd_busy")
+        cmd_open = Signal(init=1, name="cmd_open")
+        cmd_qp = Signal(qbits, name="cmd_qp")
+        cmd_start, cmd_j = Signal(PSN, name="cmd_start"), Signal(cbits + 1, name="cmd_j")
+        cmd_mpr_m1 = Signal(mbits, init=mpr_max - 1)
+
+        e_valid, e_op = Signal(name="e_valid"), Signal(OP, name="e_op")
+
+        # --- Stage I -----------------------------------------------------------------------
+        i_op = Signal(OP)
+        i_valid = Signal()
+        take_in = Signal()
+        in_ok = ~cont_valid & ~replay_valid & ~drain_busy & ~cmd_busy & room
+        m.d.comb += [
+            self.pkt.ready.eq(in_ok),
+            take_in.eq(self.pkt.valid & in_ok),
+        ]
+        pkt_op_in = Signal(OP)
+        m.d.comb += [
+            pkt_op_in.pkt.eq(self.pkt.payload),
+            i_op.eq(Mux(cont_valid, cont_op, Mux(replay_valid, replay_op, pkt_op_in))),
+            i_valid.eq(((cont_valid | replay_valid) & ~drain_busy) | take_in),
+        ]
+        i_qp = Signal(qbits)
+        m.d.comb += i_qp.eq(Mux(i_op.pkt.qp < qps, i_op.pkt.qp, 0))
+        m.d.comb += ctx_ri.addr.eq(i_qp)
+        cack_i = ctx_ri.data.cack
+        wbase = Signal(PSN)
+        m.d.comb += wbase.eq((cack_i + 1)[:PSN] & ~(CHUNK - 1))
+        m.d.comb += [
+            rd_p.addr.eq(ring_addr(i_qp, i_op.pkt.psn[7:])),
+            *[rd_w[j].addr.eq(ring_addr(i_qp, (wbase[7:] + j)[:max(cbits, 1)]))
+              for j in range(self.window_chunks)],
+        ]
+        e_wbm1 = Signal(PSN, name="e_wbm1")
+        e_ctx_read = Signal(CTX, name="e_ctx_read")
+        m.d.sync += [e_valid.eq(i_valid), e_op.eq(i_op), e_op.wbase.eq(wbase),
+                     e_wbm1.eq(wbase - 1), e_ctx_read.eq(ctx_ri.data)]
+
+        # --- Stage E -----------------------------------------------------------------------
+        # When the record ahead deferred (a continuation or a release), the record in E read
+        # a stale window: it is killed and replayed. `kill` is a register so that the long
+        # window search ends at a few flip-flops, not at the replay register's enables.
+        kill = Signal(name="kill")
+        e_live = Signal(name="e_live")
+        m.d.comb += e_live.eq(e_valid & ~kill)
+        op = e_op
+        p = op.pkt
+        e_qp = Signal(qbits)
+        m.d.comb += e_qp.eq(Mux(p.qp < qps, p.qp, 0))
+        fwd_valid, fwd_qp = Signal(name="fwd_valid"), Signal(qbits, name="fwd_qp")
+        fwd_ctx = Signal(CTX, name="fwd_ctx")
+        c = Signal(CTX, name="e_ctx")
+        m.d.comb += c.eq(Mux(fwd_valid & (fwd_qp == e_qp), fwd_ctx, e_ctx_read))
+        cack, hi = c.cack, c.hi
+        d = Signal(PSN)
+        m.d.comb += d.eq(p.psn - cack)
+        before = (d == 0) | d[-1]
+        win = Signal(PSN)
+        m.d.comb += win.eq((c.mpr_m1 + 1) << 7)
+        in_win = ~before & (d <= win)
+        is_probe = p.opcode == Opcode.PROBE
+        is_write = (p.opcode >= Opcode.WRITE_FIRST) & (p.opcode <= Opcode.WRITE_ONLY_IMM)
+        wimm = (p.opcode == Opcode.WRITE_LAST_IMM) | (p.opcode == Opcode.WRITE_ONLY_IMM)
+        kp = p.psn[:7]
+        arrived_p = rd_p.data.bit_select(kp, 1) ^ parity(p.psn)
+        pool_full = Cat(*(pool[i].valid for i in range(N))).all()
+        immediate = d == 1
+
+        qp_ok = (p.qp < qps) & c.open
+        pkt_op = e_live & ~op.cont
+        v = {name: Signal(name=f"v_{name}") for name in
+             ("no_qp", "probe", "trimmed", "bad_opcode", "duplicate", "out_of_window",
+              "no_resource", "place")}
+        data_ok = qp_ok & ~is_probe & ~p.trimmed & is_write
+        cand = data_ok & in_win & ~arrived_p
+        m.d.comb += [
+            v["no_qp"].eq(pkt_op & ~qp_ok),
+            v["probe"].eq(pkt_op & qp_ok & is_probe),
+            v["trimmed"].eq(pkt_op & qp_ok & ~is_probe & p.trimmed),
+            v["bad_opcode"].eq(pkt_op & qp_ok & ~is_probe & ~p.trimmed & ~is_write),
+            v["duplicate"].eq(pkt_op & data_ok & (before | (in_win & arrived_p))),
+            v["out_of_window"].eq(pkt_op & data_ok & ~before & ~in_win),
+            v["no_resource"].eq(pkt_op & cand & wimm & ~immediate & pool_full),
+            v["place"].eq(pkt_op & cand & ~(wimm & ~immediate & pool_full)),
+        ]
+        place = v["place"]
+
+        # The window: arrival of the WINDOW PSNs from op.wbase, with this packet's bit.
+        wb = op.wbase
+        arr = Signal(WINDOW)
+        m.d.comb += arr.eq(Cat(*(rd_w[j].data ^ parity((wb + j * CHUNK)[:PSN]).replicate(CHUNK)
+                                 for j in range(self.window_chunks))))
+        rel_p = Signal(PSN)
+        m.d.comb += rel_p.eq(p.psn - wb)
+        # The packet's own bit, set whenever it may be placed: for a duplicate the bit is set
+        # already, so the condition need not wait for the block RAM's read of it.
+        may_place = Signal()
+        m.d.comb += may_place.eq(pkt_op & data_ok & in_win & ~(wimm & ~immediate & pool_full))
+        own = Signal(WINDOW)
+        m.d.comb += own.eq(Mux(may_place & (rel_p < WINDOW), Const(1, WINDOW) << rel_p[:9], 0))
+        # With a ring shorter than the window (mpr_max 1 or 2), the window's later laps of
+        # the packet's position read its bit from before this write: "arrived" for a packet
+        # not yet placed. Those positions read "not arrived", as after the write (the next
+        # lap's PSN there has not arrived; the one after is beyond any window).
+        laps = Signal(WINDOW)
+        later = [Cat(Const(0, k * self.ring), own)[:WINDOW]
+                 for k in range(1, -(-WINDOW // self.ring))]
+        if later:
+            m.d.comb += laps.eq(functools.reduce(operator.or_, later))
+        arr_own = Signal(WINDOW)
+        m.d.comb += arr_own.eq((arr | own) & ~laps)
+        o = Signal(PSN)
+        m.d.comb += o.eq(cack + 1 - wb)
+        o_ok = o < WINDOW
+        holes = Signal(WINDOW)
+        m.d.comb += holes.eq(~arr_own & Cat(*(o[:9] <= i for i in range(WINDOW))))
+        found, first = first_set(holes)
+        fz = Signal(range(WINDOW + 1))        # window position of the new CACK + 1
+        m.d.comb += fz.eq(Mux(found, first, WINDOW))
+        adv_ok = e_live & qp_ok & (op.cont | place) & o_ok
+        new_cack = Signal(PSN)
+        m.d.comb += new_cack.eq(Mux(adv_ok, e_wbm1 + fz, cack))
+
+        # SACK triggers.
+        rel_hi = Signal(PSN)
+        m.d.comb += rel_hi.eq(p.psn - hi)
+        above_hi = (rel_hi != 0) & ~rel_hi[-1]
+        new_hole = above_hi & (rel_hi != 1)
+        fills = immediate & (fz > rel_p + 1)       # LATE_SACK: CACK moves past the packet
+        since_next = Signal(9)
+        m.d.comb += since_next.eq(c.since + 1)
+        every = (f["config"]["sack_every"] != 0) & (since_next >= f["config"]["sack_every"])
+        due = Signal()
+        m.d.comb += due.eq(Mux(op.cont, op.due,
+                               v["probe"] | v["duplicate"] |
+                               (place & (p.ack_req | p.rtx | p.ce | new_hole | fills |
+                                         every))))
+        need_cont = Signal()
+        m.d.comb += need_cont.eq(e_live & qp_ok & ~v["no_qp"] &
+                                 (op.cont | place | v["duplicate"] | v["probe"]) &
+                                 (~o_ok | ~found | (due & (fz > WINDOW - BITMAP_BITS))))
+        emit_sack = e_live & due & ~need_cont
+        nack_reason = Signal(8)
+        with m.If(v["trimmed"]):
+            m.d.comb += nack_reason.eq(Mux(p.lasthop, NackCode.TRIMMED_LASTHOP,
+                                           NackCode.TRIMMED))
+        with m.Elif(v["out_of_window"]):
+            m.d.comb += nack_reason.eq(NackCode.PSN_OUT_OF_WINDOW)
+        with m.Elif(v["no_resource"]):
+            m.d.comb += nack_reason.eq(NackCode.NO_RESOURCE)
+        emit_nack = v["trimmed"] | v["out_of_window"] | v["no_resource"]
+
+        # New context.
+        new_ctx = Signal(CTX)
+        m.d.comb += [
+            new_ctx.eq(c),
+            new_ctx.cack.eq(new_cack),
+            new_ctx.placed.eq(c.placed + place),
+        ]
+        with m.If(place):
+            m.d.comb += new_ctx.bytes.eq(c.bytes + p.length)
+            with m.If(above_hi):
+                m.d.comb += new_ctx.hi.eq(p.psn)
+        with m.If(pkt_op & due):
+            m.d.comb += new_ctx.since.eq(0)
+        with m.Elif(place):
+            m.d.comb += new_ctx.since.eq(since_next)
+
+        # Completions: the packet's own, and the held ones the new CACK passes.
+        own_cpl = place & wimm & immediate
+        admit = place & wimm & ~immediate
+        # A held completion of the QP is past CACK and so at or after the window base: it is
+        # released when its window position is below the new CACK's (fz), a 9-bit compare
+        # on the search result instead of a 24-bit one after the new CACK's adder.
+        release = Signal(N)
+        for i in range(N):
+            pos = Signal(PSN, name=f"rel_pos{i}")
+            m.d.comb += pos.eq(pool[i].psn - wb)
+            m.d.comb += release[i].eq(adv_ok & pool[i].valid & (pool[i].qp == p.qp) &
+                                      (pos[9:] == 0) & (pos[:9] < fz))
+        free_found, free_idx = first_set(Cat(*(~pool[i].valid for i in range(N))))
+        drain_start = release.any()
+        m.d.sync += kill.eq(e_live & (need_cont | drain_start))
+
+        # --- Stage E outputs and state writes -----------------------------------------------
+        with m.If(e_live & qp_ok):
+            m.d.comb += [ctx_w.addr.eq(e_qp), ctx_w.data.eq(new_ctx), ctx_w.en.eq(1)]
+        m.d.sync += [fwd_valid.eq(e_live & qp_ok), fwd_qp.eq(e_qp), fwd_ctx.eq(new_ctx)]
+        with m.If(may_place):
+            # Idempotent for a duplicate: the bit is forced to "arrived", not flipped.
+            m.d.comb += [ring_w.addr.eq(ring_addr(e_qp, p.psn[7:])),
+                         ring_w.data.eq((rd_p.data & ~(Const(1, CHUNK) << kp)) |
+                                        ((~parity(p.psn)).as_unsigned() << kp)),
+                         ring_w.en.eq(1)]
+        with m.If(admit):
+            m.d.sync += assign(pool[free_idx], valid=1, qp=p.qp, psn=p.psn, imm=p.imm,
+                               tag=p.tag)
+        # A killed record is always a packet (input or replay), never a continuation: nothing
+        # live enters E between a deferral and its continuation.
+        with m.If(kill & e_valid):
+            m.d.sync += [replay_valid.eq(1), replay_op.eq(e_op)]
+        with m.Elif(i_valid & ~cont_valid & replay_valid):
+            m.d.sync += replay_valid.eq(0)
+        # The continuation and release registers load on every live record (enables from
+        # registers); only their valid flags depend on this cycle's search.
+        with m.If(e_live):
+            m.d.sync += [cont_op.eq(op), cont_op.cont.eq(1), cont_op.due.eq(due),
+                         drain_mask.eq(release), drain_ref.eq(new_cack)]
+        with m.If(need_cont):
+            m.d.sync += cont_valid.eq(1)
+        with m.Elif(i_valid & cont_valid):
+            m.d.sync += cont_valid.eq(0)
+        with m.If(drain_start):
+            m.d.sync += drain_busy.eq(1)
+
+        # To E2.
+        e2_verdict_valid = Signal(name="e2_verdict_valid")
+        e2_verdict = Signal(VERDICT, name="e2_verdict")
+        e2_ack_valid, e2_ack = Signal(name="e2_ack_valid"), Signal(ACK_DESC, name="e2_ack")
+        e2_arr, e2_fz = Signal(WINDOW, name="e2_arr"), Signal(range(WINDOW + 1), name="e2_fz")
+        e2_placed, e2_start_m1 = Signal(PSN, name="e2_placed"), Signal(PSN, name="e2_start_m1")
+        e2_cpl_valid, e2_cpl = Signal(name="e2_cpl_valid"), Signal(COMPLETION, name="e2_cpl")
+        verdict_code = Signal(3)
+        for name, sig in v.items():
+            with m.If(sig):
+                m.d.comb += verdict_code.eq(Verdict[name.upper()])
+        m.d.sync += [
+            e2_verdict_valid.eq(pkt_op),
+            *assign(e2_verdict, qp=p.qp, psn=p.psn, verdict=verdict_code, tag=p.tag),
+            e2_cpl_valid.eq(own_cpl),
+            *assign(e2_cpl, qp=p.qp, psn=p.psn, imm=p.imm, tag=p.tag),
+            e2_ack_valid.eq(emit_sack | emit_nack),
+            e2_arr.eq(arr_own),
+            e2_fz.eq(fz),
+            e2_placed.eq(new_ctx.placed),
+            e2_start_m1.eq(c.start_m1),
+        ]
+        ack = {
+            "nack": emit_nack, "qp": p.qp, "cack": new_cack, "mpr": c.mpr_m1 + 1,
+            "rcvd_bytes": new_ctx.bytes[8:], "entropy": p.entropy, "timestamp": p.timestamp,
+        }
+        with m.If(emit_nack):
+            m.d.sync += assign(e2_ack, **ack, reason=nack_reason, psn=p.psn)
+        with m.Else():
+            m.d.sync += assign(
+                e2_ack, **ack, sack_offset=SACK_OFFSET,
+                m=Mux(p.ce, SackMode.SKIP_ONCE, SackMode.NONE), pr=is_probe,
+                psn=Mux(is_probe, 0, p.psn))
+
+        # --- Stage E2 -----------------------------------------------------------------------
+        bitmap = Signal(BITMAP_BITS)
+        m.d.comb += bitmap.eq((e2_arr >> e2_fz)[:BITMAP_BITS])
+        # ack_psn_offset: the triggering PSN less the new CACK (0 for a probe, or when it does
+        # not fit 16 signed bits); computed here, off stage E's path.
+        trigger = Signal(PSN)
+        m.d.comb += trigger.eq(e2_ack.psn - e2_ack.cack)
+        # ooo_count: placed packets above the new CACK (saturating at 15 bits).
+        ooo = Signal(PSN)
+        m.d.comb += ooo.eq(e2_placed - (e2_ack.cack - e2_start_m1))
+        ack_out = Signal(ACK_DESC)
+        m.d.comb += [ack_out.eq(e2_ack), ack_out.bitmap.eq(Mux(e2_ack.nack, 0, bitmap)),
+                     ack_out.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
+                     ack_out.ack_psn_offset.eq(
+                         Mux(e2_ack.nack | e2_ack.pr | ~signed_fits(trigger, 16), 0,
+                             trigger[:16]))]
+        m.d.comb += [
+            fifos["verdict"].w_data.eq(e2_verdict), fifos["verdict"].w_en.eq(e2_verdict_valid),
+            fifos["ack"].w_data.eq(ack_out), fifos["ack"].w_en.eq(e2_ack_valid),
+        ]
+
+        # --- Release of held completions, oldest PSN first -----------------------------------
+        cpl_fifo = fifos["cpl"]
+        best = Signal(range(max(N, 2)))
+        keys = [Signal(lap + 1, name=f"drain_key{i}") for i in range(N)]
+        for i in range(N):
+            m.d.comb += keys[i].eq((drain_ref - pool[i].psn)[:lap + 1])
+        # Linear scan over N entries (N <= 32): the release is off the packet path.
+        # All entries of one release belong to one QP and differ in PSN: the oldest is the
+        # one further behind drain_ref than every other.
+        for i in range(N):
+            older = Cat(*(~drain_mask[j] | (keys[j] < keys[i]) for j in range(N) if j != i))
+            with m.If(drain_mask[i] & (older.all() if N > 1 else 1)):
+                m.d.comb += best.eq(i)
+        drain_go = Signal()
+        m.d.comb += drain_go.eq(drain_busy & ~e2_cpl_valid & cpl_fifo.w_rdy & drain_mask.any())
+        entry = pool[best]
+        cpl_rec = Signal(COMPLETION)
+        # Plain expressions, not an If chain: an Icarus always-block that no input has woken
+        # yet stays X after reset, and an X write enable would poison the counter.
+        m.d.comb += [*assign(cpl_rec, qp=entry.qp, psn=entry.psn, imm=entry.imm,
+                             tag=entry.tag),
+                     cpl_fifo.w_data.eq(Mux(e2_cpl_valid, e2_cpl, cpl_rec)),
+                     cpl_fifo.w_en.eq(e2_cpl_valid | drain_go)]
+        with m.If(drain_go):
+            m.d.sync += [drain_mask.bit_select(best, 1).eq(0),
+                         pool[best].valid.eq(0)]
+        with m.If(drain_busy & ~drain_mask.any()):
+            m.d.sync += drain_busy.eq(0)
+
+        # --- QP commands: open / close rewrite the QP's ring and context ---------------------
+        sel_qp = f["qp_select"]["qp"]
+        req_mpr = f["qp_mpr"]["mpr"]
+        start_cmd = f["qp_command"]["open"] | f["qp_command"]["close"]
+        m.d.comb += [
+            f["error"]["bad_qp_set"].eq(start_cmd & (sel_qp >= qps)),
+            f["error"]["bad_mpr_set"].eq(f["qp_command"]["open"] & (sel_qp < qps) &
+                                         (req_mpr > mpr_max)),
+            f["error"]["busy_set"].eq(start_cmd & cmd_busy),
+        ]
+        with m.If(start_cmd & ~cmd_busy & (sel_qp < qps) &
+                  ~(f["qp_command"]["open"] & (req_mpr > mpr_max))):
+            m.d.sync += [cmd_busy.eq(1), cmd_open.eq(f["qp_command"]["open"]),
+                         cmd_qp.eq(sel_qp), cmd_start.eq(f["qp_start"]["psn"]),
+                         cmd_mpr_m1.eq(Mux(req_mpr == 0, mpr_max - 1, req_mpr - 1)),
+                         cmd_j.eq(0)]
+        idle = ~e_valid & ~cont_valid & ~replay_valid & ~drain_busy & ~i_valid
+        cmd_run = cmd_busy & idle
+        # A chunk of a fresh ring reads "not arrived" for every PSN of the first window:
+        # positions at or after the start's belong to its lap, those before to the next.
+        r0 = cmd_start[:lap] if lap else Const(0, 1)
+        fresh = Signal(CHUNK)
+        for k in range(CHUNK):
+            pos = Cat(Const(k, 7), cmd_j[:cbits]) if cbits else Const(k, 7)
+            m.d.comb += fresh[k].eq(Mux(pos >= r0, parity(cmd_start), ~parity(cmd_start)))
+        with m.If(cmd_run):
+            with m.If(cmd_j < mpr_max):
+                m.d.comb += [ring_w.addr.eq(ring_addr(cmd_qp, cmd_j)), ring_w.data.eq(fresh),
+                             ring_w.en.eq(1)]
+                m.d.sync += cmd_j.eq(cmd_j + 1)
+            with m.Else():
+                start_m1 = (cmd_start - 1)[:PSN]
+                m.d.comb += [ctx_w.addr.eq(cmd_qp), ctx_w.en.eq(1),
+                             *assign(ctx_w.data, cack=start_m1, hi=start_m1, start_m1=start_m1,
+                                     mpr_m1=cmd_mpr_m1, open=cmd_open)]
+                for i in range(N):
+                    with m.If(pool[i].qp == cmd_qp):
+                        m.d.sync += pool[i].valid.eq(0)
+                with m.If(sweep & (cmd_qp != qps - 1)):
+                    m.d.sync += [cmd_qp.eq(cmd_qp + 1), cmd_j.eq(0)]
+                with m.Else():
+                    m.d.sync += [cmd_busy.eq(0), sweep.eq(0)]
+        m.d.comb += [f["status"]["busy"].eq(cmd_busy),
+                     f["status"]["held"].eq(sum(pool[i].valid for i in range(N)))]
+
+        # --- Counters -------------------------------------------------------------------------
+        ev = Signal(data.StructLayout({n: 1 for n in COUNTERS}))
+        m.d.comb += [
+            ev.packets.eq(pkt_op),
+            *[getattr(ev, name).eq(sig) for name, sig in v.items()],
+            ev.sacks.eq(emit_sack),
+            ev.nacks.eq(emit_nack),
+            ev.completions.eq(cpl_fifo.w_en),
+            ev.continuations.eq(need_cont),
+            ev.stall_cycles.eq(self.pkt.valid & ~self.pkt.ready),
+        ]
+        event_counters(m, f, ev, COUNTERS, f["control"]["clear"], width=self.counter_width)
+        return m
+
+

@@ -1,0 +1,456 @@
+"""Reorder buffer: one flow's packets in, in any PSN order; out in PSN order.
+:class:`ReorderBuffer` (``reorder-buffer``).
+
+For a consumer that wants a QP's packets in PSN order (an FPGA application without host
+memory); the integration puts one per consumer.
+
+Operation
+    Storage is one block RAM of ``depth`` slots of ``max_packet`` bytes (``depth *
+    max_packet / B`` words of ``data_width`` bits, B = ``data_width / 8``); the packet of PSN
+    p goes to slot ``p mod depth``. Per slot: a valid bit (flip-flops) and, in a small
+    memory, the index of the packet's last beat and that beat's ``tkeep``. A valid slot
+    always holds the one PSN of the window ``[expected, expected + depth)`` that maps to it,
+    so no PSN tag is stored: the bit is cleared when ``expected`` passes the slot.
+
+    Write side. The first beat of a packet is accepted together with its ``s_psn`` record
+    (``s_axis_tready`` is low at a first beat until a record is there) and decides whether
+    the packet is written: p in ``[expected, expected + depth)`` (modulo 2^24) and its slot
+    empty. Every beat is accepted at one per cycle and, if the packet is written, stored; a
+    packet that is not is consumed beat by beat and discarded. At the last beat the verdict
+    is final, counted once per packet, first match wins:
+
+    1. ``bad``: ``tuser[0]`` set on the last beat (``tuser`` of other beats is ignored);
+    2. ``too_long``: more than ``max_packet`` bytes (beats past the slot are not written);
+    3. ``duplicates``: p before expected ((p - expected) mod 2^24 >= 2^23), or its slot
+       already holds p;
+    4. ``out_of_window``: p at or beyond expected + ``depth``;
+    5. otherwise the slot becomes valid: the packet is stored.
+
+    Only then is the valid bit set, so a bad, too long or dropped packet leaves no trace.
+    Where ``expected`` moves between a packet's first and last beat: a packet passed by a
+    skip meanwhile (or by a skip of its PSN taken in the cycle of its last beat) is a
+    duplicate; a packet in progress when a restart takes effect is dropped and counted in
+    ``out_of_window``.
+
+    Read side. Whenever the slot of ``expected`` is valid the packet is read out, one beat a
+    cycle, from the slot's first word; at its last beat read the valid bit is cleared and
+    ``expected`` moves on, so the next packet's first beat is read in the very next cycle:
+    no idle cycle between consecutive packets. Stages: the block RAM's read data register,
+    a plain register (the RAM output is slow), a two-entry skid buffer (registered
+    ``m_axis``); a beat is read when the plain register is empty or moves on, which depends
+    on flip-flops only, so ``m_axis_tready`` reaches no memory address or enable. Each packet leaves exactly as it
+    came in (``tdata`` of every beat, ``tkeep`` of the last; earlier beats leave with every
+    ``tkeep`` bit set, as AXI-Stream requires of them), ``tuser`` 0. Its ``m_psn`` record is
+    made when its first beat is read; a full ``m_psn`` (two records waiting) holds the next
+    packet back.
+
+    The window. Its base is the oldest PSN not yet read out of the RAM: a packet waiting on
+    ``m_axis`` backpressure still holds its slot, and PSN base + ``depth`` is out of window
+    until it has been read. The reference model (:mod:`mrcnic.model.rx.reorder_buffer`) releases at
+    once; the two agree exactly whenever the packets the model has released have been read
+    out of the RAM (:func:`mrcnic.model.rx.reorder_buffer.wait_for` says when that is needed).
+
+    Skip (``skip`` stream: "PSN declared lost"). ``skip_ready`` is high only while the
+    block has nothing it could release: no packet is being read out, the slot of
+    ``expected`` is empty and no restart is waiting; a skip is judged in the cycle it is
+    taken (no buffer), so its handshake tells the source when it took effect. It applies if
+    its PSN equals ``expected``: ``expected`` moves on by one, nothing is released for it,
+    ``skipped`` counts it. A skip for any other PSN is ignored (not remembered) and counted
+    in ``skip_ignored``: a skip ahead of ``expected`` must be sent again once ``expected``
+    reaches it. A packet that arrives after its PSN was skipped is a duplicate. A skip never
+    releases anything, so it cannot make the output go out of order.
+
+    Restart. Writing the ``restart`` bit of ``control`` empties the buffer and makes the
+    ``expected`` register the next PSN to release. It takes effect once no packet is being
+    read out of the RAM (a packet already started leaves whole; none is started meanwhile),
+    at the earliest in the cycle after the write. Counters are kept (``clear`` zeroes
+    them); ``occupancy`` lags the valid bits by one cycle.
+
+Parameters
+    ``data_width``: 64 .. 1024, a power of two (default 64). ``depth``: slots, a power of two
+    2 .. 1024 (default 32). ``max_packet``: bytes per slot, 64 .. 16384, a multiple of
+    B (default 2048); it need not be a power of two (a slot's base address is then a
+    constant multiply, done as shifts and adds). ``expected_reset``: the PSN expected after
+    reset (default 0; not a Verilog parameter: the ``expected`` register and ``restart``
+    set it at run time).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.base.csr.regs.event_counters`).
+
+Ports
+    ``s_axis`` (in) and ``m_axis`` (out): AXI-Stream. ``s_psn`` (in): one record
+    (:data:`PSN_META`) per packet, taken with the packet's first beat or before it.
+    ``m_psn`` (out): one record per released packet. ``skip`` (in): PSNs declared lost.
+    ``s_axil``: registers :data:`REORDER_REGS`. No ready or valid towards a port depends on
+    an input in the same cycle: ``s_psn`` has a two-entry skid buffer, ``s_axis_tready``
+    and ``skip_ready`` come from flip-flops, ``m_axis`` and ``m_psn`` from skid buffers.
+
+Latency
+    4 cycles from a packet's last input beat to its first output beat when its PSN is the
+    expected one and nothing is being read out (valid bit, read, plain register, skid
+    buffer); its ``m_psn`` record is valid 2 cycles before that beat. A packet is stored whole before it
+    leaves (its verdict is on its last beat). Measured in ``sim/rx/test_reorder_buffer.py``
+    and ``cocotb_tests/rx/tb_reorder_buffer.py``.
+
+Throughput
+    Input: one beat per cycle, packets back to back, whatever their fate. Output: one beat
+    per cycle while the consumer is ready, with no idle cycle between consecutive packets
+    in the buffer: k packets of n beats leave in k*n cycles (asserted in the tests).
+
+Resources
+    The data RAM (``depth * max_packet * 8`` bits) in block RAM, the per-slot table in
+    distributed RAM. ECP5 (LFE5U-85F-6, Yosys 0.70, nextpnr 0.11.1): 1575 LUT4, 1047 FF,
+    32 DP16KD, 107.9 MHz at the defaults; 2459 LUT4, 3536 FF, 29 DP16KD, 106.1 MHz at
+    ``data_width`` 512, ``depth`` 16, ``max_packet`` 4096 (``docs/blocks/reorder-buffer.md``).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
+from mrcnic.base.proto import PSN_BITS
+from mrcnic.base.stream import AxiStreamSignature, MetaSkidBuffer, check_data_width, meta_stream, skid_buffer
+
+__all__ = ["PSN_META", "REORDER_COUNTERS", "REORDER_REGS", "reorder_regs", "ReorderBuffer",
+           "DEPTH_RANGE", "MAX_PACKET_RANGE"]
+
+PSN_META = data.StructLayout({"psn": PSN_BITS})
+
+DEPTH_RANGE = (2, 1024)
+MAX_PACKET_RANGE = (64, 16384)
+OCCUPANCY_BITS = 11                      # 0 .. 1024 slots
+
+REORDER_COUNTERS = ["packets_in", "released", "duplicates", "out_of_window", "too_long",
+                    "bad", "skipped", "skip_ignored"]
+
+_COUNTER_DESC = {
+    "packets_in": "Packets in (every packet, at its last beat)",
+    "released": "Packets released on m_axis (counted when their first beat is read)",
+    "duplicates": "Packets dropped: PSN before expected, or its slot already held it",
+    "out_of_window": "Packets dropped: PSN at or beyond expected + depth (and packets "
+                     "in progress when a restart took effect)",
+    "too_long": "Packets dropped: longer than max_packet",
+    "bad": "Packets dropped: tuser[0] set on the last beat",
+    "skipped": "Skips applied: expected moved on past a PSN declared lost",
+    "skip_ignored": "Skips ignored: their PSN was not the expected one",
+}
+
+
+def reorder_regs(expected_reset=0):
+    """The register map, with ``expected`` reset to ``expected_reset``."""
+    return RegisterMap("reorder_buffer", [
+        Register("expected", [Field("psn", PSN_BITS, "rw", reset=expected_reset,
+                                    desc="Next PSN to release after a restart")]),
+        Register("control", [
+            Field("clear", 1, "w1p", desc="Zero every counter"),
+            Field("restart", 1, "w1p", desc="Empty the buffer; expected.psn becomes the next "
+                                            "PSN to release (once no packet is being read "
+                                            "out)"),
+        ]),
+        Register("next_psn", [Field("psn", PSN_BITS, "ro",
+                                    desc="PSN of the next packet to release")]),
+        Register("occupancy", [Field("slots", OCCUPANCY_BITS, "ro",
+                                     desc="Slots holding a packet not yet read out")]),
+        *[Register(name, [Field("count", 32, "ro")], desc=desc)
+          for name, desc in _COUNTER_DESC.items()],
+    ])
+
+
+REORDER_REGS = reorder_regs()
+
+
+def _is_pow2(n):
+    return n > 0 and not n & (n - 1)
+
+
+def _times(value, k):
+    """``value * k`` for a constant ``k``, as shifts and adds (no multiplier cell)."""
+    if _is_pow2(k):
+        return Cat(Const(0, k.bit_length() - 1), value)
+    terms = [value << i for i in range(k.bit_length()) if k >> i & 1]
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    return total
+
+
+class ReorderBuffer(wiring.Component):
+    """See the module docstring: the reorder buffer, ``reorder-buffer``."""
+
+    # The memory class (lib.memory.Memory or a subclass with the same ports). The formal
+    # checks use one built of flip-flops: the solver handles that far faster than an array.
+    memory_type = Memory
+
+    def __init__(self, data_width=64, depth=32, max_packet=2048, *, expected_reset=0,
+                 counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        self.data_width = check_data_width(data_width, minimum=64, maximum=1024,
+                                           power_of_two=True)
+        B = data_width // 8
+        if not isinstance(depth, int) or isinstance(depth, bool):
+            raise TypeError(f"depth must be an int, not {depth!r}")
+        if not DEPTH_RANGE[0] <= depth <= DEPTH_RANGE[1] or not _is_pow2(depth):
+            raise ValueError(f"depth = {depth} must be a power of two in "
+                             f"{DEPTH_RANGE[0]}..{DEPTH_RANGE[1]}")
+        if not isinstance(max_packet, int) or isinstance(max_packet, bool):
+            raise TypeError(f"max_packet must be an int, not {max_packet!r}")
+        if not MAX_PACKET_RANGE[0] <= max_packet <= MAX_PACKET_RANGE[1]:
+            raise ValueError(f"max_packet = {max_packet} is outside "
+                             f"{MAX_PACKET_RANGE[0]}..{MAX_PACKET_RANGE[1]}")
+        if max_packet % B:
+            raise ValueError(f"max_packet = {max_packet} is not a multiple of {B} bytes "
+                             f"(data_width = {data_width})")
+        if not isinstance(expected_reset, int) or not 0 <= expected_reset < 1 << PSN_BITS:
+            raise ValueError(f"expected_reset = {expected_reset!r} does not fit "
+                             f"{PSN_BITS} bits")
+        self.depth = depth
+        self.max_packet = max_packet
+        self.expected_reset = expected_reset
+        self.slot_beats = max_packet // B
+        self.regmap = reorder_regs(expected_reset)
+        self.latency = 4
+        super().__init__({
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "s_psn": In(meta_stream(PSN_META)),
+            "skip": In(meta_stream(PSN_META)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "m_psn": Out(meta_stream(PSN_META)),
+            "s_axil": In(AxiLiteSignature(self.regmap.addr_width)),
+        })
+        # The decisions that move `expected`, one a cycle at most, for the formal checks:
+        # a release starts (release_event) or a skip applies (skip_event), for event_psn.
+        self.release_event = Signal()
+        self.skip_event = Signal()
+        self.event_psn = Signal(PSN_BITS)
+
+    def _window(self, p, expected, lap1):
+        """PSN ``p`` is in ``[expected, expected + depth)``. With depth = 2^k, p = (lap, slot):
+        the same lap as ``expected`` at or above its slot, or the next lap (``lap1``, kept
+        in a register) below it. Equality compares and a k-bit compare: no 24-bit carry
+        chain before the RAM's write enable."""
+        k = (self.depth - 1).bit_length()
+        p_slot, p_lap = p[:k], p[k:]
+        e_slot, e_lap = expected[:k], expected[k:]
+        return (((p_lap == e_lap) & (p_slot >= e_slot)) |
+                ((p_lap == lap1) & (p_slot < e_slot)))
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.data_width // 8
+        D, S = self.depth, self.slot_beats
+        slot_bits = (D - 1).bit_length()
+        words = D * S
+
+        m.submodules.csr = csr = CsrBlock(self.regmap)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+
+        m.submodules.psn_skid = psn_skid = MetaSkidBuffer(PSN_META)
+        wiring.connect(m, wiring.flipped(self.s_psn), psn_skid.i)
+        pin = psn_skid.o
+        # No buffer on skip: a skip is judged in the cycle the port takes it, so that its
+        # handshake tells the source exactly when it applied. Its ready comes from
+        # flip-flops (through the valid-bit mux), never from an input.
+        skin = self.skip
+
+        m.submodules.mem = mem = self.memory_type(shape=self.data_width, depth=words, init=[])
+        wr = mem.write_port()
+        rd = mem.read_port()
+        # (At least one bit wide: a one-beat slot would give zero-width signals.)
+        info_layout = data.StructLayout({"last": range(max(S, 2)), "keep": B})
+        m.submodules.info = info = self.memory_type(shape=info_layout, depth=D, init=[])
+        iw = info.write_port()
+        # Transparent: a packet committed in one cycle can start in the next.
+        ir = info.read_port(transparent_for=(iw,))
+
+        def slot_base(slot):
+            return _times(slot, S)[:max(1, (words - 1).bit_length())]
+
+        # --- Shared state ---
+        expected = Signal(PSN_BITS, init=self.expected_reset)
+        exp_base = Signal(range(words), init=(self.expected_reset % D) * S)
+        valid = Signal(D)
+        occupancy = Signal(OCCUPANCY_BITS)
+        restart_pending = Signal()
+        busy = Signal()                   # reading out the packet of `expected`
+        exp_slot = expected[:slot_bits]
+        # valid[slot of expected], kept in its own flip-flop so that starting a release (and
+        # taking a skip) needs no D-way mux in the same cycle.
+        valid_exp = Signal()
+
+        # --- Write side ---
+        s = self.s_axis
+        first = Signal(init=1)            # the next beat is a packet's first
+        wr_psn = Signal(PSN_BITS)
+        wr_writing = Signal()             # this packet is being written to its slot
+        wr_dup = Signal()                 # not written: a duplicate (else out of window)
+        wr_beat = Signal(range(S + 1))    # index of the next beat, saturating at S
+        wr_addr = Signal(range(words))
+        wr_abort = Signal()               # a restart took effect during this packet
+
+        m.d.comb += [s.tready.eq(~first | pin.valid), pin.ready.eq(s.tvalid & first)]
+        accept = s.tvalid & s.tready
+        last_acc = accept & s.tlast
+        # The lap after expected's and the one after that, in registers (see _window).
+        laps = 1 << (PSN_BITS - slot_bits)
+        lap1 = Signal(PSN_BITS - slot_bits, init=((self.expected_reset >> slot_bits) + 1) % laps)
+        lap2 = Signal(PSN_BITS - slot_bits, init=((self.expected_reset >> slot_bits) + 2) % laps)
+        # Each test is made on the record's PSN (a first beat) and on the packet's (a later
+        # beat) separately, and only the 1-bit results are chosen by `first`.
+        psn_rec = pin.payload.psn
+        in_window = Mux(first, self._window(psn_rec, expected, lap1),
+                        self._window(wr_psn, expected, lap1))
+        at_expected = Mux(first, psn_rec == expected, wr_psn == expected)
+        p_slot = Mux(first, psn_rec[:slot_bits], wr_psn[:slot_bits])
+        held = valid.bit_select(psn_rec[:slot_bits], 1)
+        # Before expected, for the verdict only (it reaches no write enable).
+        d = Signal(PSN_BITS)
+        m.d.comb += d.eq(psn_rec - expected)
+        behind = d[-1]
+        writing = Mux(first, in_window & ~held, wr_writing)
+        dup = Mux(first, behind | (in_window & held), wr_dup)
+        beat = Mux(first, 0, wr_beat)
+        overflow = beat == S              # beat S + 1 or later: too long, not written
+        addr = Mux(first, slot_base(p_slot), wr_addr)
+        m.d.comb += [wr.addr.eq(addr), wr.data.eq(s.tdata),
+                     wr.en.eq(accept & writing & ~overflow)]
+        with m.If(accept):
+            m.d.sync += [first.eq(s.tlast), wr_beat.eq(Mux(overflow, S, beat + 1)),
+                         wr_addr.eq(addr + 1)]
+            with m.If(first):
+                m.d.sync += [wr_psn.eq(psn_rec), wr_writing.eq(writing),
+                             wr_dup.eq(dup)]
+
+        # Per-slot table, written at the last beat of a packet being written. A slot so
+        # written is empty and nobody else writes it, so an uncommitted write is harmless.
+        m.d.comb += [iw.addr.eq(p_slot), iw.data.last.eq(beat), iw.data.keep.eq(s.tkeep),
+                     iw.en.eq(last_acc & writing & ~overflow)]
+
+        # --- Skip and restart ---
+        skip_ready = ~busy & ~valid_exp & ~restart_pending
+        m.d.comb += skin.ready.eq(skip_ready)
+        skip_fire = skin.valid & skip_ready
+        skip_apply = skip_fire & (skin.payload.psn == expected)
+        restart_apply = restart_pending & ~busy
+        m.d.sync += restart_pending.eq((restart_pending & ~restart_apply) |
+                                       f["control"]["restart"])
+
+        # --- The verdict, at the last beat ---
+        bad = s.tuser[0]
+        aborted = (~first & wr_abort) | restart_apply
+        still = in_window & ~(skip_apply & at_expected)     # not passed by a skip
+        commit = last_acc & writing & ~bad & ~overflow & ~aborted & still
+        rest = last_acc & ~bad & ~overflow
+        v_dup = rest & ~aborted & Mux(writing, ~still, dup)
+        v_oow = rest & (aborted | (~writing & ~dup))
+        in_packet_after = Mux(accept, ~s.tlast, ~first)
+        with m.If(last_acc):
+            m.d.sync += wr_abort.eq(0)
+        with m.If(restart_apply & in_packet_after):
+            m.d.sync += wr_abort.eq(1)
+
+        # --- Read side ---
+        b_valid = Signal()                # the RAM's read data register holds a beat
+        b_last = Signal()
+        b_keep = Signal(B)
+        # A plain register after the RAM: its data output is slow (no output register in
+        # the ECP5 mapping) and far from the logic; nothing else on that path.
+        r_valid, r_last = Signal(), Signal()
+        r_keep = Signal(B)
+        r_data = Signal(self.data_width, reset_less=True)
+        out_room = Signal()               # the output skid buffer takes a beat
+        rec_room = Signal()               # the m_psn skid buffer takes a record
+        rd_addr = Signal(range(words))
+        left = Signal(range(max(S, 2)))   # beats still to read after the next one
+        cur_keep = Signal(B)
+        # b and r move together (a beat is read) when r is empty or moves on: flip-flops only.
+        move = ~r_valid | out_room
+        can_read = move
+        start = ~busy & valid_exp & can_read & rec_room & ~restart_pending
+        cont = busy & can_read
+        read = start | cont
+        info_last = ir.data.last
+        is_last = Mux(busy, left == 0, info_last == 0)
+        advance = read & is_last          # the packet's last beat is read: slot freed
+        m.d.comb += [rd.addr.eq(Mux(busy, rd_addr, exp_base)), rd.en.eq(read)]
+        with m.If(read):
+            m.d.sync += [b_last.eq(is_last),
+                         b_keep.eq(Mux(is_last, Mux(busy, cur_keep, ir.data.keep),
+                                       (1 << B) - 1))]
+        with m.If(start):
+            m.d.sync += [busy.eq(~is_last), left.eq(info_last - 1), rd_addr.eq(exp_base + 1),
+                         cur_keep.eq(ir.data.keep)]
+        with m.Elif(cont):
+            m.d.sync += [left.eq(left - 1), rd_addr.eq(rd_addr + 1)]
+            with m.If(is_last):
+                m.d.sync += busy.eq(0)
+        with m.If(move):
+            m.d.sync += [b_valid.eq(read), r_valid.eq(b_valid), r_data.eq(rd.data),
+                         r_last.eq(b_last), r_keep.eq(b_keep)]
+        o = self.m_axis
+        skid_buffer(m, i_valid=r_valid, i_ready=out_room,
+                    i_payload=Cat(r_data, r_keep, r_last, Const(0, 1)),
+                    o_valid=o.tvalid, o_ready=o.tready,
+                    o_payload=Cat(o.tdata, o.tkeep, o.tlast, o.tuser), name="out")
+        skid_buffer(m, i_valid=start, i_ready=rec_room, i_payload=expected,
+                    o_valid=self.m_psn.valid, o_ready=self.m_psn.ready,
+                    o_payload=self.m_psn.payload, name="rec")
+
+        # --- Expected PSN, slots, occupancy ---
+        step = advance | skip_apply
+        exp_next = Signal(PSN_BITS)
+        new_start = f["expected"]["psn"]
+        with m.If(restart_apply):
+            m.d.comb += exp_next.eq(new_start)
+            m.d.sync += [exp_base.eq(slot_base(new_start[:slot_bits])),
+                         lap1.eq(new_start[slot_bits:] + 1), lap2.eq(new_start[slot_bits:] + 2),
+                         valid.eq(0), valid_exp.eq(0)]
+        with m.Else():
+            m.d.comb += exp_next.eq(Mux(step, expected + 1, expected))
+            with m.If(step):
+                m.d.sync += exp_base.eq(Mux(exp_base == (D - 1) * S, 0, exp_base + S))
+                with m.If(exp_slot == D - 1):           # into the next lap
+                    m.d.sync += [lap1.eq(lap2), lap2.eq(lap2 + 1)]
+            clear = Mux(advance, Const(1, D) << exp_slot, 0)
+            set_ = Mux(commit, Const(1, D) << p_slot, 0)
+            m.d.sync += valid.eq((valid & ~clear) | set_)
+            # The next slot's bit, as it will be after this edge (only `clear` touches the
+            # current slot, and only `set_` can make a bit 1).
+            slot1 = (exp_slot + 1)[:slot_bits]
+            m.d.sync += valid_exp.eq(Mux(step,
+                                         valid.bit_select(slot1, 1) | (commit & (p_slot == slot1)),
+                                         valid_exp | (commit & (p_slot == exp_slot))))
+        m.d.sync += expected.eq(exp_next)
+        # The table is read for the slot `expected` will have in the next cycle.
+        m.d.comb += ir.addr.eq(exp_next[:slot_bits])
+
+        m.d.comb += [self.release_event.eq(start), self.skip_event.eq(skip_apply),
+                     self.event_psn.eq(expected)]
+
+        # Occupancy, for the register only: counted from registered events, a cycle late,
+        # so that its adder is not behind the verdict logic.
+        got, left_ram, emptied = Signal(), Signal(), Signal()
+        m.d.sync += [got.eq(commit), left_ram.eq(advance), emptied.eq(restart_apply)]
+        m.d.sync += occupancy.eq(Mux(emptied, 0, occupancy + got - left_ram))
+
+        # --- Registers ---
+        m.d.comb += [f["next_psn"]["psn"].eq(expected),
+                     f["occupancy"]["slots"].eq(occupancy)]
+        events = Signal(data.StructLayout({n: 1 for n in REORDER_COUNTERS}))
+        m.d.comb += [
+            events.packets_in.eq(last_acc),
+            events.released.eq(start),
+            events.duplicates.eq(v_dup),
+            events.out_of_window.eq(v_oow),
+            events.too_long.eq(last_acc & ~bad & overflow),
+            events.bad.eq(last_acc & bad),
+            events.skipped.eq(skip_apply),
+            events.skip_ignored.eq(skip_fire & ~skip_apply),
+        ]
+        event_counters(m, f, events, REORDER_COUNTERS, f["control"]["clear"],
+                       width=self.counter_width)
+        return m
+
+

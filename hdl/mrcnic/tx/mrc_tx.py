@@ -1,0 +1,458 @@
+"""The transmit half of the NIC: :class:`MrcTx` (``mrc-tx``).
+
+Operation
+    Work requests (``wr``, :data:`~mrcnic.tx.segmenter.WR`) are cut into packets by a
+    :class:`~mrcnic.tx.segmenter.TxSegmenter`. Each packet then passes:
+
+    1. **The send gate.** A new packet (``rtx`` = 0) goes only when the
+       :class:`~mrcnic.tx.retransmit_tracker.RetransmitTracker` gives its QP credit
+       (receive window, outstanding PSNs, congestion window). **Decision**
+       (:data:`CREDIT_RULE`, docs/architecture.md): at most one packet per QP is between
+       the credit check and its ``sent`` record, so that the tracker's answer is always
+       about the PSN the packet carries. The gate asks (``credit_qp``) in one cycle and
+       decides in the next: a new packet every two cycles at most. A retransmission needs
+       no credit. A packet of a QP in error (the tracker's ``qp_error``) is dropped and
+       counted (``dropped_error``) until ``qp_command.clear_error``. The gate serves the
+       segmenter's packets in order: a QP without credit holds back the packets behind it
+       (the segmenter emits whole messages one after the other).
+    2. **The path selector.** A :class:`~mrcnic.tx.path_selector.PathSelector` request
+       (QP, PSN, rtx, the EV to avoid) per packet; the packet waits in a FIFO beside the
+       selector for its response. A response ``none`` (no usable EV now: every EV bad or
+       every port down or without credit) sends the packet round again: it is requested
+       anew, after the packets requested before it (counted, ``no_path``). **Decision:**
+       at most :data:`LOOP_PACKETS` packets are in the request loop (the FIFO and the
+       packet waiting to be requested again); so the selector's request port, ready while
+       its response FIFO holds at most three, always takes a packet sent round again, and
+       the loop cannot lock.
+       A response for a port that has gone down since the selector made it goes round
+       again too (:data:`STALE_PORT`, counted, ``port_down``).
+    3. **The fork.** A packet with its EV goes, in one cycle, to: the
+       :class:`~mrcnic.tx.roce_tx.RoceTx` descriptor (entropy = the selector's ``entropy``:
+       the EV's index in SRv6 modes); the payload request ``preq`` (:data:`PAYLOAD_REQ`,
+       packets with a payload only); the :class:`~mrcnic.tx.srv6_encap.Srv6Encap` descriptor
+       (``mode`` register, the expanded EV, the outer source address and hop limit
+       registers, DSCP :data:`~mrcnic.base.proto.DSCP_DATA` or
+       :data:`~mrcnic.base.proto.DSCP_RTX` for retransmissions, ECT(0)); the plane FIFO; and
+       the tracker's ``sent`` record (QP, PSN, EV, ``now``, the segmenter's tag, rtx).
+       Each branch but RoceTx's has a FIFO; the fork waits until all have room. RoceTx
+       holds :data:`DESC_LOOKAHEAD` descriptors besides the frame it sends: the frames
+       decided ahead of the wire.
+    4. **The frame.** RoceTx builds the frame with the payload that answers ``preq``
+       (``s_axis``, one payload frame per request, in request order); Srv6Encap puts it on
+       its EV's path; each frame leaves whole on the port of its plane, ``m{p}_axis``.
+
+    The tracker's retransmit requests and releases go back to the segmenter (which
+    rebuilds a packet from its message, and gives send completions on ``done`` as
+    messages are acknowledged); its feedback goes to the selector. SACKs and NACKs from
+    the peer (``ack``, :data:`~mrcnic.base.records.ACK_DESC`: the receive half's ``ack``)
+    feed the tracker. The selector's EV state changes leave on ``event``.
+
+    Time base: ``now``, in ticks of 1.024 us (:data:`~mrcnic.base.records.TICK_NS`), advances
+    every ``tick.cycles`` cycles (256 at 250 MHz); the tracker's send times and timeouts
+    use it.
+
+    Path feedback to the selector, merged round robin: the tracker's (SACK M, NACK reason,
+    timeouts); each retransmission the tracker asks for a SACK hole, as TIMEOUT for the EV
+    that lost the packet (:data:`LOSS_FEEDBACK`); and each SACK with pr = 1 from the peer,
+    as the answer to a probe (PROBE_GOOD, PROBE_SKIP, PROBE_BAD by its M; the selector
+    matches it to its probe by the echoed entropy); and each port status update from a peer
+    (``peer``, :data:`~mrcnic.base.records.PEER_STATUS`: the receive half's ``peer``) as
+    PEER_PORTS for the QP it names (the selector then leaves the planes whose port is down
+    at the peer, for every QP of that QP's profile).
+
+    Probes: the selector's probe records become probe frames (BTH 0xDE, PETH probe id =
+    a running count, carried in the descriptor's ``msn``) on the probed EV, through RoceTx
+    and Srv6Encap like data, ahead of the next data packet; no PSN, no sent record. Its
+    announce records (this NIC's ports changed) become port status updates the same way
+    (an EP_REQUEST descriptor, the port mask in ``imm``): the peer's receive half hands
+    them to its selector, which leaves the planes whose port is down here.
+
+    Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.base.csr.bus.CsrBus` over:
+    this block's own registers (:data:`MRC_TX_REGS`), the segmenter, the path selector,
+    the retransmit tracker, RoceTx and Srv6Encap (the directory names them).
+
+Parameters
+    ``planes`` 1, 2, 4 or 8 (default 4); ``data_width`` 64 .. 2048 (default 64); ``qps``
+    1 .. 1024 (default 8); ``msgs`` messages in flight per QP (default 16); ``ev_count``
+    EVs per profile (default 32); ``profiles`` (default 2); ``ev_bits`` 128 (SRv6) or
+    256 (SRv6 + SRH) (default 128); ``outstanding`` PSNs per QP (default 1024);
+    ``pending`` entries of the retransmit tracker's pending table (default 16);
+    ``counter_width`` of every block's counters, 32, 16 or 0 (none; default 32).
+
+Ports
+    ``wr`` in, ``done`` out (:data:`~mrcnic.tx.segmenter.WR_DONE`); ``preq`` out,
+    ``s_axis`` in (payloads); ``m{p}_axis`` out (frames, one port per plane); ``ack`` in;
+    ``peer`` in (port status updates from peers);
+    ``cwnd`` in (:data:`~mrcnic.tx.retransmit_tracker.CWND_IN`, to the tracker); ``port_up``
+    and ``credit`` in (``planes`` bits, to the selector: a plane's port is up, and can
+    take another frame); ``event`` out (:data:`~mrcnic.tx.path_selector.EVENT`); ``s_axil``.
+
+Latency, throughput
+    One beat a cycle out of RoceTx and Srv6Encap (all planes together); at most one new
+    packet every two cycles through the gate and :data:`LOOP_PACKETS` packets per
+    selector round trip (measured in ``sim/tx/test_mrc_tx.py``).
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.base import proto
+
+from mrcnic.base.records import (
+    ACK_DESC, QP_INDEX_BITS, PAYLOAD_REQ, EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS,
+    FeedbackKind, CWND_IN, RtxCause, TIME_BITS, TX_DESC, sent_layout, SEG_PKT, WR, WR_DONE)
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters, ipv6_registers, ipv6_value)
+from mrcnic.base.csr.bus import CsrBus
+from mrcnic.tx.path_selector import EVENT, SELECTOR_REGS, PathSelector
+from mrcnic.base.proto import EvMode, Opcode, SackMode
+from mrcnic.tx.retransmit_tracker import RT_REGS, RetransmitTracker
+from mrcnic.tx.roce_tx import TX_REGS, RoceTx
+from mrcnic.tx.srv6_encap import ENCAP_DESC, ENCAP_REGS, Srv6Encap
+from mrcnic.base.stream import AxiStreamSignature, MetaArbiter, frame_demux, meta_stream
+from mrcnic.tx.segmenter import SEG_REGS, TxSegmenter
+
+__all__ = ["MrcTx", "MRC_TX_REGS", "LOOP_PACKETS", "CREDIT_RULE",
+           "LOSS_FEEDBACK", "STALE_PORT", "DESC_LOOKAHEAD",
+           "TICK_CYCLES_DEFAULT"]
+
+CREDIT_RULE = "one packet per QP between the credit check and its sent record"
+# Decision: a packet lost silently (a SACK hole past the reorder guard: later packets on
+# other paths arrived, it did not, and no trim said why) is the same evidence as a timeout
+# (spec §4: "retransmit timeout with neither SACK nor trim -> ASSUMED_BAD"), only sooner:
+# its EV is reported as TIMEOUT when the retransmission is asked for. Probes bring an EV
+# that lost a packet to random loss back.
+LOSS_FEEDBACK = "a SACK hole reports its EV as TIMEOUT"
+# Decision: the selector decides a few packets ahead of the wire (its response FIFO, then
+# the descriptors RoceTx holds). A decision whose port went down while it waited in the
+# selector's response FIFO is not forked: the packet goes round again like a 'none'
+# (counted, ``port_down``); and the fork feeds RoceTx with no FIFO between, so that
+# after a port goes down at most DESC_LOOKAHEAD frames already forked to it still start
+# (docs/blocks/mrc-tx.md measures the cycles).
+STALE_PORT = "a decision for a port that went down is requested again"
+DESC_LOOKAHEAD = 3             # RoceTx's descriptor skid buffer (2) and first stage (1)
+LOOP_PACKETS = 4               # packets in the selector's request loop (see Operation, 2)
+TICK_CYCLES_DEFAULT = 256      # 1.024 us at 250 MHz
+MAX_QPS = 1024                 # error and in-flight bits are flip-flops
+PLANE_CHOICES = (1, 2, 4, 8)
+BRANCH_DEPTH = 16              # each branch of the fork
+
+COUNTERS = ["packets", "retransmissions", "no_path", "credit_wait", "dropped_error",
+            "qp_errors", "probes", "probe_answers", "losses", "payload_requests", "port_down",
+            "peer_ports", "announcements"]
+
+MRC_TX_REGS = RegisterMap("mrc_tx", [
+    Register("info", [Field("planes", 4, "ro", desc="Planes (parameter)"),
+                      Field("qps", 11, "ro", offset=16, desc="QPs (parameter)")]),
+    Register("config", [
+        Field("mode", 3, "rw", reset=EvMode.SRV6, desc="Encapsulation: EvMode 3 SRV6 or 4 "
+                                                       "SRV6_SRH (1 STEV, 2 UDP, 0 PASS)"),
+        Field("hop_limit", 8, "rw", offset=8, reset=64, desc="Outer IPv6 hop limit"),
+    ]),
+    *ipv6_registers("outer_src", "Outer source (this NIC's SRv6 address)"),
+    Register("tick", [Field("cycles", 16, "rw", reset=TICK_CYCLES_DEFAULT,
+                            desc="Clock cycles per 1.024 us tick of the time base (0 or 1: "
+                                 "every cycle)")]),
+    Register("now", [Field("ticks", 32, "ro", desc="The time base")]),
+    Register("qp_select", [Field("qp", 16, "rw", desc="QP qp_command and qp_status act on")]),
+    Register("qp_command", [Field("clear_error", 1, "w1p",
+                                  desc="Let QP qp_select's packets through again (open it "
+                                       "in the segmenter and the tracker too)")]),
+    Register("qp_status", [Field("error", 1, "ro", desc="QP qp_select is in error: its "
+                                                        "packets are dropped")]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("packets", "New packets forked to RoceTx"),
+        ("retransmissions", "Retransmitted packets forked to RoceTx"),
+        ("no_path", "Selector responses 'none': the packet requested again"),
+        ("credit_wait", "Credit checks a new packet failed"),
+        ("dropped_error", "Packets dropped at the gate: their QP in error"),
+        ("qp_errors", "QP error records from the tracker"),
+        ("probes", "Probe frames sent (the selector's probe records)"),
+        ("probe_answers", "SACKs with pr = 1 given to the selector as probe feedback"),
+        ("losses", "SACK holes reported to the selector as TIMEOUT (LOSS_FEEDBACK)"),
+        ("payload_requests", "Payload requests (preq)"),
+        ("port_down", "Selector decisions for a port that went down since: the packet "
+                      "requested again (STALE_PORT)"),
+        ("peer_ports", "Port status updates from peers given to the selector (PEER_PORTS)"),
+        ("announcements", "Port status updates sent (the selector's announce records)"),
+    ]],
+])
+
+
+class MrcTx(wiring.Component):
+    """See the module docstring: the transmit half, ``mrc-tx``."""
+
+    def __init__(self, planes=4, data_width=64, qps=8, msgs=16, ev_count=32, profiles=2,
+                 ev_bits=128, outstanding=1024, pending=16, counter_width=32):
+        if planes not in PLANE_CHOICES:
+            raise ValueError(f"planes = {planes!r} is not one of {PLANE_CHOICES}")
+        if not isinstance(qps, int) or not 1 <= qps <= MAX_QPS:
+            raise ValueError(f"qps = {qps!r} is outside 1 .. {MAX_QPS}")
+        if ev_bits not in (128, 256):
+            raise ValueError(f"ev_bits = {ev_bits!r}: SRv6 needs 128 (address) or 256 "
+                             f"(address and SRH segment)")
+        self.planes, self.data_width, self.qps, self.msgs = planes, data_width, qps, msgs
+        self.ev_count, self.profiles, self.ev_bits = ev_count, profiles, ev_bits
+        self.outstanding = outstanding
+        self.counter_width = cw = check_counter_width(counter_width)
+        # The blocks are made here so that a bad parameter fails at construction.
+        self.seg = TxSegmenter(qps, msgs, counter_width=cw)
+        self.sel = PathSelector(qps, ev_count, planes, profiles, ev_bits, counter_width=cw)
+        self.trk = RetransmitTracker(qps, outstanding, 32, pending, counter_width=cw)
+        self.tx = RoceTx(data_width, qps, counter_width=cw)
+        self.encap = Srv6Encap(data_width, counter_width=cw)
+        self.bus = CsrBus([("mrc-tx", MRC_TX_REGS.addr_width),
+                           ("tx-segmenter", SEG_REGS.addr_width),
+                           ("path-selector", SELECTOR_REGS.addr_width),
+                           ("retransmit-tracker", RT_REGS.addr_width),
+                           ("roce-tx", TX_REGS.addr_width),
+                           ("srv6-encap", ENCAP_REGS.addr_width)])
+        axis = AxiStreamSignature(data_width)
+        members = {
+            "wr": In(meta_stream(WR)), "done": Out(meta_stream(WR_DONE)),
+            "preq": Out(meta_stream(PAYLOAD_REQ)), "s_axis": In(axis),
+            "ack": In(meta_stream(ACK_DESC)), "peer": In(meta_stream(PEER_STATUS)),
+            "cwnd": In(meta_stream(CWND_IN)),
+            "port_up": In(planes), "credit": In(planes),
+            "event": Out(meta_stream(EVENT)),
+            "s_axil": In(AxiLiteSignature(self.bus.addr_width)),
+        }
+        for p in range(planes):
+            members[f"m{p}_axis"] = Out(axis)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        P, Q = self.planes, self.qps
+        m.submodules.bus = bus = self.bus
+        wiring.connect(m, wiring.flipped(self.s_axil), bus.s_axil)
+        m.submodules.csr = csr = CsrBlock(MRC_TX_REGS)
+        m.submodules.seg = seg = self.seg
+        m.submodules.sel = sel = self.sel
+        m.submodules.trk = trk = self.trk
+        m.submodules.tx = tx = self.tx
+        m.submodules.encap = encap = self.encap
+        for k, block in enumerate((csr, seg, sel, trk, tx, encap)):
+            wiring.connect(m, bus.m_axil[k], block.s_axil)
+        f = csr.fields
+        m.d.comb += [f["info"]["planes"].eq(P), f["info"]["qps"].eq(Q)]
+        events = Signal(data.StructLayout({name: 1 for name in COUNTERS}))
+
+        # --- Time base -------------------------------------------------------------------------
+        now = Signal(TIME_BITS)
+        div = Signal(16)
+        with m.If(div + 1 >= f["tick"]["cycles"]):
+            m.d.sync += [div.eq(0), now.eq(now + 1)]
+        with m.Else():
+            m.d.sync += div.eq(div + 1)
+        m.d.comb += [trk.now.eq(now), f["now"]["ticks"].eq(now)]
+
+        # --- Around the blocks -----------------------------------------------------------------
+        wiring.connect(m, wiring.flipped(self.wr), seg.wr)
+        wiring.connect(m, seg.done, wiring.flipped(self.done))
+        wiring.connect(m, trk.release, seg.release)
+        wiring.connect(m, wiring.flipped(self.cwnd), trk.cwnd)
+        wiring.connect(m, sel.event, wiring.flipped(self.event))
+        m.d.comb += [sel.port_up.eq(self.port_up), sel.credit.eq(self.credit)]
+
+        # --- Path feedback: the tracker's, losses, probe answers, peers' port status ---------
+        fb = MetaArbiter(EV_FEEDBACK, 4)
+        m.submodules.fb_merge = fb
+        wiring.connect(m, trk.feedback, fb.i[0])
+        for name, _ in EV_FEEDBACK:
+            m.d.comb += getattr(sel.fb.payload, name).eq(getattr(fb.o.payload, name))
+        m.d.comb += [sel.fb.valid.eq(fb.o.valid), fb.o.ready.eq(sel.fb.ready)]
+
+        def fork(src, dst, side, want, record):
+            """``src`` to ``dst``; those records for which ``want`` also leave ``record`` on
+            ``side`` (a record waits until both can take it)."""
+            room = side.ready | ~want
+            m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(src.valid & room),
+                         src.ready.eq(dst.ready & room), side.valid.eq(src.valid & want &
+                                                                       dst.ready)]
+            for name, value in record.items():
+                m.d.comb += getattr(side.payload, name).eq(value)
+
+        # LOSS_FEEDBACK: a retransmission asked for a SACK hole reports its EV as TIMEOUT.
+        rq = trk.rtx.payload
+        fork(trk.rtx, seg.rtx, fb.i[1], rq.cause == RtxCause.HOLE,
+             {"qp": rq.qp, "ev": rq.ev, "kind": FeedbackKind.TIMEOUT, "entropy": 0})
+        # A SACK answering a probe (pr = 1) is the probe's feedback, by its M (3 as NONE).
+        a = self.ack.payload
+        m.d.comb += events.probe_answers.eq(fb.i[2].valid & fb.i[2].ready)
+        fork(self.ack, trk.ack, fb.i[2], ~a.nack & a.pr,
+             {"qp": a.qp, "ev": a.entropy[:EV_INDEX_BITS], "entropy": a.entropy,
+              "kind": Mux(a.m == SackMode.SKIP_ONCE, FeedbackKind.PROBE_SKIP,
+                          Mux(a.m == SackMode.ALWAYS_SKIP, FeedbackKind.PROBE_BAD,
+                              FeedbackKind.PROBE_GOOD))})
+        m.d.comb += events.losses.eq(fb.i[1].valid & fb.i[1].ready)
+        # A peer's port status update is PEER_PORTS feedback for the QP it names.
+        pr_in = self.peer
+        m.d.comb += [fb.i[3].valid.eq(pr_in.valid), pr_in.ready.eq(fb.i[3].ready),
+                     fb.i[3].payload.qp.eq(pr_in.payload.qp), fb.i[3].payload.ev.eq(0),
+                     fb.i[3].payload.kind.eq(FeedbackKind.PEER_PORTS),
+                     fb.i[3].payload.entropy.eq(pr_in.payload.ports),
+                     events.peer_ports.eq(pr_in.valid & pr_in.ready)]
+
+        # QPs in error (flip-flops): set by the tracker, cleared by a register command.
+        error = Signal(Q)
+        qsel = f["qp_select"]["qp"]
+        m.d.comb += [trk.qp_error.ready.eq(1), events.qp_errors.eq(trk.qp_error.valid),
+                     f["qp_status"]["error"].eq(Mux(qsel < Q, error.bit_select(qsel, 1), 0))]
+        with m.If(f["qp_command"]["clear_error"] & (qsel < Q)):
+            m.d.sync += error.bit_select(qsel, 1).eq(0)
+        bad = trk.qp_error.payload.qp
+        with m.If(trk.qp_error.valid & (bad < Q)):           # the tracker's own QP range
+            m.d.sync += error.bit_select(bad, 1).eq(1)
+
+        # --- 1. The send gate --------------------------------------------------------------------
+        head = seg.pkt.payload
+        in_flight = Signal(Q)             # a new packet of the QP is between gate and `sent`
+        deciding = Signal()               # the credit asked last cycle is about `head`
+        loop_count = Signal(range(LOOP_PACKETS + 1))      # packets in the request loop
+        retry = Signal(SEG_PKT)
+        retry_valid = Signal()
+        q_err = error.bit_select(head.qp, 1) & (head.qp < Q)
+        q_busy = in_flight.bit_select(head.qp, 1)
+        m.d.comb += trk.credit_qp.eq(head.qp)
+        loop_room = loop_count + retry_valid < LOOP_PACKETS
+        gate_pass = Signal()
+        gate_drop = Signal()
+        with m.If(seg.pkt.valid):
+            with m.If(q_err):
+                m.d.comb += gate_drop.eq(1)
+            with m.Elif(head.rtx):
+                m.d.comb += gate_pass.eq(loop_room & ~retry_valid)
+            with m.Elif(deciding):
+                m.d.comb += [gate_pass.eq(trk.credit_ready & loop_room & ~retry_valid),
+                             events.credit_wait.eq(~trk.credit_ready)]
+        # ASK in one cycle (the QP has nothing in flight), DECIDE in the next.
+        m.d.sync += deciding.eq(seg.pkt.valid & ~q_err & ~head.rtx & ~q_busy & ~deciding)
+        m.d.comb += events.dropped_error.eq(gate_drop)
+
+        # --- 2. The selector's request loop --------------------------------------------------
+        req = sel.req
+        from_retry = retry_valid
+        src = Mux(from_retry, retry, head)
+        src_view = data.View(SEG_PKT, src)
+        m.d.comb += [req.payload.qp.eq(src_view.qp), req.payload.psn.eq(src_view.psn),
+                     req.payload.rtx.eq(src_view.rtx), req.payload.avoid.eq(src_view.avoid),
+                     req.valid.eq(from_retry | gate_pass)]
+        requested = req.valid & req.ready
+        m.d.comb += seg.pkt.ready.eq(gate_drop | (gate_pass & req.ready))
+        with m.If(gate_pass & req.ready & ~head.rtx):
+            m.d.sync += in_flight.bit_select(head.qp, 1).eq(1)
+        waiting = SyncFIFOBuffered(width=SEG_PKT.size, depth=LOOP_PACKETS)
+        m.submodules.waiting = waiting
+        m.d.comb += [waiting.w_data.eq(src), waiting.w_en.eq(requested)]
+        pkt = data.View(SEG_PKT, waiting.r_data)
+        rsp = sel.rsp
+        r = rsp.payload
+        # STALE_PORT: a decision for a port that is down now goes round again as a 'none'.
+        stale = ~r.none & ~self.port_up.bit_select(r.plane, 1)
+        none = rsp.valid & (r.none | stale)
+        round_again = none & ~retry_valid
+        with m.If(requested & from_retry):
+            m.d.sync += retry_valid.eq(0)
+        with m.If(round_again):
+            m.d.sync += [retry.eq(waiting.r_data), retry_valid.eq(1)]
+        m.d.comb += [events.no_path.eq(round_again & r.none),
+                     events.port_down.eq(round_again & stale)]
+
+        # --- 3. The fork ---------------------------------------------------------------------------
+        branches = {
+            "preq": (PAYLOAD_REQ, BRANCH_DEPTH),
+            "encap": (ENCAP_DESC, BRANCH_DEPTH), "sent": (sent_layout(32), 4),
+        }
+        ins = {name: Signal(layout, name=f"{name}_in") for name, (layout, _) in branches.items()}
+        # DESC_LOOKAHEAD: no FIFO before RoceTx. Its descriptor skid buffer (two) and first
+        # stage (one) are all the frames decided ahead of the one it sends; its ready is a
+        # register, so the fork offers a descriptor in the cycle it is taken, like a FIFO's
+        # w_rdy.
+        ins["desc"] = tx.desc.payload
+        desc_room = tx.desc.ready
+        fifos = {}
+        for name, (layout, depth) in branches.items():
+            fifo = SyncFIFOBuffered(width=layout.size, depth=depth)
+            m.submodules[f"{name}_fifo"] = fifo
+            fifos[name] = fifo
+            m.d.comb += fifo.w_data.eq(ins[name])
+        plane_fifo = SyncFIFOBuffered(width=3, depth=2 * BRANCH_DEPTH)
+        m.submodules.plane_fifo = plane_fifo
+        # A probe (the selector's, one per probe interval at most) goes first: under a
+        # steady stream of data it would otherwise never leave. It takes the frame branches
+        # only: no payload, no PSN, no sent record (spec §2.2: never retransmitted).
+        pr = sel.probe
+        probe_room = desc_room & fifos["encap"].w_rdy & plane_fifo.w_rdy
+        go_probe = pr.valid & probe_room
+        m.d.comb += pr.ready.eq(probe_room)
+        has_payload = pkt.length != 0
+        room = (desc_room & fifos["encap"].w_rdy & fifos["sent"].w_rdy
+                & plane_fifo.w_rdy & (fifos["preq"].w_rdy | ~has_payload))
+        go = rsp.valid & ~none & room & ~pr.valid
+        m.d.comb += [rsp.ready.eq(go | round_again), waiting.r_en.eq(rsp.ready),
+                     loop_count.eq(waiting.level)]
+        d, e, s, q = ins["desc"], ins["encap"], ins["sent"], ins["preq"]
+        probe_id = Signal(16)
+        with m.If(go_probe & ~pr.payload.announce):
+            m.d.sync += probe_id.eq(probe_id + 1)
+        expanded = Mux(pr.valid, pr.payload.expanded, r.expanded)
+        with m.If(pr.valid):
+            # A port status record of the selector (announce) is a port status update,
+            # the port mask in the descriptor's imm; otherwise a probe.
+            m.d.comb += [d.qp.eq(pr.payload.qp),
+                         d.opcode.eq(Mux(pr.payload.announce, Opcode.EP_REQUEST, Opcode.PROBE)),
+                         d.imm.eq(pr.payload.ports),
+                         d.msn.eq(probe_id), d.entropy.eq(pr.payload.entropy),
+                         e.entropy.eq(pr.payload.entropy), e.dscp.eq(proto.DSCP_DATA),
+                         plane_fifo.w_data.eq(pr.payload.plane)]
+        with m.Else():
+            for name, _ in TX_DESC:
+                if name != "entropy":
+                    m.d.comb += getattr(d, name).eq(getattr(pkt, name))
+            m.d.comb += [d.entropy.eq(r.entropy), e.entropy.eq(r.entropy),
+                         e.dscp.eq(Mux(pkt.rtx, proto.DSCP_RTX, proto.DSCP_DATA)),
+                         plane_fifo.w_data.eq(r.plane)]
+        frame = go | go_probe
+        m.d.comb += [
+            e.mode.eq(f["config"]["mode"]), e.ev.eq(expanded << (256 - self.ev_bits)),
+            e.outer_src.eq(ipv6_value(f, "outer_src")),
+            e.ecn.eq(proto.ECN_ECT0), e.hop_limit.eq(f["config"]["hop_limit"]),
+            s.qp.eq(pkt.qp), s.psn.eq(pkt.psn), s.ev.eq(r.ev), s.time.eq(now),
+            s.tag.eq(pkt.tag), s.rtx.eq(pkt.rtx),
+            q.qp.eq(pkt.qp), q.wr_id.eq(pkt.wr_id), q.offset.eq(pkt.offset),
+            q.length.eq(pkt.length),
+            tx.desc.valid.eq(frame), fifos["encap"].w_en.eq(frame),
+            fifos["sent"].w_en.eq(go), fifos["preq"].w_en.eq(go & has_payload),
+            plane_fifo.w_en.eq(frame),
+            events.packets.eq(go & ~pkt.rtx), events.retransmissions.eq(go & pkt.rtx),
+            events.payload_requests.eq(go & has_payload),
+            events.probes.eq(go_probe & ~pr.payload.announce),
+            events.announcements.eq(go_probe & pr.payload.announce),
+        ]
+
+        def drain(fifo, port):
+            m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
+                         fifo.r_en.eq(port.ready)]
+
+        drain(fifos["encap"], encap.desc)
+        drain(fifos["sent"], trk.sent)
+        drain(fifos["preq"], self.preq)
+        sent = trk.sent
+        with m.If(sent.valid & sent.ready & ~sent.payload.rtx):
+            m.d.sync += in_flight.bit_select(sent.payload.qp, 1).eq(0)
+
+        # --- 4. Frames: RoceTx, Srv6Encap, the plane's port ----------------------------------
+        wiring.connect(m, wiring.flipped(self.s_axis), tx.s_axis)
+        wiring.connect(m, tx.m_axis, encap.s_axis)
+        outs = [getattr(self, f"m{p}_axis") for p in range(P)]
+        done = frame_demux(m, encap.m_axis, plane_fifo.r_data, plane_fifo.r_rdy, outs)
+        m.d.comb += plane_fifo.r_en.eq(done)
+
+        event_counters(m, f, events, COUNTERS, f["control"]["clear"], width=self.counter_width)
+        return m
+
+

@@ -1,0 +1,978 @@
+"""Sender reliability (spec §4): :class:`RetransmitTracker` (``retransmit-tracker``).
+
+Operation
+    Three input streams and a time base:
+
+    * ``sent`` (:func:`sent_layout`): one record per packet put on the wire: QP, PSN, EV
+      index, send time (in ticks of ``now``), descriptor ``tag`` (message id and offset, the
+      sender's to define) and ``rtx``. A record with ``rtx`` = 0 must carry the QP's next
+      PSN; it is refused (counter ``sent_ring_full``) when the QP already has
+      ``outstanding`` PSNs unacknowledged. A record with ``rtx`` = 1 must name an
+      outstanding PSN (after CACK, before the next PSN); it updates that PSN's EV and send
+      time. Anything else is ignored and counted (``sent_bad``, ``sent_acked`` for a
+      retransmission of a PSN at or before CACK, ``no_qp``, ``in_error``). A new PSN sent
+      without credit (below) is recorded anyway and counted (``sent_over_credit``).
+    * ``ack`` (:data:`mrcnic.base.records.ACK_DESC`, the receive side's SACK/NACK record; the
+      fields used are ``nack``, ``qp``, ``cack``, ``ack_psn_offset``, ``sack_offset``,
+      ``bitmap``, ``m``, ``pr``, ``mpr``, ``reason``, ``psn``, ``entropy``).
+    * ``cwnd`` (:data:`CWND_IN`): the congestion window of a QP in bytes, from congestion
+      control; unlimited (2^32 - 1) after reset or open.
+    * ``now``: a free-running time base counting ticks of 1.024 us (:data:`TICK_NS`),
+      :data:`TIME_BITS` wide, wrapping. Send times are in the same ticks.
+
+    A SACK (one per cycle, with its 64-bit bitmap) is taken in two stages. A: the bitmap
+    block RAM is read at the two 64-PSN words that SACK_BASE = CACK + sack_offset and the
+    63 PSNs after it straddle (one word from an even bank, one from an odd bank), the
+    record rings at the trigger PSN (CACK + ack_psn_offset: its EV) and at CACK (its tag).
+    E: with the QP context read the same cycle, the SACK is checked and applied:
+
+    1. QP index >= ``qps``: ``no_qp``; QP in error: ``in_error``; CACK before the stored
+       CACK (a stale SACK, CACK moving backwards): ``sack_stale``; CACK at or after the
+       next PSN to send, or a bitmap bit set for a PSN not yet sent: ``sack_unsent``. Each
+       is ignored whole: no state changes, no output.
+    2. Otherwise the bitmap bits for PSNs after CACK are ORed into the QP's acked bitmap
+       (bits at or before CACK say nothing new and are dropped); CACK advances; MPR is
+       taken; the highest acknowledged PSN (``hi``) moves up.
+    3. A SACK that acknowledges nothing new (no CACK advance, no new bit) is a duplicate:
+       counted (``sack_duplicate``), no output. Otherwise, unless it answers a probe
+       (pr = 1: the probe's feedback is the receive side's), one feedback record
+       (:data:`mrcnic.base.records.EV_FEEDBACK`): kind from M (:func:`sack_kind`, M = 3
+       reads as NONE), EV = the EV recorded when the trigger PSN was last sent, when that
+       PSN is among the last ``outstanding`` sent (otherwise no feedback).
+    4. A CACK advance gives one ``release`` record: first PSN, last PSN (the new CACK) and
+       the tag of the last, so that the sender can free the descriptors of the whole range.
+       PSNs SACKed above CACK are not released until CACK passes them (the receiver may
+       still lose them to a reset; releasing by CACK only is the safe choice).
+    5. Loss by SACK: a PSN after CACK, not acknowledged, at least ``reorder_guard`` before
+       ``hi`` (hi - psn >= reorder_guard), and not before the QP's ``mark`` is a hole; the
+       holes inside the two words of this SACK are requested oldest first (cause HOLE) and
+       ``mark`` moves past the last PSN that was eligible. So a hole is requested once by
+       SACK evidence (:data:`HOLE_RULE`); after that only its timeout requests it again
+       (or a NACK). A hole whose retransmission is pending (below) is not requested.
+       Time guard (:data:`TIME_RULE`, register ``reorder_time``, 0 = off): a hole also
+       counts as lost only when it was sent at least ``reorder_time`` ticks before the
+       trigger PSN (whose arrival made this SACK: a packet sent that much later has
+       arrived, so reordering no longer explains the hole; as TCP RACK). A hole sent later
+       than that (a resend, or a packet only delayed by less than the guard), or any hole
+       when the trigger PSN is not among the last ``outstanding`` sent, is counted
+       ``hole_young`` and not requested, and the first such hole becomes the QP's ``mark``
+       (the hole engine writes it back), so the next SACK judges it again; older holes
+       after it are still requested. The count guard alone cannot fit a fabric whose
+       planes queue unevenly: the skew a late frame collects is a time, and how many PSNs
+       overtake it grows with the load.
+       The hole engine sends one request per cycle and holds the ``ack`` input meanwhile
+       (a SACK that opens k holes costs k + 1 cycles).
+
+    A NACK: reason 0x19 (UNEXPECTED_EVENT) puts the QP in error (``qp_error`` record, cause
+    NACK_FATAL). TRIMMED, TRIMMED_LASTHOP and the resource reasons
+    (:data:`~mrcnic.base.records.RESOURCE_NACKS`): if the NACK PSN is outstanding and not
+    acknowledged, a retransmit request (cause NACK) at once and a feedback record of the
+    reason's kind with the EV recorded for that PSN; a NACK for a PSN at or before CACK or
+    SACKed: ``nack_acked``; not sent yet: ``nack_unsent``; another reason:
+    ``nack_unknown``. The CACK of a NACK record is not used. A NACK for a PSN whose
+    retransmission is pending gives its feedback record but no request (below).
+
+    Pending retransmissions (:data:`PENDING_RULE`). **Decision**: one table of
+    ``pending`` entries, shared by all QPs, holds the (QP, PSN) of every retransmit request
+    made (any cause) until a ``sent`` record with rtx = 1 for that PSN is taken (recorded,
+    ``sent_rtx``). A hole or NACK request whose (QP, PSN) is in the table is not made and
+    is counted ``rtx_pending_skip``; a skipped NACK still gives its feedback record and
+    counts in ``nacks`` (not ``rtx_nack``), a skipped hole still moves ``mark``. So one
+    loss gives one request, however many NACKs and SACK holes report it before the resend;
+    evidence that comes after the resend is taken requests again (a NACK of the resend, or
+    a hole that ``mark`` has not passed yet). The timer consults the table too: a PSN whose
+    resend is pending does not time out (it is not marked fired either), so a hole or NACK
+    request made shortly before the first transmission's timeout is not doubled by it; once
+    the resend is taken its own send time restarts the timeout. (The sender must answer
+    every request: a request left unanswered holds off that PSN's timeout and retry count
+    for as long as its entry stays.) Entries also leave when
+    CACK passes their PSN (a PSN SACKed above CACK, which the sender need not resend, keeps
+    its entry until then), and every entry of a QP when the QP is opened or goes to error.
+    When the table is full the request is made anyway and not remembered
+    (``pending_full``): nothing waits for room, and that PSN may be requested once more
+    before its resend, as without the table. Entries live in flip-flops (valid, QP index,
+    PSN); one lookup per cycle serves the three requesters, which never request in the same
+    cycle: the hole engine in the cycle it writes a request (a skipped hole still takes its
+    cycle), stage E for a NACK, the timer for an expired PSN. Exactness: the model applies an
+    ack record whole, holes included, before the sent records taken after it; so a
+    retransmission on another QP taken while a SACK's holes are still being requested
+    frees its slot for later ack records only (the slot stays taken, "zombie", until the
+    next ack record goes through stage E), and the table-full decisions match the model.
+
+    Timers. The scan engine walks the outstanding PSNs of one QP after another, round
+    robin, one PSN per cycle, on second read ports of the block RAMs, so it never takes a
+    cycle from the SACK or sent path; it yields the output FIFOs to them (then retries the
+    PSN). A PSN times out when it is not acknowledged and ``now`` - its send time >=
+    1.024 us x 2^t x backoff: t is the register ``timeout_exp``; backoff is 1 while the
+    QP's retry count r <= ``retry_linear`` (linear: retransmissions at a constant
+    interval), then 2^(r - retry_linear) (exponential); the exponent is capped at
+    :data:`MAX_TIMEOUT_EXP`. A timeout gives a retransmit request (cause TIMEOUT) and a
+    TIMEOUT feedback record, once per transmission of the PSN. The retry count is per QP:
+    it grows when the oldest outstanding PSN (CACK + 1) times out and returns to 0 when
+    CACK advances; when the oldest PSN times out with r = ``retry_max`` (and
+    ``retry_max`` < 25: 25 means retry without end), the QP goes to error (``qp_error``,
+    cause RETRIES) instead. A QP in error ignores every input until it is opened again.
+    Bound: a full round-robin pass takes at most sum over QPs of (outstanding PSNs + 3)
+    cycles, ``qps`` x (``outstanding`` + 3) at most, plus the cycles it yields; a timeout is
+    seen at most one pass after it expires (measured in the tests).
+
+    Send credit. ``credit_qp`` in, ``credit_ready`` out one cycle later (registered):
+    QP ``credit_qp`` may send its next PSN n: n <= CACK + MPR x 128, fewer than
+    ``outstanding`` PSNs outstanding, (n - CACK) x 2^``pmtu_log2`` <= cwnd (bytes in flight
+    counted as outstanding PSNs x PMTU, :data:`CREDIT_RULE`), not in error. It reflects
+    the records taken up to the cycle before the question.
+
+    Storage. Per QP: CACK, hi, mark and MPR in one distributed-RAM context, the next PSN
+    in another (each has one writer), cwnd in a third; error, retry count in flip-flops.
+    Per PSN, in rings of ``outstanding`` entries per QP in block RAM: EV, send time and rtx
+    (:data:`REC`), the tag, and what the timer last fired for. The acked bitmap is a ring
+    of 2 x ``outstanding`` bits per QP in 64-bit words, split in an even and an odd bank so
+    that the two words a SACK touches are read and written in one cycle; each word carries
+    the lap of the PSNs it holds (PSN >> log2(2 x ``outstanding``)) and reads as all-zero
+    when its lap is not the current one, so bits never need clearing as CACK passes them.
+    The ring is twice the window so that one word never holds two laps at once.
+    Each word also carries the QP's open epoch (:data:`EPOCH_BITS`), so an open starts
+    from an empty bitmap. Known limit: a word no SACK rewrites for 2^24 PSNs of its QP (or
+    over 16 opens) could read stale bits as acknowledged; such a PSN is neither requested
+    nor timed out until a SACK rewrites its word, and is never released (releases follow
+    CACK only). Globally: the pending table, ``pending`` x (valid, zombie, QP index, PSN)
+    in flip-flops.
+
+    After reset a sweep opens every QP at PSN 0 (``qps`` cycles, inputs held). Opening a
+    QP (``qp_select``, ``qp_start``, ``qp_command.open``) sets CACK to start - 1, clears
+    its error and retry count, MPR to ``initial_mpr``, cwnd to unlimited.
+
+Parameters
+    ``qps``: 1 .. 65536 (default 64). ``outstanding``: PSNs outstanding per QP, a power of
+    two 128 .. 16384 (default 1024). ``tag_width``: descriptor tag bits, 1 .. 64 (default
+    32). ``pending``: entries of the pending-retransmission table, 1 .. 64 (default 16;
+    any count, not only powers of two).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.base.csr.regs.event_counters`).
+
+Ports
+    ``sent``, ``ack``, ``cwnd`` in; ``now``, ``credit_qp`` in; ``credit_ready`` out; ``rtx``
+    (:func:`rtx_layout`), ``feedback`` (EV_FEEDBACK), ``release`` (:func:`release_layout`),
+    ``qp_error`` (:data:`QP_ERROR`) out, each from a FIFO; ``s_axil`` (:data:`RT_REGS`).
+
+Latency, throughput
+    One ``sent`` record and one ``ack`` record per cycle, sustained, together; the ``ack``
+    input pauses only while the hole engine sends requests (one cycle per hole, requested or
+    skipped as pending) or an output FIFO is full. The pending table adds no cycle and no
+    pause. A NACK taken in cycle t has its retransmit request out of the FIFO in
+    cycle t + 3 (:attr:`nack_latency`); a SACK's release and feedback too
+    (:attr:`sack_latency`), its first hole request in t + 5, then one per cycle.
+    A retransmission record waits while a SACK of its QP is in stage E or in the hole
+    engine (so that hole requests name the EV of the transmission found lost).
+
+    Timing. Stage E is one deep cycle: the bitmap alignment, the checks, the highest
+    acknowledged PSN and the hole search (at ``qps=8, outstanding=128``: 50 to 56 LUTs on
+    the worst placed path, 26 MHz on an ECP5-85F -6). It is kept in one stage on purpose:
+    a hole found by one SACK must be requested before the next SACK is applied, or the
+    next one could acknowledge it first (the formal check below catches exactly that when
+    the search is moved a stage later without holding the next SACK).
+
+Resources
+    At ``qps=8, outstanding=128, tag_width=32, pending=16``, block alone (``synth_ecp5``):
+    11085 LUT4, 2762 FF, 12 DP16KD; the pending table is about 1,770 LUT4 and 531 FF of
+    that (docs/blocks/retransmit-tracker.md).
+"""
+
+import enum
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from mrcnic.base import proto
+
+from mrcnic.base.records import (
+    ACK_DESC, QP_INDEX_BITS, CWND_IN, ErrorCause, QP_ERROR, RtxCause, EV_FEEDBACK,
+    EV_INDEX_BITS, RESOURCE_NACKS, FeedbackKind, TICK_NS, TIME_BITS, release_layout,
+    rtx_layout, sent_layout)
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
+from mrcnic.base.gates import assign
+from mrcnic.base.proto import NackCode, SackMode
+from mrcnic.base.stream import meta_stream
+
+__all__ = ["RetransmitTracker", "RT_REGS", "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "timeout_ticks", "COUNTERS", "MAX_PENDING",
+           "PENDING_RULE", "TIME_RULE"]
+
+PSN = proto.PSN_BITS
+HALF = 1 << (PSN - 1)
+MAX_TIMEOUT_EXP = TIME_BITS - 2     # backoff stops doubling at 2^30 ticks
+RETRY_FOREVER = 25          # retry_max = 25: retransmit without end (§4)
+WORD = 64                   # PSNs per bitmap word; a SACK's 64 bits straddle two
+BITMAP_BITS = 64
+FIFO_DEPTH = 16
+MAX_PENDING = 64            # entries of the pending-retransmission table, at most
+EPOCH_BITS = 4              # opens of a QP told apart in its bitmap words and timer marks
+CREDIT_RULE = "bytes in flight = (next PSN - CACK) x 2^pmtu_log2, at most cwnd"
+HOLE_RULE = ("a hole is requested once, when a PSN reorder_guard or more after it is "
+             "acknowledged; then only by its timeout")
+
+TIME_RULE = ("with reorder_time > 0, a hole counts as lost only when it was sent at least "
+             "reorder_time ticks before the PSN whose arrival triggered the SACK; the first "
+             "hole that was not stays the QP's mark, so later SACKs judge it again")
+
+PENDING_RULE = ("a hole, NACK or timeout request for a PSN whose retransmission is already "
+                "requested and not yet resent is not made")
+
+
+
+
+
+
+REC = data.StructLayout({"ev": EV_INDEX_BITS, "time": TIME_BITS, "rtx": 1})
+
+COUNTERS = [
+    ("sent_new", "New PSNs recorded"),
+    ("sent_rtx", "Retransmissions recorded"),
+    ("sent_bad", "Sent records neither the next PSN nor an outstanding one: ignored"),
+    ("sent_acked", "Retransmissions of a PSN at or before CACK: ignored"),
+    ("sent_ring_full", "New PSNs refused: outstanding PSNs of the QP at the limit"),
+    ("sent_over_credit", "New PSNs recorded although the QP had no credit"),
+    ("sacks", "SACKs applied (not ignored)"),
+    ("sack_stale", "SACKs with CACK before the stored CACK (stale, moving backwards): "
+                   "ignored"),
+    ("sack_unsent", "SACKs acknowledging a PSN never sent: ignored"),
+    ("sack_duplicate", "SACKs that acknowledged nothing new"),
+    ("nacks", "NACKs for an outstanding PSN: a request made (rtx_nack) or skipped as "
+              "pending (rtx_pending_skip)"),
+    ("nack_acked", "NACKs for a PSN already acknowledged: ignored"),
+    ("nack_unsent", "NACKs for a PSN never sent: ignored"),
+    ("nack_unknown", "NACKs with an unknown reason: ignored"),
+    ("nack_fatal", "NACKs 0x19 (QP to error)"),
+    ("no_qp", "Records (sent, ack, cwnd) for a QP index >= qps: ignored"),
+    ("in_error", "Sent and ack records for a QP in error: ignored"),
+    ("releases", "Release records"),
+    ("feedback", "Feedback records"),
+    ("rtx_nack", "Retransmit requests from NACKs"),
+    ("rtx_hole", "Retransmit requests from SACK holes"),
+    ("rtx_timeout", "Retransmit requests from timeouts"),
+    ("retries_exhausted", "QPs put in error by retry exhaustion"),
+    ("scan_visits", "QP visits of the timer scan"),
+    ("scan_yields", "Cycles the timer scan gave up to the SACK path or a full FIFO"),
+    ("rtx_pending_skip", "Hole and NACK requests not made: the PSN's retransmission is "
+                         "already requested and not yet resent"),
+    ("pending_full", "Retransmit requests made but not remembered as pending: the "
+                     "pending table was full"),
+    ("hole_young", "Holes past the reorder guard not requested yet: sent less than "
+                   "reorder_time before the SACK's trigger PSN"),
+]
+COUNTER_NAMES = [name for name, _ in COUNTERS]
+
+RT_REGS = RegisterMap("retransmit_tracker", [
+    Register("config", [
+        Field("reorder_guard", 16, "rw", reset=3,
+              desc="PSNs past a hole that must be acknowledged before it counts as lost"),
+        Field("timeout_exp", 5, "rw", reset=7,
+              desc="t: timeout = 1.024 us x 2^t (t <= 24)"),
+        Field("retry_linear", 3, "rw", reset=7,
+              desc="Retries at a constant interval before backoff doubles"),
+        Field("pmtu_log2", 4, "rw", reset=12, offset=28,
+              desc="log2 of the PMTU in bytes, for bytes in flight"),
+    ]),
+    Register("config2", [
+        Field("retry_max", 5, "rw", reset=RETRY_FOREVER,
+              desc="Timeouts of the oldest PSN before the QP goes to error (25: never)"),
+        Field("initial_mpr", 8, "rw", reset=8, offset=8,
+              desc="MPR (128-PSN units) a QP starts with, until its first SACK"),
+        Field("reorder_time", 16, "rw", reset=0, offset=16,
+              desc="Ticks a hole must have been sent before the SACK's trigger PSN to "
+                   "count as lost (0: no time guard)"),
+    ]),
+    Register("qp_select", [Field("qp", 16, "rw", desc="QP the next command acts on")]),
+    Register("qp_start", [Field("psn", 24, "rw", desc="First PSN to send after open")]),
+    Register("qp_command", [Field("open", 1, "w1p",
+                                  desc="Open qp_select at qp_start: clears its error")]),
+    Register("status", [Field("busy", 1, "ro", desc="A QP open or the reset sweep is in "
+                                                    "progress (inputs held)")]),
+    Register("error", [Field("bad_qp", 1, "w1c", desc="An open named a QP >= qps")]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in COUNTERS],
+])
+
+
+def timeout_ticks(t, retries, retry_linear):
+    """The timeout after ``retries`` timeouts of a QP's oldest PSN, in ticks (the model's
+    and the docs' formula; the gateware computes the same)."""
+    exp = t + max(0, retries - retry_linear)
+    return 1 << min(exp, MAX_TIMEOUT_EXP)
+
+
+def _clamp(diff):
+    """A PSN distance as a position 0 .. 128 in a two-word window: 0 when negative."""
+    return Mux(diff[-1], 0, Mux(diff > 2 * WORD, 2 * WORD, diff))
+
+
+def _or_index(onehot):
+    """Index of the one set bit of ``onehot``: bit b is the OR of the positions with bit b
+    set (no priority logic: the input has at most one bit set)."""
+    n = len(onehot)
+    bits = max(1, ceil_log2(n))
+    masks = [sum(1 << j for j in range(n) if j >> b & 1) for b in range(bits)]
+    return Cat(*((onehot & mask) != 0 for mask in masks))
+
+
+def lowest_set(m, vec, name):
+    """``(found, index)`` of the lowest set bit of ``vec``: isolate it (x & -x), then encode."""
+    n = len(vec)
+    iso = Signal(n, name=f"{name}_iso")
+    m.d.comb += iso.eq(vec & (~vec + 1)[:n])
+    return vec.any(), _or_index(iso)
+
+
+def highest_set(m, vec, name):
+    """``(found, index)`` of the highest set bit of ``vec``: smear it down, keep the top."""
+    n = len(vec)
+    smear = Signal(n, name=f"{name}_smear")
+    x = Value.cast(vec)
+    k = 1
+    while k < n:
+        x = x | (x >> k)
+        k *= 2
+    m.d.comb += smear.eq(x)
+    return vec.any(), _or_index(smear & ~(smear >> 1))
+
+
+def ge_mask(pos, n):
+    """Bits j of an n-bit mask set where j >= pos (pos 0 .. n)."""
+    return (Const((1 << n) - 1, n + 1) << pos)[:n]
+
+
+def lt_mask(pos, n):
+    """Bits j set where j < pos."""
+    return ~ge_mask(pos, n)
+
+
+class RetransmitTracker(wiring.Component):
+    """See the module docstring: the sender's reliability block, ``retransmit-tracker``."""
+
+    nack_latency = 3
+    sack_latency = 3
+
+    def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
+            raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
+        if not (isinstance(outstanding, int) and 128 <= outstanding <= 16384
+                and outstanding & (outstanding - 1) == 0):
+            raise ValueError(f"outstanding must be a power of two 128 .. 16384, "
+                             f"not {outstanding!r}")
+        if not (isinstance(tag_width, int) and 1 <= tag_width <= 64):
+            raise ValueError(f"tag_width must be 1 .. 64, not {tag_width!r}")
+        if not (isinstance(pending, int) and 1 <= pending <= MAX_PENDING):
+            raise ValueError(f"pending must be 1 .. {MAX_PENDING}, not {pending!r}")
+        self.qps, self.outstanding, self.tag_width = qps, outstanding, tag_width
+        self.pending = pending
+        super().__init__({
+            "sent": In(meta_stream(sent_layout(tag_width))),
+            "ack": In(meta_stream(ACK_DESC)),
+            "cwnd": In(meta_stream(CWND_IN)),
+            "now": In(TIME_BITS),
+            "credit_qp": In(QP_INDEX_BITS),
+            "credit_ready": Out(1),
+            "rtx": Out(meta_stream(rtx_layout(tag_width))),
+            "feedback": Out(meta_stream(EV_FEEDBACK)),
+            "release": Out(meta_stream(release_layout(tag_width))),
+            "qp_error": Out(meta_stream(QP_ERROR)),
+            "s_axil": In(AxiLiteSignature(RT_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        qps, O, W = self.qps, self.outstanding, self.tag_width
+        qb = max(1, ceil_log2(qps))
+        ob = ceil_log2(O)
+        ring_bits = ob + 1                   # the bitmap ring holds 2 x outstanding PSNs
+        wq = ring_bits - 6                   # log2 of words per QP (>= 2)
+        lap_bits = PSN - ring_bits
+        WORDL = data.StructLayout({"lap": lap_bits, "epoch": EPOCH_BITS, "bits": WORD})
+        RQ = data.StructLayout({"valid": 1, "time": TIME_BITS, "rtx": 1, "lap": PSN - ob,
+                                "epoch": EPOCH_BITS})
+
+        m.submodules.csr = csr = CsrBlock(RT_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+        guard = f["config"]["reorder_guard"]
+        t_exp = f["config"]["timeout_exp"]
+        r_lin = f["config"]["retry_linear"]
+        pmtu_log2 = f["config"]["pmtu_log2"]
+        r_max = f["config2"]["retry_max"]
+        r_time = f["config2"]["reorder_time"]
+
+        def qidx(qp):
+            return Mux(qp < qps, qp, 0)[:qb]
+
+        def rec_addr(qp, psn):
+            return Cat(psn[:ob], qp)
+
+        def bank_addr(qp, wnum):
+            return Cat(wnum[1:wq], qp)
+
+        # --- State -------------------------------------------------------------------------
+        CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mark": PSN, "mpr": 8})
+        init_ctx = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1, "mark": 0,
+                    "mpr": RT_REGS["config2"].fields["initial_mpr"].reset}
+        m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[init_ctx] * qps)
+        ctx_w = ctx.write_port()
+        ctx_re = ctx.read_port(domain="comb")     # SACK path, stage E
+        ctx_rs = ctx.read_port(domain="comb")     # sent path
+        ctx_rt = ctx.read_port(domain="comb")     # timer scan
+        ctx_rc = ctx.read_port(domain="comb")     # credit
+        m.submodules.nxt = nxt = Memory(shape=PSN, depth=qps, init=[0] * qps)
+        nxt_w = nxt.write_port()
+        nxt_re, nxt_rs, nxt_rt, nxt_rc = (nxt.read_port(domain="comb") for _ in range(4))
+        m.submodules.cwnd = cwnd = Memory(shape=32, depth=qps, init=[(1 << 32) - 1] * qps)
+        cwnd_w = cwnd.write_port()
+        cwnd_rc = cwnd.read_port(domain="comb")
+
+        err = Signal(qps, name="qp_err")
+        # Not reset: the sweep after a reset must start a new epoch, since the block RAMs
+        # keep their contents through a reset.
+        epoch = Array(Signal(EPOCH_BITS, name=f"epoch{i}", reset_less=True)
+                      for i in range(qps))
+        retries = Array(Signal(5, name=f"retries{i}") for i in range(qps))
+
+        banks = []
+        for b in range(2):
+            mem = Memory(shape=WORDL, depth=qps << (wq - 1), init=[])
+            m.submodules[f"bits{b}"] = mem
+            wp = mem.write_port()
+            banks.append((wp, mem.read_port(transparent_for=(wp,)),
+                          mem.read_port(transparent_for=(wp,))))
+        m.submodules.rec = rec = Memory(shape=REC, depth=qps * O, init=[])
+        rec_w = rec.write_port()
+        rec_ra = rec.read_port(transparent_for=(rec_w,))     # SACK path
+        rec_rh = rec.read_port(transparent_for=(rec_w,))     # hole engine / timer scan
+        m.submodules.tags = tags = Memory(shape=unsigned(W), depth=qps * O, init=[])
+        tag_w = tags.write_port()
+        tag_ra = tags.read_port(transparent_for=(tag_w,))
+        tag_rh = tags.read_port(transparent_for=(tag_w,))
+        m.submodules.rq = rqm = Memory(shape=RQ, depth=qps * O, init=[])
+        rq_w = rqm.write_port()
+        rq_r = rqm.read_port(transparent_for=(rq_w,))
+
+        # --- Output FIFOs ------------------------------------------------------------------
+        fifos = {}
+        for name in ("rtx", "feedback", "release", "qp_error"):
+            port = getattr(self, name)
+            fifo = SyncFIFOBuffered(width=len(port.payload.as_value()), depth=FIFO_DEPTH)
+            m.submodules[f"{name}_fifo"] = fifo
+            m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
+                         fifo.r_en.eq(port.ready)]
+            fifos[name] = fifo
+        w_rdy = Cat(*(fi.w_rdy for fi in fifos.values())).all()
+        room2 = Cat(*(fi.level <= FIFO_DEPTH - 2 for fi in fifos.values())).all()
+        room3 = Cat(*(fi.level <= FIFO_DEPTH - 3 for fi in fifos.values())).all()
+        rtx_rec = Signal(rtx_layout(W))
+        fb_rec = Signal(EV_FEEDBACK)
+        rel_rec = Signal(release_layout(W))
+        err_rec = Signal(QP_ERROR)
+        m.d.comb += [fifos["rtx"].w_data.eq(rtx_rec), fifos["feedback"].w_data.eq(fb_rec),
+                     fifos["release"].w_data.eq(rel_rec),
+                     fifos["qp_error"].w_data.eq(err_rec)]
+
+        ev = Signal(data.StructLayout({n: 2 for n in COUNTER_NAMES}))
+
+        # --- QP open, and the reset sweep --------------------------------------------------
+        cmd_busy = Signal(init=1)
+        sweep = Signal(init=1)
+        cmd_qp = Signal(qb)
+        cmd_start = Signal(PSN)
+        hole_busy = Signal()
+        e_valid = Signal()
+        cmd_apply = cmd_busy & ~e_valid & ~hole_busy
+        sel_qp = f["qp_select"]["qp"]
+        m.d.comb += f["error"]["bad_qp_set"].eq(f["qp_command"]["open"] & (sel_qp >= qps))
+        with m.If(f["qp_command"]["open"] & (sel_qp < qps) & ~cmd_busy):
+            m.d.sync += [cmd_busy.eq(1), cmd_qp.eq(sel_qp), cmd_start.eq(f["qp_start"]["psn"])]
+        m.d.comb += f["status"]["busy"].eq(cmd_busy)
+
+        # --- Sent path: one stage ---------------------------------------------------------
+        s = self.sent.payload
+        e_go = Signal()
+        # A SACK held in stage E (behind the hole engine or a full FIFO) holds the sent
+        # input too, so that every ack record sees exactly the sent records before it.
+        # While a SACK is in stage E or the hole engine reads the records of its holes, a
+        # retransmission on that QP waits, so that a hole request carries the EV of the
+        # transmission the SACK saw lost.
+        h_busy_qp = Signal()
+        m.d.comb += self.sent.ready.eq(~cmd_busy & ~(e_valid & ~e_go) &
+                                       ~(h_busy_qp & s.rtx))
+        take_s = self.sent.valid & self.sent.ready
+        qs = Signal(qb)
+        m.d.comb += [qs.eq(qidx(s.qp)), ctx_rs.addr.eq(qs), nxt_rs.addr.eq(qs)]
+        # The SACK stage E writes CACK and error at the end of this cycle: forwarded, so a
+        # sent record sees every ack record taken before its own cycle.
+        e_ctx_we, e_new_cack, e_fatal, e_q = Signal(), Signal(PSN), Signal(), Signal(qb)
+        s_cack = Signal(PSN)
+        m.d.comb += s_cack.eq(Mux(e_ctx_we & (e_q == qs), e_new_cack, ctx_rs.data.cack))
+        s_err = err.bit_select(qs, 1) | (e_fatal & (e_q == qs))
+        s_n = nxt_rs.data
+        s_out = Signal(PSN)                  # PSNs outstanding once n is sent
+        m.d.comb += s_out.eq(s_n - s_cack)
+        s_dp = Signal(PSN)
+        m.d.comb += s_dp.eq(s.psn - s_cack)
+        s_ok = take_s & (s.qp < qps) & ~s_err
+        s_new = s_ok & ~s.rtx & (s.psn == s_n)
+        s_full = s_new & (s_out > O)
+        s_new_ok = s_new & ~s_full
+        s_rtx_ok = s_ok & s.rtx & (s_dp != 0) & (s_dp < s_out)
+        s_rtx_acked = s_ok & s.rtx & ((s_dp == 0) | s_dp[-1])
+
+        def credit(n_out, mpr, cw):
+            return ((n_out <= (mpr << 7)) & (n_out <= O) &
+                    ((n_out << pmtu_log2) <= cw))
+
+        cwnd_rs = cwnd.read_port(domain="comb")
+        m.d.comb += cwnd_rs.addr.eq(qs)
+        s_credit = credit(s_out, ctx_rs.data.mpr, cwnd_rs.data)
+        with m.If(s_new_ok | s_rtx_ok):
+            m.d.comb += [rec_w.addr.eq(rec_addr(qs, s.psn)), rec_w.en.eq(1),
+                         rec_w.data.ev.eq(s.ev), rec_w.data.time.eq(s.time),
+                         rec_w.data.rtx.eq(s.rtx)]
+        with m.If(s_new_ok):
+            m.d.comb += [tag_w.addr.eq(rec_addr(qs, s.psn)), tag_w.en.eq(1),
+                         tag_w.data.eq(s.tag),
+                         nxt_w.addr.eq(qs), nxt_w.data.eq(s.psn + 1), nxt_w.en.eq(1)]
+        m.d.comb += [
+            ev.sent_new.eq(s_new_ok),
+            ev.sent_rtx.eq(s_rtx_ok),
+            ev.sent_acked.eq(s_rtx_acked),
+            ev.sent_ring_full.eq(s_full),
+            ev.sent_over_credit.eq(s_new_ok & ~s_credit),
+            ev.sent_bad.eq(s_ok & ~s_new & ~s_rtx_ok & ~s_rtx_acked),
+        ]
+
+        # --- cwnd input -------------------------------------------------------------------
+        m.d.comb += self.cwnd.ready.eq(~cmd_busy)
+        take_c = self.cwnd.valid & self.cwnd.ready
+        with m.If(take_c & (self.cwnd.payload.qp < qps)):
+            m.d.comb += [cwnd_w.addr.eq(qidx(self.cwnd.payload.qp)), cwnd_w.en.eq(1),
+                         cwnd_w.data.eq(self.cwnd.payload.cwnd)]
+
+        # --- Credit query -----------------------------------------------------------------
+        qc = Signal(qb)
+        m.d.comb += [qc.eq(qidx(self.credit_qp)), ctx_rc.addr.eq(qc), nxt_rc.addr.eq(qc),
+                     cwnd_rc.addr.eq(qc)]
+        c_out = Signal(PSN)
+        m.d.comb += c_out.eq(nxt_rc.data - ctx_rc.data.cack)
+        m.d.sync += self.credit_ready.eq(
+            (self.credit_qp < qps) & ~err.bit_select(qc, 1) & ~cmd_busy &
+            credit(c_out, ctx_rc.data.mpr, cwnd_rc.data))
+
+        # --- SACK/NACK path, stage A --------------------------------------------------------
+        a = self.ack.payload
+        ready_a = ~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2
+        m.d.comb += self.ack.ready.eq(ready_a)
+        take_a = self.ack.valid & ready_a
+        qa = Signal(qb)
+        m.d.comb += qa.eq(qidx(a.qp))
+        a_base = Signal(PSN)
+        m.d.comb += a_base.eq(Mux(a.nack, a.psn, a.cack + a.sack_offset.as_signed()))
+        a_trig = Signal(PSN)
+        m.d.comb += a_trig.eq(a.cack + a.ack_psn_offset.as_signed())
+        w0 = a_base[6:]
+        w1 = (w0 + 1)[:PSN - 6]
+        even = Mux(w0[0], w1, w0)
+        odd = Mux(w0[0], w0, w1)
+        m.d.comb += [
+            banks[0][1].addr.eq(bank_addr(qa, even)), banks[0][1].en.eq(take_a),
+            banks[1][1].addr.eq(bank_addr(qa, odd)), banks[1][1].en.eq(take_a),
+            rec_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a_trig))), rec_ra.en.eq(take_a),
+            tag_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a.cack))), tag_ra.en.eq(take_a),
+        ]
+        e = Signal(ACK_DESC)
+        e_base, e_trig = Signal(PSN), Signal(PSN)
+        with m.If(take_a):
+            m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig.eq(a_trig)]
+        with m.If(take_a):
+            m.d.sync += e_valid.eq(1)
+        with m.Elif(e_go):
+            m.d.sync += e_valid.eq(0)
+
+        # --- Stage E -----------------------------------------------------------------------
+        m.d.comb += [e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy), e_q.eq(qidx(e.qp)),
+                     ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q)]
+        c = ctx_re.data
+        n = nxt_re.data
+        qp_ok = e.qp < qps
+        in_err = err.bit_select(e_q, 1)
+        live = e_go & qp_ok & ~in_err
+        ew0 = e_base[6:]
+        ew1 = (ew0 + 1)[:PSN - 6]
+        d_even, d_odd = banks[0][1].data, banks[1][1].data
+        d0 = Signal(WORDL)
+        d1 = Signal(WORDL)
+        m.d.comb += [d0.eq(Mux(ew0[0], d_odd, d_even)), d1.eq(Mux(ew0[0], d_even, d_odd))]
+        old = Signal(2 * WORD)
+        e_epoch = epoch[e_q]
+        m.d.comb += old.eq(Cat(Mux((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch), d0.bits, 0),
+                               Mux((d1.lap == ew1[wq:]) & (d1.epoch == e_epoch), d1.bits, 0)))
+        p0 = Cat(Const(0, 6), ew0)              # first PSN of the two words
+        C = e.cack
+        v = Signal(2 * WORD)
+        m.d.comb += v.eq(Cat(e.bitmap, Const(0, WORD)) << e_base[:6])
+        d_lo, d_hi = Signal(PSN), Signal(PSN)
+        m.d.comb += [d_lo.eq(C + 1 - p0), d_hi.eq(n - p0)]
+        lo, hl = Signal(8), Signal(8)
+        m.d.comb += [lo.eq(_clamp(d_lo)), hl.eq(_clamp(d_hi))]
+        ge_lo = Signal(2 * WORD)
+        lt_hl = Signal(2 * WORD)
+        m.d.comb += [ge_lo.eq(ge_mask(lo, 2 * WORD)), lt_hl.eq(lt_mask(hl, 2 * WORD))]
+        dC, dnC = Signal(PSN), Signal(PSN)
+        m.d.comb += [dC.eq(C - c.cack), dnC.eq(n - C)]
+        stale = dC[-1]
+        adv = (dC != 0) & ~dC[-1]
+        c_unsent = (dnC == 0) | dnC[-1]
+        b_unsent = (v & ~lt_hl).any()
+        is_sack = live & ~e.nack
+        sack_ok = Signal()
+        m.d.comb += sack_ok.eq(is_sack & ~stale & ~c_unsent & ~b_unsent)
+        newbits = Signal(2 * WORD)
+        m.d.comb += newbits.eq(v & ge_lo & lt_hl)
+        after = Signal(2 * WORD)
+        m.d.comb += after.eq(old | newbits)
+        changed = adv | (newbits & ~old).any()
+        new_cack = Signal(PSN)
+        m.d.comb += new_cack.eq(Mux(adv, C, c.cack))
+        # Highest acknowledged PSN, from the raw bitmap (in parallel with its alignment): a
+        # bit at or before CACK cannot move hi past CACK, and a bit for an unsent PSN
+        # rejects the SACK, so this equals the highest bit of ``newbits`` when it matters.
+        hb_found, hb_idx = highest_set(m, e.bitmap, "hi_bit")
+        h1, h2, hcand = Signal(PSN), Signal(PSN), Signal(PSN)
+        dh1 = Signal(PSN)
+        m.d.comb += dh1.eq(C - c.hi)
+        m.d.comb += h1.eq(Mux((dh1 != 0) & ~dh1[-1], C, c.hi))
+        m.d.comb += hcand.eq(e_base + hb_idx)
+        dh2 = Signal(PSN)
+        m.d.comb += dh2.eq(hcand - h1)
+        m.d.comb += h2.eq(Mux(hb_found & (dh2 != 0) & ~dh2[-1], hcand, h1))
+        # Holes: after CACK, not acknowledged, not before mark, hi - psn >= guard.
+        d_mk, d_end = Signal(PSN), Signal(PSN)
+        m.d.comb += [d_mk.eq(c.mark - p0), d_end.eq(h2 - guard + 1 - p0)]
+        mk = Signal(8)
+        m.d.comb += mk.eq(_clamp(d_mk))
+        e_end = Signal(8)
+        end_raw = Signal(8)
+        m.d.comb += end_raw.eq(_clamp(d_end))
+        m.d.comb += e_end.eq(Mux(end_raw < hl, end_raw, hl))
+        s_pos = Signal(8)
+        m.d.comb += s_pos.eq(Mux(lo > mk, lo, mk))
+        holes = Signal(2 * WORD)
+        m.d.comb += holes.eq(~after & ge_mask(s_pos, 2 * WORD) & lt_mask(e_end, 2 * WORD))
+        new_mark = Signal(PSN)
+        m.d.comb += new_mark.eq(Mux(e_end > s_pos, p0 + e_end, c.mark))
+        trig_d = Signal(PSN)
+        m.d.comb += trig_d.eq(n - 1 - e_trig)
+        trig_ok = trig_d < O
+        m_kind = Mux(e.m == SackMode.SKIP_ONCE, int(FeedbackKind.SKIP_ONCE),
+                     Mux(e.m == SackMode.ALWAYS_SKIP, int(FeedbackKind.ALWAYS_SKIP),
+                         int(FeedbackKind.ACKED)))
+        sack_fb = sack_ok & changed & ~e.pr & trig_ok
+
+        with m.If(sack_ok):
+            m.d.comb += [ctx_w.addr.eq(e_q), ctx_w.en.eq(1),
+                         *assign(ctx_w.data, cack=new_cack, hi=h2, mark=new_mark, mpr=e.mpr)]
+            for b in range(2):
+                wp = banks[b][0]
+                mine = ew0[0] == b
+                m.d.comb += [
+                    wp.addr.eq(bank_addr(e_q, Mux(mine, ew0, ew1))), wp.en.eq(1),
+                    wp.data.lap.eq(Mux(mine, ew0[wq:], ew1[wq:])),
+                    wp.data.epoch.eq(e_epoch),
+                    wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
+                ]
+        m.d.comb += [e_ctx_we.eq(sack_ok), e_new_cack.eq(new_cack)]
+
+        # NACK.
+        reason = e.reason
+        is_nack = live & e.nack
+        fatal = is_nack & (reason == NackCode.UNEXPECTED_EVENT)
+        nk = Signal(4)
+        known = Signal()
+        with m.Switch(reason):
+            with m.Case(NackCode.TRIMMED):
+                m.d.comb += [nk.eq(FeedbackKind.TRIMMED), known.eq(1)]
+            with m.Case(NackCode.TRIMMED_LASTHOP):
+                m.d.comb += [nk.eq(FeedbackKind.TRIMMED_LASTHOP), known.eq(1)]
+            with m.Case(*[int(r) for r in RESOURCE_NACKS]):
+                m.d.comb += [nk.eq(FeedbackKind.RESOURCE), known.eq(1)]
+        np_d, nn_d = Signal(PSN), Signal(PSN)
+        m.d.comb += [np_d.eq(e.psn - c.cack), nn_d.eq(n - e.psn)]
+        n_unsent = (nn_d == 0) | nn_d[-1]
+        n_acked = (np_d == 0) | np_d[-1] | old.bit_select(e.psn[:6], 1)
+        nack_unknown = is_nack & ~fatal & ~known
+        nack_unsent = is_nack & known & n_unsent
+        nack_acked = is_nack & known & ~n_unsent & n_acked
+        nack_ok = is_nack & known & ~n_unsent & ~n_acked
+        m.d.comb += e_fatal.eq(fatal)
+
+        # Outputs of stage E.
+        e_rtx = Signal()
+        e_fb = Signal()
+        e_err = Signal()
+        p_hit = Signal()                       # the pending table holds the key (below)
+        m.d.comb += [e_rtx.eq(nack_ok & ~p_hit), e_fb.eq(nack_ok | sack_fb), e_err.eq(fatal)]
+        e_release = sack_ok & adv
+        with m.If(e_rtx):
+            m.d.comb += assign(rtx_rec, qp=e.qp, psn=e.psn, tag=tag_ra.data,
+                               ev=rec_ra.data.ev, cause=RtxCause.NACK)
+        with m.If(e_fb):
+            m.d.comb += assign(fb_rec, qp=e.qp, ev=rec_ra.data.ev,
+                               kind=Mux(e.nack, nk, m_kind), entropy=e.entropy)
+        m.d.comb += assign(rel_rec, qp=e.qp, first=c.cack + 1, last=C, tag=tag_ra.data)
+        with m.If(e_err):
+            m.d.comb += assign(err_rec, qp=e.qp, cause=ErrorCause.NACK_FATAL)
+        m.d.comb += fifos["release"].w_en.eq(e_release)
+        m.d.comb += [
+            ev.sacks.eq(sack_ok),
+            ev.sack_stale.eq(is_sack & stale),
+            ev.sack_unsent.eq(is_sack & ~stale & (c_unsent | b_unsent)),
+            ev.sack_duplicate.eq(sack_ok & ~changed),
+            ev.nacks.eq(nack_ok),
+            ev.nack_acked.eq(nack_acked),
+            ev.nack_unsent.eq(nack_unsent),
+            ev.nack_unknown.eq(nack_unknown),
+            ev.nack_fatal.eq(fatal),
+            ev.releases.eq(e_release),
+            ev.rtx_nack.eq(e_rtx),
+        ]
+
+        # --- Hole engine: the holes one SACK found, oldest first ---------------------------
+        h_vec = Signal(2 * WORD)
+        h_q = Signal(qb)
+        h_qp = Signal(QP_INDEX_BITS)
+        h_p0 = Signal(PSN)
+        h_emit = Signal()                      # a request whose records are being read
+        h_psn = Signal(PSN)
+        m.d.comb += [hole_busy.eq(h_vec.any() | h_emit),
+                     h_busy_qp.eq((hole_busy & (s.qp == h_qp)) |
+                                  (e_valid & (s.qp == e.qp)))]
+        h_found, h_idx = lowest_set(m, h_vec, "hole")
+        h_issue = h_found & (fifos["rtx"].level <= FIFO_DEPTH - 2)
+        h_next_psn = Signal(PSN)
+        m.d.comb += h_next_psn.eq(h_p0 + h_idx)
+        # Loaded whenever stage E goes (the engine is idle then): no enable behind the
+        # hole search, which ends the longest path of stage E.
+        # For the time guard (TIME_RULE): the trigger PSN's send time, and the context stage
+        # E wrote, to write the mark back at the first hole too young to count as lost.
+        h_ttime = Signal(TIME_BITS)
+        h_tok = Signal()
+        h_ctx = Signal(CTX)
+        h_young_seen = Signal()
+        with m.If(e_go):
+            m.d.sync += [h_vec.eq(Mux(sack_ok, holes, 0)), h_q.eq(e_q), h_qp.eq(e.qp),
+                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(trig_ok),
+                         h_young_seen.eq(0),
+                         *assign(h_ctx, cack=new_cack, hi=h2, mark=new_mark, mpr=e.mpr)]
+        with m.Elif(h_issue):
+            m.d.sync += h_vec.bit_select(h_idx, 1).eq(0)
+        m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
+        with m.If(h_emit):
+            m.d.comb += assign(rtx_rec, qp=h_qp, psn=h_psn, tag=tag_rh.data,
+                               ev=rec_rh.data.ev, cause=RtxCause.HOLE)
+        h_age = Signal(signed(TIME_BITS))      # trigger's send time - the hole's
+        m.d.comb += h_age.eq(h_ttime - rec_rh.data.time)
+        h_young = Signal()
+        m.d.comb += h_young.eq((r_time != 0) & (~h_tok | (h_age < r_time)))
+        h_old = h_emit & ~h_young              # a hole that counts as lost
+        h_rtx = h_old & ~p_hit
+        # Stage E is idle while the engine runs (e_go needs ~hole_busy), so the context's
+        # write port is free; only mark changes.
+        with m.If(h_emit & h_young & ~h_young_seen):
+            m.d.sync += h_young_seen.eq(1)
+            m.d.comb += [ctx_w.addr.eq(h_q), ctx_w.en.eq(1), ctx_w.data.eq(h_ctx),
+                         ctx_w.data.mark.eq(h_psn)]
+        m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(h_emit & h_young)]
+
+        # --- Timer scan ---------------------------------------------------------------------
+        sc_q = Signal(qb)
+        sc_p = Signal(PSN)
+        sc_on = Signal()
+        s2_valid, s2_q, s2_p, s2_port = Signal(), Signal(qb), Signal(PSN), Signal()
+        issue = sc_on & ~cmd_busy
+        sc_addr = rec_addr(sc_q, sc_p)
+        s_w = sc_p[6:]
+        m.d.comb += [
+            rec_rh.addr.eq(Mux(h_issue, rec_addr(h_q, h_next_psn), sc_addr)),
+            tag_rh.addr.eq(Mux(h_issue, rec_addr(h_q, h_next_psn), sc_addr)),
+            rq_r.addr.eq(sc_addr),
+            banks[0][2].addr.eq(bank_addr(sc_q, s_w)),
+            banks[1][2].addr.eq(bank_addr(sc_q, s_w)),
+        ]
+        m.d.sync += [s2_valid.eq(issue), s2_q.eq(sc_q), s2_p.eq(sc_p), s2_port.eq(~h_issue)]
+        m.d.comb += [ctx_rt.addr.eq(s2_q), nxt_rt.addr.eq(s2_q)]
+        t_cack = Signal(PSN)
+        m.d.comb += t_cack.eq(Mux(e_ctx_we & (e_q == s2_q), new_cack, ctx_rt.data.cack))
+        t_n = nxt_rt.data
+        t_dp, t_dn = Signal(PSN), Signal(PSN)
+        m.d.comb += [t_dp.eq(s2_p - t_cack), t_dn.eq(t_n - t_cack)]
+        t_behind = (t_dp == 0) | t_dp[-1]
+        t_in = ~t_behind & (t_dp < t_dn)
+        s2w = s2_p[6:]
+        t_word = Signal(WORDL)
+        m.d.comb += t_word.eq(Mux(s2w[0], banks[1][2].data, banks[0][2].data))
+        # Stage E writes the words of its SACK at the end of this cycle: forwarded.
+        for b in range(2):
+            wp = banks[b][0]
+            with m.If(wp.en & (s2w[0] == b) & (wp.addr == bank_addr(s2_q, s2w))):
+                m.d.comb += t_word.eq(wp.data)
+        t_epoch = epoch[s2_q]
+        t_bit = ((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
+                 t_word.bits.bit_select(s2_p[:6], 1))
+        t_acked = t_bit
+        r_q = retries[s2_q]
+        t_shift = Signal(7)
+        m.d.comb += t_shift.eq(t_exp + Mux(r_q > r_lin, r_q - r_lin, 0))
+        t_to = Signal(TIME_BITS + 1)
+        m.d.comb += t_to.eq(Const(1, TIME_BITS + 1) <<
+                            Mux(t_shift > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, t_shift))
+        t_el = Signal(TIME_BITS)
+        m.d.comb += t_el.eq(self.now - rec_rh.data.time)
+        rq_d = rq_r.data
+        fired = (rq_d.valid & (rq_d.time == rec_rh.data.time) & (rq_d.rtx == rec_rh.data.rtx)
+                 & (rq_d.lap == s2_p[ob:]) & (rq_d.epoch == t_epoch))
+        t_err = err.bit_select(s2_q, 1)
+        expired = ~t_acked & (t_el >= t_to) & ~fired
+        head = t_dp == 1
+        exhaust = expired & head & (r_q == r_max) & (r_max < RETRY_FOREVER)
+        busy_out = e_go | h_emit | ~room3
+        s2 = s2_valid & ~cmd_busy
+        # What stage S2 does: end the visit, go back to CACK + 1, retry the PSN, or step.
+        t_end = s2 & (t_err | (~t_behind & ~t_in))
+        t_rewind = s2 & ~t_err & t_behind
+        t_eval = s2 & ~t_err & t_in
+        t_retry = t_eval & (~s2_port | (expired & busy_out))
+        # The pending lookup below is keyed on (s2_q, s2_p) when neither the hole engine nor
+        # stage E uses it (~busy_out): an expired PSN whose resend is pending just steps on.
+        t_fire = t_eval & s2_port & expired & ~busy_out & ~p_hit
+        t_timeout = t_fire & ~exhaust
+        t_exhaust = t_fire & exhaust
+        next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
+        start_ctx = ctx.read_port(domain="comb")
+        m.d.comb += start_ctx.addr.eq(sc_q)
+        with m.If(t_end):
+            m.d.sync += [sc_on.eq(0), s2_valid.eq(0), sc_q.eq(next_q)]
+        with m.Elif(t_rewind):
+            m.d.sync += [sc_p.eq(t_cack + 1), s2_valid.eq(0)]
+        with m.Elif(t_retry):
+            m.d.sync += [sc_p.eq(s2_p), s2_valid.eq(0)]
+        with m.Elif(~sc_on & ~cmd_busy & ~s2_valid):
+            m.d.sync += [sc_on.eq(1), sc_p.eq(start_ctx.data.cack + 1)]
+        with m.Elif(issue):
+            m.d.sync += sc_p.eq(sc_p + 1)
+        with m.If(t_timeout):
+            m.d.comb += [rq_w.addr.eq(rec_addr(s2_q, s2_p)), rq_w.en.eq(1),
+                         *assign(rq_w.data, valid=1, time=rec_rh.data.time,
+                                 rtx=rec_rh.data.rtx, lap=s2_p[ob:], epoch=t_epoch)]
+            m.d.comb += [
+                *assign(rtx_rec, qp=s2_q, psn=s2_p, tag=tag_rh.data, ev=rec_rh.data.ev,
+                        cause=RtxCause.TIMEOUT),
+                *assign(fb_rec, qp=s2_q, ev=rec_rh.data.ev, kind=FeedbackKind.TIMEOUT),
+            ]
+        with m.If(t_exhaust):
+            m.d.comb += assign(err_rec, qp=s2_q, cause=ErrorCause.RETRIES)
+        m.d.comb += [
+            fifos["rtx"].w_en.eq(e_rtx | h_rtx | t_timeout),
+            fifos["feedback"].w_en.eq((e_go & e_fb) | t_timeout),
+            fifos["qp_error"].w_en.eq(e_err | t_exhaust),
+            ev.feedback.eq((e_go & e_fb) | t_timeout),
+            ev.rtx_timeout.eq(t_timeout),
+            ev.retries_exhausted.eq(t_exhaust),
+            ev.scan_visits.eq(t_end),
+            ev.scan_yields.eq(t_retry),
+            ev.no_qp.eq((take_s & (s.qp >= qps)) + (e_go & ~qp_ok) +
+                        (take_c & (self.cwnd.payload.qp >= qps))),
+            ev.in_error.eq((take_s & (s.qp < qps) & s_err) + (e_go & qp_ok & in_err)),
+        ]
+
+        # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
+        # One lookup per cycle serves the three requesters, which never request in the same
+        # cycle: the hole engine (h_emit), stage E (a NACK needs e_go) and the timer (its
+        # t_fire needs neither, and needs no hit).
+        P = self.pending
+        pv = Signal(P, name="pend_valid")
+        # A slot freed by a retransmission taken while a SACK's holes are still to be
+        # requested stays taken for those requests (the model applies that SACK whole,
+        # before the retransmission): "zombie" until the next SACK or NACK goes (e_go).
+        pz = Signal(P, name="pend_zombie")
+        pq = [Signal(qb, name=f"pend_qp{i}", reset_less=True) for i in range(P)]
+        pp = [Signal(PSN, name=f"pend_psn{i}", reset_less=True) for i in range(P)]
+        k_q, k_p = Signal(qb), Signal(PSN)
+        with m.If(h_emit):
+            m.d.comb += [k_q.eq(h_q), k_p.eq(h_psn)]
+        with m.Elif(e_go):
+            m.d.comb += [k_q.eq(e_q), k_p.eq(e.psn)]
+        with m.Else():
+            m.d.comb += [k_q.eq(s2_q), k_p.eq(s2_p)]
+        p_match = Signal(P)
+        m.d.comb += p_match.eq(Cat(*(pv[i] & (pq[i] == k_q) & (pp[i] == k_p)
+                                     for i in range(P))))
+        m.d.comb += p_hit.eq(p_match.any())
+        p_want = (nack_ok | h_old | t_timeout) & ~p_hit
+        p_free = Signal(P)
+        m.d.comb += p_free.eq(~pv & ~Mux(h_emit, pz, 0))
+        p_slot = Signal(P)                     # one-hot: the lowest free slot
+        m.d.comb += p_slot.eq(p_free & (~p_free + 1)[:P])
+        p_ins = p_want & p_free.any()
+        # Entries leave when their retransmission is taken, when CACK passes them, and when
+        # their QP is opened or goes to error.
+        rm_sent = Signal(P)
+        rm_qp = Signal(P)
+        for i in range(P):
+            at_c = ~(C - pp[i])[PSN - 1]       # at or before the SACK's CACK
+            m.d.comb += [
+                rm_sent[i].eq(s_rtx_ok & pv[i] & (pq[i] == qs) & (pp[i] == s.psn)),
+                rm_qp[i].eq(((pq[i] == e_q) & (fatal | (sack_ok & adv & at_c))) |
+                            ((pq[i] == s2_q) & t_exhaust) |
+                            ((pq[i] == cmd_qp) & cmd_apply)),
+            ]
+            with m.If(p_ins & p_slot[i]):
+                m.d.sync += [pq[i].eq(k_q), pp[i].eq(k_p)]
+        m.d.sync += [pv.eq((pv & ~rm_sent & ~rm_qp) | Mux(p_ins, p_slot, 0)),
+                     pz.eq(rm_sent | Mux(e_go, 0, pz))]
+        m.d.comb += [ev.rtx_pending_skip.eq((nack_ok | h_old) & p_hit),
+                     ev.pending_full.eq(p_want & ~p_free.any())]
+
+        # --- Per-QP error and retry count --------------------------------------------------
+        for i in range(qps):
+            with m.If(cmd_apply & (cmd_qp == i)):
+                m.d.sync += [err[i].eq(0), retries[i].eq(0), epoch[i].eq(epoch[i] + 1)]
+            with m.Else():
+                with m.If((fatal & (e_q == i)) | (t_exhaust & (s2_q == i))):
+                    m.d.sync += err[i].eq(1)
+                with m.If(sack_ok & adv & (e_q == i)):
+                    m.d.sync += retries[i].eq(0)
+                with m.Elif(t_timeout & head & (s2_q == i) & (retries[i] != 31)):
+                    m.d.sync += retries[i].eq(retries[i] + 1)
+
+        # --- Open / sweep writes (inputs held, stage E and the hole engine empty) ----------
+        start = Mux(sweep, 0, cmd_start)
+        with m.If(cmd_apply):
+            m.d.comb += [
+                ctx_w.addr.eq(cmd_qp), ctx_w.en.eq(1),
+                *assign(ctx_w.data, cack=start - 1, hi=start - 1, mark=start,
+                        mpr=f["config2"]["initial_mpr"]),
+                nxt_w.addr.eq(cmd_qp), nxt_w.data.eq(start), nxt_w.en.eq(1),
+                cwnd_w.addr.eq(cmd_qp), cwnd_w.data.eq((1 << 32) - 1), cwnd_w.en.eq(1),
+            ]
+            with m.If(sweep & (cmd_qp != qps - 1)):
+                m.d.sync += cmd_qp.eq(cmd_qp + 1)
+            with m.Else():
+                m.d.sync += [cmd_busy.eq(0), sweep.eq(0)]
+
+        event_counters(m, f, ev, COUNTER_NAMES, f["control"]["clear"], width=self.counter_width)
+        # For formal checks: what enters the output FIFOs this cycle.
+        self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
+                      "release_we": fifos["release"].w_en, "release": rel_rec,
+                      "open": cmd_apply}
+        return m
+
+

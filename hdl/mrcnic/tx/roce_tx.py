@@ -1,0 +1,427 @@
+"""RoCEv2/MRC data and probe frames from packet descriptors and payloads: :class:`RoceTx`
+(``roce-tx``).
+
+Operation
+    Each record on ``desc`` (:data:`mrcnic.base.records.TX_DESC`) becomes one frame on ``m_axis``:
+
+        Eth | IPv6 | UDP | BTH | METH | RETH | [ImmDt] | payload | pad | ICRC
+
+    94 header bytes, 98 with the ImmDt of WRITE_LAST_IMM / WRITE_ONLY_IMM; ``length``
+    payload bytes taken from ``s_axis`` (one payload frame per descriptor with a non-zero
+    length; a descriptor of length 0 takes none); BTH pad = (-length) mod 4 zero bytes; the
+    ICRC (spec §2.1), computed while the frame streams (:class:`mrcnic.base.crc.CrcStream`) and
+    written into its last 4 bytes. No FCS.
+
+    Where each field comes from: the descriptor (opcode, A, rtx, PSN, METH, RETH, ImmDt, the
+    STEV ``entropy`` in the flow label and UDP source port); the QP's context (a table
+    written through the registers: Ethernet and IPv6 destination, remote QP number for BTH
+    dest_qp); the registers (:data:`TX_REGS`: sources, UDP port, P_Key, DSCP of first
+    transmissions and of retransmissions, ECN, hop limit); constants for the rest.
+
+    A descriptor with opcode PROBE (0xDE, spec §2.2) becomes a probe frame:
+
+        Eth | IPv6 | UDP | BTH | PETH | ICRC
+
+    94 bytes, 90 of headers; IPv6 payload length and UDP length 40 (UDP, BTH, PETH, ICRC).
+    It takes no payload from ``s_axis``. BTH: opcode 0xDE, the descriptor's PSN, A = 0,
+    rtx = 0 and pad 0 whatever the descriptor says (a probe consumes no PSN and is never
+    retransmitted), dest_qp from the context; IPv6 DSCP ``dscp_data``; the STEV, addresses,
+    ports, P_Key, ECN and hop limit as for a data frame. **Decision** (PETH from TX_DESC,
+    whose layout stays as it is): probe_id = ``msn``, src_id = ``qp`` (the local QP index),
+    dst_id = the context's remote QP number, bits 15:0, timestamp = ``rqmsn`` (the sender's
+    16-bit send time, 128 ns units as every MRC timestamp; the SACK that answers the probe
+    echoes it). The METH fields have no use on a probe, so the sender's two 16-bit numbers
+    travel in them and no descriptor field is added. The DSCP is the data class's, so that
+    the probe meets the queues (and the ECN marks) of the data it stands in for.
+
+    A descriptor with opcode EP_REQUEST (0xD8) becomes a port status update
+    (:data:`~mrcnic.base.proto.PORT_STATUS`, spec §4 "Ports"), a frame of the probe's shape:
+    Eth | IPv6 | UDP | BTH | PORT_STATUS | ICRC, 94 bytes, no payload, A = 0, rtx = 0, BTH
+    dest_qp ``ENDPOINT_QP``; PORT_STATUS type ``EP_PORT_STATUS``, ports = ``imm`` (this
+    NIC's port mask), src_id = ``qp``, dst_id = the context's remote QP number, bits 15:0
+    (the peer's QP the update is for). DSCP, STEV and addresses as a probe's.
+
+    Pipeline: ``desc`` -> :class:`~mrcnic.base.stream.MetaSkidBuffer` (its output addresses the
+    context table) -> S1 (descriptor and context) -> G, the beat generator, which holds one
+    frame's header and counters and makes one beat a cycle: header bytes from a register
+    that shifts down a beat at a time, payload bytes from the current and the previous
+    payload beat (the header ends mid-beat, at 94 or 98 mod B: one 2:1 choice per lane),
+    zeros past the payload. Then :class:`~mrcnic.base.crc.CrcStream` and, beside it, a delay line
+    of the same length, at whose end the ICRC is written into the frame's last bytes (which
+    may straddle two beats), then a :class:`~mrcnic.base.stream.SkidBuffer` to ``m_axis``.
+    Everything after S1 is one stall-all pipeline that moves when the output slice has
+    room; G loads the next frame in the cycle it makes the last beat of the one before.
+
+Bad input (the frame still leaves, with ``tuser[0]`` on its last beat, and is counted; the
+frames after it are not affected):
+
+* ``bad_qp``: ``qp`` not below ``qps`` (sent with a zero context);
+* ``bad_opcode``: neither a WRITE opcode nor PROBE nor EP_REQUEST (sent as given, with METH
+  and RETH);
+* ``too_long``: ``length`` above :data:`~mrcnic.base.records.MAX_PAYLOAD` (sent as given), or a
+  probe with ``length`` other than 0 (sent as a probe; it takes no payload frame, so the
+  payload stream stays in step);
+* ``payload``: the payload frame is shorter or longer than ``length``, or arrived with
+  ``tuser[0]``: missing bytes are sent as zeros, extra beats are dropped up to the
+  payload frame's ``tlast``.
+
+Parameters
+    ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 contexts
+    (default 64).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.base.csr.regs.event_counters`).
+
+Ports
+    ``desc`` (in, :data:`~mrcnic.base.records.TX_DESC`), ``s_axis`` (in, payload frames),
+    ``m_axis`` (out, frames), ``s_axil`` (:data:`TX_REGS`). Every ready is a register.
+
+Latency, throughput
+    :attr:`RoceTx.latency` cycles from a descriptor's handshake to the frame's first beat
+    when idle and the payload is there (10 at 64 bits, 11 at 512, 12 at 2048: S1, G, the
+    CRC's length, the output slice; measured in ``sim/tx/test_roce_tx.py``), the same for a
+    probe. One beat a cycle with no idle cycle between frames, probes included: a frame of
+    ``n`` bytes takes ceil(n / B) beats (a probe 12 beats at 64 bits, 2 at 512, 1 from
+    1024).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.base import proto
+
+from mrcnic.base.records import QP_INDEX_BITS, MAX_PAYLOAD, TX_DESC
+from mrcnic.base.crc import CrcStream
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters, ipv6_registers, mac_registers)
+from mrcnic.base.proto import BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, UDP, Opcode
+from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
+                     drive_axis, keep_count, meta_stream)
+
+__all__ = ["RoceTx", "TX_REGS", "HEADER_LEN", "PROBE_HEADER_LEN", "HOP_LIMIT_DEFAULT"]
+
+# Header bytes before the payload, without and with ImmDt; a probe's headers (no payload).
+HEADER_LEN = {0: ETH.size + IPV6.size + UDP.size + BTH.size + METH.size + RETH.size}
+HEADER_LEN[1] = HEADER_LEN[0] + IMMDT.size
+PROBE_HEADER_LEN = ETH.size + IPV6.size + UDP.size + BTH.size + PETH.size      # 90
+# Bytes the UDP and IPv6 length fields count besides the payload and pad.
+_L4_FIXED = UDP.size + BTH.size + METH.size + RETH.size + proto.ICRC_LEN
+_L4_PROBE = UDP.size + BTH.size + PETH.size + proto.ICRC_LEN                   # 40
+# The bytes after the BTH: METH | RETH | ImmDt, or a probe's PETH and zeros (never sent).
+_EXT_BYTES = METH.size + RETH.size + IMMDT.size
+HOP_LIMIT_DEFAULT = 64
+TX_COUNTERS = ["frames", "retransmissions", "bad_qp", "bad_opcode", "too_long", "payload"]
+
+TX_REGS = RegisterMap("roce_tx", [
+    *mac_registers("local", "Source (this NIC)"),
+    *ipv6_registers("local", "Source (this NIC)"),
+    Register("config", [
+        Field("udp_dport", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
+              desc="UDP destination port"),
+        Field("pkey", 16, "rw", reset=proto.PKEY_DEFAULT, desc="BTH P_Key"),
+    ]),
+    Register("ipv6", [
+        Field("dscp_data", 6, "rw", reset=proto.DSCP_DATA,
+              desc="DSCP of first transmissions"),
+        Field("dscp_rtx", 6, "rw", reset=proto.DSCP_RTX,
+              desc="DSCP of retransmissions (descriptor rtx = 1)"),
+        Field("ecn", 2, "rw", reset=proto.ECN_ECT0, desc="ECN codepoint sent"),
+        Field("hop_limit", 8, "rw", reset=HOP_LIMIT_DEFAULT, desc="IPv6 hop limit"),
+    ]),
+    Register("ctx_qp", [Field("qp", QP_INDEX_BITS, "rw",
+                              desc="Local QP index of the context entry ctx_write writes")]),
+    *mac_registers("ctx", "Context: destination (the peer)"),
+    *ipv6_registers("ctx", "Context: destination (the peer)"),
+    Register("ctx_remote_qp", [Field("qpn", proto.PSN_BITS, "rw",
+                                     desc="Context: remote QP number (BTH dest_qp)")]),
+    Register("control", [
+        Field("ctx_write", 1, "w1p",
+              desc="Write the ctx_* registers into the context of QP ctx_qp (the next "
+                   "cycle); nothing when ctx_qp is not below qps"),
+        Field("clear", 1, "w1p", desc="Zero every counter"),
+    ]),
+    Register("info", [Field("qps", 17, "ro", desc="QP contexts (the qps parameter)")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("frames", "Frames sent"),
+        ("retransmissions", "Frames sent with rtx = 1"),
+        ("bad_qp", "Frames sent bad: qp not below qps"),
+        ("bad_opcode", "Frames sent bad: neither a WRITE opcode nor a probe nor a port "
+                       "status update"),
+        ("too_long", f"Frames sent bad: length above {MAX_PAYLOAD}, or a probe with a "
+                     f"length"),
+        ("payload", "Frames sent bad: payload frame shorter or longer than length, or bad"),
+    ]],
+])
+
+_CTX = data.StructLayout({"mac": 48, "ip": 128, "remote_qp": 24})
+
+
+class RoceTx(wiring.Component):
+    """Data frames from descriptors and payloads (module docstring: operation, ports,
+    latency)."""
+
+    def __init__(self, data_width=512, qps=64, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        check_data_width(data_width, minimum=64, maximum=2048, power_of_two=True)
+        if not isinstance(qps, int) or not 1 <= qps <= 1 << QP_INDEX_BITS:
+            raise ValueError(f"qps = {qps!r} is outside 1 .. {1 << QP_INDEX_BITS}")
+        self.data_width = data_width
+        self.qps = qps
+        self.B = data_width // 8
+        self.crc_latency = CrcStream.latency_of(data_width)
+        # The descriptor slice, S1 (the table read), G, the CRC's stages, the output slice,
+        # counted from the descriptor's handshake to the output beat's.
+        self.latency = 5 + self.crc_latency
+        super().__init__({
+            "desc": In(meta_stream(TX_DESC)),
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "s_axil": In(AxiLiteSignature(TX_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B, W = self.B, self.data_width
+        qps = self.qps
+
+        m.submodules.csr = csr = CsrBlock(TX_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+        m.d.comb += f["info"]["qps"].eq(qps)
+
+        def ip(prefix):            # register 0 holds the address's first bytes
+            return Cat(*(f[f"{prefix}{i}"]["ip"] for i in reversed(range(4))))
+
+        def below_qps(qp):
+            return Const(1, 1) if qps == 1 << QP_INDEX_BITS else qp < qps
+
+        # --- Context table -------------------------------------------------------------
+        m.submodules.ctx = ctx = Memory(shape=_CTX, depth=max(qps, 2), init=[])
+        wr = ctx.write_port()
+        rd = ctx.read_port()
+        ctx_qp = f["ctx_qp"]["qp"]
+        m.d.comb += [
+            wr.addr.eq(ctx_qp),
+            wr.data.mac.eq(Cat(f["ctx_mac_lo"]["mac"], f["ctx_mac_hi"]["mac"])),
+            wr.data.ip.eq(ip("ctx_ip")),
+            wr.data.remote_qp.eq(f["ctx_remote_qp"]["qpn"]),
+            wr.en.eq(f["control"]["ctx_write"] & below_qps(ctx_qp)),
+        ]
+
+        # --- R0 (descriptor slice, addresses the table) and S1 -----------------------------
+        m.submodules.desc_skid = r0 = MetaSkidBuffer(TX_DESC)
+        wiring.connect(m, wiring.flipped(self.desc), r0.i)
+        s1 = Signal(TX_DESC)
+        s1_valid = Signal()
+        s1_take = Signal()                 # G takes S1 this cycle
+        s1_load = ~s1_valid | s1_take
+        # A probe, and the payload length the frame carries (0 for a probe, whatever the
+        # descriptor says), decoded as S1 loads so that S1's adders see registers.
+        s1_probe = Signal()                # a probe or a port status update: no payload
+        s1_ep = Signal()                   # a port status update
+        s1_length = Signal.like(s1.length)
+        r0_ep = r0.o.payload.opcode == int(Opcode.EP_REQUEST)
+        r0_probe = (r0.o.payload.opcode == int(Opcode.PROBE)) | r0_ep
+        m.d.comb += [r0.o.ready.eq(s1_load), rd.addr.eq(r0.o.payload.qp), rd.en.eq(s1_load)]
+        with m.If(s1_load):
+            m.d.sync += [s1.eq(r0.o.payload), s1_valid.eq(r0.o.valid), s1_probe.eq(r0_probe),
+                         s1_ep.eq(r0_ep),
+                         s1_length.eq(Mux(r0_probe, 0, r0.o.payload.length))]
+
+        # --- The header of S1's frame and its counters ---------------------------------------
+        op = s1.opcode
+        probe = s1_probe
+        is_write = (op >= int(Opcode.WRITE_FIRST)) & (op <= int(Opcode.WRITE_ONLY_IMM))
+        has_imm = (op == int(Opcode.WRITE_LAST_IMM)) | (op == int(Opcode.WRITE_ONLY_IMM))
+        length = s1_length
+        pad = (-length)[:2]
+        ack_req = s1.ack_req & ~probe       # a probe: A = 0, rtx = 0 (never retransmitted)
+        rtx = s1.rtx & ~probe
+        l4_len = Signal(16)
+        m.d.comb += l4_len.eq(Mux(probe, _L4_PROBE,
+                                  _L4_FIXED + Mux(has_imm, IMMDT.size, 0)) + length + pad)
+        ctx_ok = below_qps(s1.qp)
+        c = rd.data
+        ipv6 = f["ipv6"]
+        sport, flow = s1.entropy[:proto.STEV_PORT_BITS], s1.entropy[proto.STEV_PORT_BITS:]
+        header = Cat(
+            ETH.assemble({"dst": Mux(ctx_ok, c.mac, 0),
+                          "src": Cat(f["local_mac_lo"]["mac"], f["local_mac_hi"]["mac"]),
+                          "ethertype": proto.ETHERTYPE_IPV6}),
+            IPV6.assemble({"version": proto.IPV6_VERSION,
+                           "dscp": Mux(rtx, ipv6["dscp_rtx"], ipv6["dscp_data"]),
+                           "ecn": ipv6["ecn"], "flow_label": flow,
+                           "payload_length": l4_len, "next_header": proto.IPPROTO_UDP,
+                           "hop_limit": ipv6["hop_limit"], "src": ip("local_ip"),
+                           "dst": Mux(ctx_ok, c.ip, 0)}),
+            UDP.assemble({"src_port": sport, "dst_port": f["config"]["udp_dport"],
+                          "length": l4_len}),
+            BTH.assemble({"opcode": op, "pad": pad, "tver": proto.BTH_TVER,
+                          "pkey": f["config"]["pkey"],
+                          "dest_qp": Mux(s1_ep, proto.ENDPOINT_QP,
+                                         Mux(ctx_ok, c.remote_qp, 0)), "ack_req": ack_req,
+                          "rtx": rtx, "psn": s1.psn}),
+            Mux(probe,
+                Cat(Mux(s1_ep,
+                        PORT_STATUS.assemble({
+                            "type": proto.EP_PORT_STATUS, "ports": s1.imm, "src_id": s1.qp,
+                            "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PORT_STATUS.width("dst_id")]}),
+                        PETH.assemble({
+                            "probe_id": s1.msn, "src_id": s1.qp,
+                            "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PETH.width("dst_id")],
+                            "timestamp": s1.rqmsn})),
+                    Const(0, 8 * (_EXT_BYTES - PETH.size))),
+                Cat(METH.assemble({"rqmsn": s1.rqmsn, "msn": s1.msn}),
+                    RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),
+                    IMMDT.assemble({"imm": s1.imm}))),
+        )
+        hlen = Mux(probe, PROBE_HEADER_LEN, Mux(has_imm, HEADER_LEN[1], HEADER_LEN[0]))
+
+        # --- G: the beat generator ---------------------------------------------------------
+        en = Signal()                       # the pipeline after S1 moves (output has room)
+        g_active = Signal()                 # G holds a frame
+        hdr = Signal(len(header))           # header bytes still to send, from byte 0
+        imm = Signal()                      # the frame's header is 98 bytes
+        # Bytes from this beat's first one to the end of: the header; the payload; the pad
+        # (where the ICRC starts). Counted down a beat at a time, so that every lane's
+        # choice is a compare of a register with a constant.
+        rem_hdr = Signal(range(-B, HEADER_LEN[1] + 1))
+        rem_data = Signal(range(-2 * B, 1 << 18))
+        rem_crc = Signal(range(-2 * B, 1 << 18))
+        pay_left = Signal(range((1 << 16) // B + 2))         # payload beats still to take
+        last_keep = Signal(range(B + 1))    # bytes of the last payload beat
+        first = Signal()
+        short = Signal()                    # the payload frame ended early: zeros follow
+        drain = Signal()                    # the payload frame is longer: drop up to tlast
+        pbad = Signal()                     # the payload did not match the descriptor
+        prev = Signal(W)
+        cause = Signal(data.StructLayout({"bad_qp": 1, "bad_opcode": 1, "too_long": 1,
+                                           "rtx": 1}))
+
+        m.submodules.pay_skid = pay = SkidBuffer(W)
+        wiring.connect(m, wiring.flipped(self.s_axis), pay.s_axis)
+        p = pay.m_axis
+
+        # This beat takes a payload beat: past the header's first beat, payload beats left,
+        # the payload frame not ended early. A register, worked out a beat ahead, since it
+        # decides whether G moves, and so the descriptor slice's ready.
+        need = Signal()
+        # The frame's last beat, as a register: it steers S1, the descriptor slice and the
+        # counters, so it must not be an adder and a compare deep.
+        g_last = Signal()
+        fire = en & g_active & (~need | (p.tvalid & ~drain))
+        take = fire & need
+        m.d.comb += s1_take.eq(en & (~g_active | (fire & g_last)))
+        m.d.comb += p.tready.eq(take | drain)
+        with m.If(drain & p.tvalid & p.tlast):
+            m.d.sync += drain.eq(0)
+
+        last_pay = pay_left == 1
+        pay_wrong = p.tuser[0] | (p.tlast != last_pay) | Mux(
+            last_pay, keep_count(p.tkeep) != last_keep, ~p.tkeep.all())
+        pbad_now = pbad | (take & pay_wrong)
+
+        # The lanes: header bytes, then payload bytes from the current and previous payload
+        # beats (the header ends at 94 or 98 mod B), then zeros.
+        off = {k: HEADER_LEN[k] % B for k in (0, 1)}
+        cur = Mux(need, p.tdata, 0)
+        lanes = []
+        for i in range(B):
+            def src(o, i=i):
+                return cur.word_select(i - o, 8) if i >= o else prev.word_select(i - o + B, 8)
+            pay_byte = Mux(imm, src(off[1]), src(off[0])) if off[0] != off[1] else src(off[0])
+            hdr_byte = hdr.word_select(i, 8) if 8 * i < len(hdr) else Const(0, 8)
+            lanes.append(Mux(rem_hdr > i, hdr_byte, Mux(rem_data > i, pay_byte, 0)))
+
+        def therm(n):
+            return Cat(*[n > i for i in range(B)])
+
+        o1 = {"valid": Signal(name="o1_valid"), "data": Signal(W, name="o1_data"),
+              "keep": Signal(B, name="o1_keep"), "last": Signal(name="o1_last"),
+              "crc_keep": Signal(B, name="o1_crc_keep"), "crc_valid": Signal(name="o1_crc_v"),
+              "crc_first": Signal(name="o1_crc_first"), "crc_last": Signal(name="o1_crc_last"),
+              "icrc": Signal(range(-proto.ICRC_LEN, B + 1), name="o1_icrc"),
+              "cause": Signal(5, name="o1_cause")}
+        with m.If(en):
+            m.d.sync += [
+                o1["valid"].eq(fire), o1["data"].eq(Cat(*lanes)),
+                o1["keep"].eq(therm(rem_crc + proto.ICRC_LEN)), o1["last"].eq(g_last),
+                o1["crc_keep"].eq(therm(rem_crc)), o1["crc_valid"].eq(fire & (rem_crc > 0)),
+                o1["crc_first"].eq(first), o1["crc_last"].eq(rem_crc <= B),
+                o1["icrc"].eq(Mux(rem_crc >= B, B, rem_crc)),
+                o1["cause"].eq(Cat(cause, pbad_now)),
+            ]
+        with m.If(fire):
+            ends_short = take & p.tlast & ~last_pay
+            left_next = Mux(take, pay_left != 1, pay_left != 0)
+            m.d.sync += need.eq((rem_hdr < 2 * B) & left_next & ~short & ~ends_short)
+            # rem_hdr stops once past the header, so that it never wraps on long frames.
+            m.d.sync += [rem_hdr.eq(Mux(rem_hdr < 0, rem_hdr, rem_hdr - B)), rem_data.eq(rem_data - B),
+                         g_last.eq(rem_crc <= 2 * B - proto.ICRC_LEN),
+                         rem_crc.eq(rem_crc - B), hdr.eq(hdr >> W), first.eq(0),
+                         pbad.eq(pbad_now)]
+        with m.If(take):
+            m.d.sync += [prev.eq(p.tdata), pay_left.eq(pay_left - 1)]
+            with m.If(p.tlast & ~last_pay):
+                m.d.sync += short.eq(1)
+            with m.If(last_pay & ~p.tlast):
+                m.d.sync += drain.eq(1)
+        with m.If(s1_take):
+            m.d.sync += [
+                need.eq(s1_valid & (hlen < B) & (length != 0)),
+                g_active.eq(s1_valid), hdr.eq(header), imm.eq(has_imm), first.eq(1),
+                rem_hdr.eq(hlen), rem_data.eq(hlen + length),
+                rem_crc.eq(hlen + length + pad),
+                g_last.eq(hlen + length + pad + proto.ICRC_LEN <= B),
+                pay_left.eq((length + B - 1) >> (B.bit_length() - 1)),
+                last_keep.eq(((length - 1) & (B - 1)) + 1),
+                short.eq(0), pbad.eq(0),
+                cause.bad_qp.eq(~ctx_ok), cause.bad_opcode.eq(~is_write & ~probe),
+                cause.too_long.eq((s1.length > MAX_PAYLOAD) | (probe & (s1.length != 0))),
+                cause.rtx.eq(rtx),
+            ]
+
+        # --- The ICRC beside a delay line of its length ----------------------------------------
+        m.submodules.crc = crc = CrcStream(W)
+        m.d.comb += [crc.en.eq(en), crc.valid.eq(o1["crc_valid"]), crc.data.eq(o1["data"]),
+                     crc.keep.eq(o1["crc_keep"]), crc.first.eq(o1["crc_first"]),
+                     crc.last.eq(o1["crc_last"])]
+        stage = o1
+        for i in range(crc.latency):
+            nxt = {n: Signal.like(v, name=f"d{i + 1}_{n}") for n, v in stage.items()
+                   if not n.startswith("crc_")}
+            with m.If(en):
+                m.d.sync += [nxt[n].eq(stage[n]) for n in nxt]
+            stage = nxt
+        crc_hold = Signal(32)
+        with m.If(crc.done):
+            m.d.sync += crc_hold.eq(crc.crc)
+        icrc = Mux(crc.done, crc.crc, crc_hold)
+        out_lanes = []
+        for i in range(B):
+            byte = stage["data"].word_select(i, 8)
+            for b in range(proto.ICRC_LEN):           # the ICRC goes out LSB first
+                if -proto.ICRC_LEN < i - b <= B:
+                    byte = Mux(stage["icrc"] == i - b, icrc.word_select(b, 8), byte)
+            out_lanes.append(byte)
+        cause_out = stage["cause"]
+        bad_out = cause_out[0] | cause_out[1] | cause_out[2] | cause_out[4]
+
+        m.submodules.out_skid = out = SkidBuffer(W)
+        wiring.connect(m, out.m_axis, wiring.flipped(self.m_axis))
+        drive_axis(m, out.s_axis, valid=stage["valid"], data=Cat(*out_lanes),
+                   keep=stage["keep"], last=stage["last"], user=stage["last"] & bad_out)
+        m.d.comb += en.eq(out.s_axis.tready)
+
+        handed = en & stage["valid"] & stage["last"]
+        events = Signal(data.StructLayout({n: 1 for n in TX_COUNTERS}))
+        m.d.comb += [
+            events.frames.eq(handed), events.retransmissions.eq(handed & cause_out[3]),
+            events.bad_qp.eq(handed & cause_out[0]), events.bad_opcode.eq(handed & cause_out[1]),
+            events.too_long.eq(handed & cause_out[2]), events.payload.eq(handed & cause_out[4]),
+        ]
+        event_counters(m, f, events, TX_COUNTERS, f["control"]["clear"], width=self.counter_width)
+        return m
+
+

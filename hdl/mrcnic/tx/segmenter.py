@@ -1,0 +1,371 @@
+"""Work requests to packets, and packets again on request: :class:`TxSegmenter`
+(``tx-segmenter``).
+
+Operation
+    Three inputs, served one operation at a time, in this order of priority:
+
+    * ``release`` (:func:`mrcnic.tx.retransmit_tracker.release_layout`): PSNs up to ``last``
+      are acknowledged for QP ``qp``. Every message of the QP whose last PSN is at or
+      before ``last`` is retired, oldest first, and leaves a ``done`` record
+      (:data:`WR_DONE`: the send completion, ``qp`` and ``wr_id``).
+    * ``rtx`` (:func:`~mrcnic.tx.retransmit_tracker.rtx_layout`): a retransmit request. The
+      packet is rebuilt from its message's entry, found by the request's ``tag``
+      (:data:`TAG_SLOT_BITS`), and leaves on ``pkt`` with ``rtx`` = 1 and ``avoid`` = the EV that
+      failed. A tag naming no message in flight, or a PSN outside its message, is
+      dropped and counted (``rtx_bad``).
+    * ``wr`` (:data:`WR`): a WRITE (``with_imm`` = 0) or WRITE-with-immediate of ``length``
+      bytes (0 .. 2^32 - 1) at remote address ``va``. It takes the QP's next message slot
+      and next PSNs and leaves as ceil(length / PMTU) packets (one for length 0) on
+      ``pkt``: WRITE_ONLY[_IMM], or WRITE_FIRST, WRITE_MIDDLE..., WRITE_LAST[_IMM]; each
+      with its own RETH address (``va`` + k x PMTU), the whole length as DMA length, and
+      METH ``rqmsn``/``msn`` of the message; BTH A on the message's last packet
+      (:data:`ACK_REQ_RULE`). A WR waits while its QP has ``msgs`` messages not yet
+      acknowledged.
+
+    Each ``pkt`` record (:data:`SEG_PKT`) is a :data:`~mrcnic.base.records.TX_DESC` without the
+    entropy (the path selector's to give), plus ``tag``, ``wr_id`` and ``offset`` (the
+    payload's byte offset in its message: what the payload request asks the host for) and
+    ``avoid``. The stream's consumer decides when a packet may go (send credit).
+
+    Per QP (a context in distributed RAM): next PSN, RQMSN (WRITE-with-immediate messages),
+    MSN (messages), and a ring of ``msgs`` message entries in block RAM (``wr_id``, ``va``,
+    R_Key, length, immediate, first and last PSN, RQMSN, MSN; written when the message's last
+    packet is cut). After reset a sweep opens every QP at
+    PSN 0 (``qps`` cycles, inputs held); ``qp_command.open`` opens one at ``qp_start``,
+    forgetting its messages.
+
+Parameters
+    ``qps``: 1 .. 65536 (default 64). ``msgs``: messages in flight per QP, a power of two
+    2 .. 256 (default 16).
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.base.csr.regs.event_counters`).
+
+Ports
+    ``wr``, ``rtx``, ``release`` in; ``pkt`` (:data:`SEG_PKT`), ``done`` (:data:`WR_DONE`)
+    out; ``s_axil`` (:data:`SEG_REGS`). Every input ready is a register output of a skid
+    buffer; ``pkt`` and ``done`` come from FIFOs.
+
+Latency, throughput
+    A WR's first packet leaves ``pkt`` 5 cycles after the WR's handshake (input slice, the
+    IDLE state, the FIFO), then one packet per cycle (measured in
+    ``sim/tx/test_segmenter.py``). A retransmit request takes 5 cycles in the block (read
+    the message, its register, check, the payload offset, emit) and a release 3 cycles per
+    message retired, one operation at a
+    time: a message of one packet costs 2 cycles of the block (IDLE, SEG), so very short
+    messages do not reach one packet per cycle.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.base import proto
+
+from mrcnic.base.records import (
+    QP_INDEX_BITS, SEG_PKT, WR, WR_DONE, EV_INDEX_BITS, TX_DESC, release_layout, rtx_layout)
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
+from mrcnic.base.proto import Opcode
+from mrcnic.base.stream import MetaSkidBuffer, meta_stream, stream_fifo
+
+__all__ = ["TxSegmenter", "TAG_SLOT_BITS", "SEG_REGS", "ACK_REQ_RULE",
+           "PMTU_LOG2_DEFAULT"]
+
+PSN = proto.PSN_BITS
+PMTU_LOG2_DEFAULT = 12                  # 4096 bytes
+PMTU_LOG2_RANGE = range(8, 15)          # 256 .. 16384 bytes
+# Decision: BTH A (ask for an acknowledgement at once) on the last packet of each message;
+# the receiver's other triggers (holes, every N packets, ECN) pace the rest.
+ACK_REQ_RULE = "last packet of a message"
+
+# The tag a packet carries through the retransmit tracker (32 bits): bits 7:0 its message's
+# slot in the QP's ring, bits 8 and up the ring position's lap (the bits of the 9-bit ring
+# position above the slot), the rest 0. The PSN the tracker returns with the tag gives the
+# packet's place in its message.
+TAG_SLOT_BITS = 8
+
+_CTX = data.StructLayout({"psn": PSN, "rqmsn": 16, "msn": 16, "head": 9, "tail": 9})
+_MSG = data.StructLayout({"wr_id": 16, "va": 64, "rkey": 32, "length": 32, "imm": 32,
+                          "with_imm": 1, "psn": PSN, "last": PSN, "rqmsn": 16, "msn": 16})
+
+COUNTERS = ["wrs", "packets", "retransmissions", "rtx_bad", "done", "release_bad", "wr_bad"]
+
+SEG_REGS = RegisterMap("tx_segmenter", [
+    Register("config", [Field("pmtu_log2", 4, "rw", reset=PMTU_LOG2_DEFAULT,
+                              desc="PMTU = 2^pmtu_log2 payload bytes, 8 .. 14 (outside: "
+                                   "the nearest legal value); change it only with no "
+                                   "message in flight, since retransmissions rebuild "
+                                   "packets with it")]),
+    Register("qp_select", [Field("qp", QP_INDEX_BITS, "rw", desc="QP the next command acts on")]),
+    Register("qp_start", [Field("psn", PSN, "rw", desc="First PSN of the QP after open")]),
+    Register("qp_command", [Field("open", 1, "w1p",
+                                  desc="Open qp_select at qp_start: MSNs 0, no message in "
+                                       "flight (ignored when qp_select is not below qps)")]),
+    Register("status", [Field("busy", 1, "ro", desc="The reset sweep or an open is running")]),
+    Register("info", [Field("qps", 17, "ro", desc="QPs (the qps parameter)"),
+                      Field("msgs", 9, "ro", desc="Messages in flight per QP")]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("wrs", "Work requests taken"),
+        ("packets", "Packets of work requests"),
+        ("retransmissions", "Packets rebuilt for retransmit requests"),
+        ("rtx_bad", "Retransmit requests naming no message in flight, or a PSN outside it"),
+        ("done", "Messages retired (send completions)"),
+        ("release_bad", "Releases for a QP not below qps"),
+        ("wr_bad", "Work requests for a QP not below qps: refused"),
+    ]],
+])
+
+
+class TxSegmenter(wiring.Component):
+    """Work requests to packets (module docstring: operation, ports, latency)."""
+
+    def __init__(self, qps=64, msgs=16, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        if not isinstance(qps, int) or not 1 <= qps <= 1 << QP_INDEX_BITS:
+            raise ValueError(f"qps = {qps!r} is outside 1 .. {1 << QP_INDEX_BITS}")
+        if not isinstance(msgs, int) or msgs < 2 or msgs > 256 or msgs & (msgs - 1):
+            raise ValueError(f"msgs = {msgs!r} is not a power of two in 2 .. 256")
+        self.qps, self.msgs = qps, msgs
+        self.slot_bits = msgs.bit_length() - 1
+        super().__init__({
+            "wr": In(meta_stream(WR)),
+            "rtx": In(meta_stream(rtx_layout(32))),
+            "release": In(meta_stream(release_layout(32))),
+            "pkt": Out(meta_stream(SEG_PKT)),
+            "done": Out(meta_stream(WR_DONE)),
+            "s_axil": In(AxiLiteSignature(SEG_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        qps, msgs, sb = self.qps, self.msgs, self.slot_bits
+        m.submodules.csr = csr = CsrBlock(SEG_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        f = csr.fields
+        m.d.comb += [f["info"]["qps"].eq(qps), f["info"]["msgs"].eq(msgs)]
+        plog = Signal(4)
+        reg_plog = f["config"]["pmtu_log2"]
+        m.d.comb += plog.eq(Mux(reg_plog < PMTU_LOG2_RANGE.start, PMTU_LOG2_RANGE.start,
+                                Mux(reg_plog >= PMTU_LOG2_RANGE.stop, PMTU_LOG2_RANGE.stop - 1,
+                                    reg_plog)))
+        pmtu = Signal(16)
+        m.d.comb += pmtu.eq(Const(1, 16) << plog)
+
+        def below_qps(qp):
+            return Const(1, 1) if qps == 1 << QP_INDEX_BITS else qp < qps
+
+        # Inputs through skid buffers (registered ready).
+        m.submodules.wr_skid = wr_in = MetaSkidBuffer(WR)
+        m.submodules.rtx_skid = rtx_in = MetaSkidBuffer(rtx_layout(32))
+        m.submodules.rel_skid = rel_in = MetaSkidBuffer(release_layout(32))
+        wiring.connect(m, wiring.flipped(self.wr), wr_in.i)
+        wiring.connect(m, wiring.flipped(self.rtx), rtx_in.i)
+        wiring.connect(m, wiring.flipped(self.release), rel_in.i)
+
+        # Outputs from FIFOs; a packet is written only when the FIFO has room.
+        pkt_w = meta_stream(SEG_PKT).create()
+        done_w = meta_stream(WR_DONE).create()
+        stream_fifo(m, "pkt_fifo", pkt_w, wiring.flipped(self.pkt), 4)
+        stream_fifo(m, "done_fifo", done_w, wiring.flipped(self.done), 4)
+
+        # Tables: the QP context read without a clock (distributed RAM), the messages from
+        # block RAM (one cycle).
+        m.submodules.ctx = ctx = Memory(shape=_CTX, depth=max(qps, 2), init=[])
+        ctx_r = ctx.read_port(domain="comb")
+        ctx_w = ctx.write_port()
+        m.submodules.msg = msg = Memory(shape=_MSG, depth=max(qps, 2) * msgs, init=[])
+        msg_r = msg.read_port()
+        msg_w = msg.write_port()
+
+        qp = Signal(QP_INDEX_BITS)              # the operation's QP
+        c = Signal(_CTX)                        # its context, as read and updated
+        m.d.comb += [ctx_r.addr.eq(qp), ctx_w.addr.eq(qp), ctx_w.data.eq(c)]
+
+        def slot_addr(q, slot):
+            return Cat(slot[:sb], q) if qps > 1 else Cat(slot[:sb], Const(0, 1))
+
+        events = Signal(data.StructLayout({n: 1 for n in COUNTERS}))
+
+        # Segmentation registers.
+        wr = Signal(WR)
+        k = Signal(PSN)                          # packet index in the message
+        off = Signal(32)                         # its payload offset
+        va = Signal(64)                          # its RETH address
+        n_last = Signal()                        # this packet is the message's last
+        rtx_req = Signal(rtx_layout(32))
+        rel = Signal(release_layout(32))
+        m_e = Signal(_MSG)                       # the message entry read for rtx/release
+        # The message entry, registered after the block RAM: the RAM's clock-to-output is
+        # most of a cycle on ECP5, so nothing is computed on its raw output.
+        ms = Signal(_MSG)
+        m.d.sync += ms.eq(msg_r.data)
+
+        # Reset sweep and opens.
+        sweep = Signal(init=1)
+        sweep_qp = Signal(QP_INDEX_BITS)
+        open_req = f["qp_command"]["open"] & below_qps(f["qp_select"]["qp"])
+        open_pend = Signal()
+        with m.If(open_req):
+            m.d.sync += open_pend.eq(1)
+        m.d.comb += f["status"]["busy"].eq(sweep | open_pend)
+
+        def emit(kind_rtx, psn, opcode, length, e_va, e_off, wr_id, rkey, dma_length, imm,
+                 rqmsn, msn, tag, avoid, ack_req):
+            return [
+                pkt_w.payload.qp.eq(qp), pkt_w.payload.psn.eq(psn),
+                pkt_w.payload.opcode.eq(opcode), pkt_w.payload.ack_req.eq(ack_req),
+                pkt_w.payload.rtx.eq(kind_rtx), pkt_w.payload.va.eq(e_va),
+                pkt_w.payload.rkey.eq(rkey), pkt_w.payload.dma_length.eq(dma_length),
+                pkt_w.payload.length.eq(length), pkt_w.payload.imm.eq(imm),
+                pkt_w.payload.rqmsn.eq(rqmsn), pkt_w.payload.msn.eq(msn),
+                pkt_w.payload.tag.eq(tag), pkt_w.payload.wr_id.eq(wr_id),
+                pkt_w.payload.offset.eq(e_off), pkt_w.payload.avoid.eq(avoid),
+            ]
+
+        def opcode_of(first, last, with_imm):
+            return Mux(first & last,
+                       Mux(with_imm, int(Opcode.WRITE_ONLY_IMM), int(Opcode.WRITE_ONLY)),
+                       Mux(first, int(Opcode.WRITE_FIRST),
+                           Mux(last, Mux(with_imm, int(Opcode.WRITE_LAST_IMM),
+                                         int(Opcode.WRITE_LAST)),
+                               int(Opcode.WRITE_MIDDLE))))
+
+        # Decisions read the context as read (``ctx_r.data``), never ``c``, the value being
+        # written: ``c`` is muxed by state, and a path through it would join every state's
+        # arithmetic into one.
+        cr = ctx_r.data
+        used = (cr.head - cr.tail)[:9]           # messages in flight (9-bit positions)
+        rtx_k = Signal(PSN)
+        rtx_off = Signal(32)
+
+        with m.FSM():
+            with m.State("SWEEP"):
+                m.d.comb += [qp.eq(sweep_qp), ctx_w.en.eq(1), c.eq(0)]
+                m.d.sync += sweep_qp.eq(sweep_qp + 1)
+                with m.If(sweep_qp == max(qps, 2) - 1):
+                    m.d.sync += sweep.eq(0)
+                    m.next = "IDLE"
+            with m.State("IDLE"):
+                with m.If(open_pend):
+                    m.d.comb += [qp.eq(f["qp_select"]["qp"]), ctx_w.en.eq(1),
+                                 c.psn.eq(f["qp_start"]["psn"])]
+                    m.d.sync += open_pend.eq(open_req)
+                with m.Elif(rel_in.o.valid):
+                    m.d.comb += rel_in.o.ready.eq(1)
+                    m.d.sync += rel.eq(rel_in.o.payload)
+                    with m.If(below_qps(rel_in.o.payload.qp)):
+                        m.next = "REL_READ"
+                    with m.Else():
+                        m.d.comb += events.release_bad.eq(1)
+                with m.Elif(rtx_in.o.valid):
+                    m.d.comb += rtx_in.o.ready.eq(1)
+                    m.d.sync += rtx_req.eq(rtx_in.o.payload)
+                    m.next = "RTX_READ"
+                with m.Elif(wr_in.o.valid):
+                    m.d.comb += [qp.eq(wr_in.o.payload.qp), c.eq(ctx_r.data)]
+                    with m.If(~below_qps(wr_in.o.payload.qp)):
+                        # Refused whole: a QP that does not exist has no context.
+                        m.d.comb += [wr_in.o.ready.eq(1), events.wr_bad.eq(1)]
+                    with m.Elif(used != msgs):
+                        m.d.comb += [wr_in.o.ready.eq(1), events.wrs.eq(1)]
+                        m.d.sync += [wr.eq(wr_in.o.payload), k.eq(0), off.eq(0),
+                                     va.eq(wr_in.o.payload.va),
+                                     n_last.eq(wr_in.o.payload.length <= pmtu)]
+                        m.next = "SEG"
+            with m.State("SEG"):
+                m.d.comb += [qp.eq(wr.qp), c.eq(ctx_r.data)]
+                remaining = wr.length - off
+                length = Mux(n_last, remaining, pmtu)
+                m.d.comb += emit(0, cr.psn + k, opcode_of(k == 0, n_last, wr.with_imm),
+                                 length, va, off, wr.wr_id, wr.rkey, wr.length, wr.imm,
+                                 cr.rqmsn, cr.msn,
+                                 Cat(cr.head[:sb], Const(0, TAG_SLOT_BITS - sb),
+                                     cr.head[sb:], Const(0, 24 - (9 - sb))),
+                                 0, n_last)
+                m.d.comb += pkt_w.valid.eq(1)
+                with m.If(pkt_w.ready):
+                    m.d.comb += events.packets.eq(1)
+                    m.d.sync += [k.eq(k + 1), off.eq(off + pmtu), va.eq(va + pmtu),
+                                 n_last.eq(wr.length - off <= 2 * pmtu)]
+                    with m.If(n_last):
+                        # The message's entry, written once its last PSN is known (nothing
+                        # else runs while a message is cut, so nothing reads it before).
+                        m.d.comb += [msg_w.en.eq(1), msg_w.addr.eq(slot_addr(qp, cr.head)),
+                                     msg_w.data.wr_id.eq(wr.wr_id), msg_w.data.va.eq(wr.va),
+                                     msg_w.data.rkey.eq(wr.rkey),
+                                     msg_w.data.length.eq(wr.length),
+                                     msg_w.data.imm.eq(wr.imm),
+                                     msg_w.data.with_imm.eq(wr.with_imm),
+                                     msg_w.data.psn.eq(cr.psn), msg_w.data.last.eq(cr.psn + k),
+                                     msg_w.data.rqmsn.eq(cr.rqmsn), msg_w.data.msn.eq(cr.msn)]
+                        m.d.comb += [ctx_w.en.eq(1), c.psn.eq(ctx_r.data.psn + k + 1),
+                                     c.msn.eq(ctx_r.data.msn + 1),
+                                     c.rqmsn.eq(ctx_r.data.rqmsn + wr.with_imm),
+                                     c.head.eq(ctx_r.data.head + 1)]
+                        m.next = "IDLE"
+            with m.State("RTX_READ"):
+                m.d.comb += [qp.eq(rtx_req.qp),
+                             msg_r.addr.eq(slot_addr(rtx_req.qp, rtx_req.tag[:sb]))]
+                m.next = "RTX_HOLD"
+            with m.State("RTX_HOLD"):            # the entry into its register
+                m.next = "RTX_CHECK"
+            with m.State("RTX_CHECK"):
+                m.d.comb += qp.eq(rtx_req.qp)
+                tag_lap = rtx_req.tag[TAG_SLOT_BITS:TAG_SLOT_BITS + 9 - sb]
+                slot = Cat(rtx_req.tag[:sb], tag_lap)     # the 9-bit ring position
+                in_flight = ((slot - cr.tail)[:9] < used) & below_qps(rtx_req.qp)
+                kk = (rtx_req.psn - ms.psn)[:PSN]
+                ok = in_flight & (kk <= (ms.last - ms.psn)[:PSN])
+                m.d.sync += [m_e.eq(ms), rtx_k.eq(kk)]
+                with m.If(ok):
+                    m.next = "RTX_SHIFT"
+                with m.Else():
+                    m.d.comb += events.rtx_bad.eq(1)
+                    m.next = "IDLE"
+            with m.State("RTX_SHIFT"):
+                # The payload offset, a stage of its own: after the block RAM and the check,
+                # a shift by the PMTU would be the block's longest path.
+                m.d.sync += rtx_off.eq((rtx_k << plog)[:32])
+                m.next = "RTX_EMIT"
+            with m.State("RTX_EMIT"):
+                m.d.comb += qp.eq(rtx_req.qp)
+                last = m_e.length - rtx_off <= pmtu
+                length = Mux(last, m_e.length - rtx_off, pmtu)
+                m.d.comb += emit(1, rtx_req.psn, opcode_of(rtx_k == 0, last, m_e.with_imm),
+                                 length, m_e.va + rtx_off, rtx_off, m_e.wr_id, m_e.rkey,
+                                 m_e.length, m_e.imm, m_e.rqmsn, m_e.msn, rtx_req.tag,
+                                 rtx_req.ev, last)
+                m.d.comb += pkt_w.valid.eq(1)
+                with m.If(pkt_w.ready):
+                    m.d.comb += events.retransmissions.eq(1)
+                    m.next = "IDLE"
+            with m.State("REL_READ"):
+                m.d.comb += [qp.eq(rel.qp), msg_r.addr.eq(slot_addr(rel.qp, cr.tail))]
+                with m.If(ctx_r.data.head == ctx_r.data.tail):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "REL_HOLD"
+            with m.State("REL_HOLD"):            # the entry into its register
+                m.next = "REL_CHECK"
+            with m.State("REL_CHECK"):
+                m.d.comb += [qp.eq(rel.qp), c.eq(ctx_r.data)]
+                # The message is acknowledged when its last PSN is at or before ``last``.
+                acked = (rel.last - ms.last)[:PSN] < (1 << (PSN - 1))
+                with m.If(acked):
+                    m.d.comb += [done_w.valid.eq(1), done_w.payload.qp.eq(rel.qp),
+                                 done_w.payload.wr_id.eq(ms.wr_id)]
+                    with m.If(done_w.ready):
+                        m.d.comb += [ctx_w.en.eq(1), c.tail.eq(ctx_r.data.tail + 1),
+                                     events.done.eq(1)]
+                        m.next = "REL_READ"
+                    with m.Else():
+                        m.next = "REL_READ"
+                with m.Else():
+                    m.next = "IDLE"
+
+        event_counters(m, f, events, COUNTERS, f["control"]["clear"], width=self.counter_width)
+        return m
+
+

@@ -1,0 +1,545 @@
+"""SRv6 and entropy encapsulation on transmit: :class:`Srv6Encap` (``srv6-encap``).
+
+Operation
+    Each frame on ``s_axis`` (Ethernet, inner IPv6, UDP, BTH, ..., ICRC; no FCS) takes one
+    descriptor from ``desc`` (:data:`ENCAP_DESC`) and leaves on ``m_axis``:
+
+    ============ =========================================================================
+    mode         what happens to the frame (spec §2.3)
+    ============ =========================================================================
+    PASS         nothing
+    STEV         inner flow label = {0, E[31:16]}, UDP source port = E[15:0], E = ev[255:224]
+    UDP          UDP source port = ev[255:240]
+    SRV6         as STEV with E = ``entropy`` (the EV's index), then an outer IPv6 header is
+                 inserted after Ethernet: destination ev[255:128], source ``outer_src``,
+                 traffic class ``dscp``/``ecn``, flow label {0, E[31:16]}, hop limit
+                 ``hop_limit``, next header 41, payload length = inner one + 40
+    SRV6_SRH     as SRV6, with next header 43 and a one-segment SRH (segment ev[127:0],
+                 segments left 1, next header 41); payload length = inner one + 64
+    ============ =========================================================================
+
+    ``stev_swap`` (register) swaps the halves of E (port from E[31:16]). Rewriting the UDP
+    source port changes bytes the ICRC covers, so the ICRC is patched in flight: CRC-32 is
+    affine, and the patch is the CRC of the XOR of old and new port advanced over the bytes
+    that follow it (:mod:`mrcnic.base.crc`): advanced one beat per cycle as the frame streams,
+    then by the part of a beat left, in ``ceil(log2(B)/2)`` pipeline stages. An ICRC that was
+    wrong on input stays exactly as wrong on output.
+
+    Two stages, each a component of this file:
+
+    1. :class:`EntropyRewrite`: rewrites in place and patches the ICRC; a stall-all pipeline.
+       It reads the descriptor, parses the inner headers, checks the frame, and hands the
+       inserter a per-frame record (the inserted bytes) through a FIFO.
+    2. :class:`HeaderInsert`: inserts 0, 40 or 64 bytes after the Ethernet header. Because
+       those lengths are multiples of 8, the output is the input shifted by a whole number of
+       8-byte lanes: each output lane picks from at most three lanes of the current and
+       previous input beats (one mux per offset the widths allow), whatever the bus width.
+
+Bad input (non-PASS modes; every frame still leaves, marked bad with ``tuser[0]`` on its last
+beat, and the next frame is unaffected; each cause has a counter):
+
+* ``in_bad``: ``tuser[0]`` set on input (in PASS mode too);
+* ``not_roce``: not Ethernet/IPv6/UDP to the ``udp_dport`` register;
+* ``truncated``: shorter than the smallest RoCEv2 frame (78 bytes);
+* ``length``: the frame's length disagrees with its IPv6 payload length;
+* ``too_long``: the IPv6 payload length says more than the ``max_frame`` register.
+
+A frame waits for its descriptor (counted in ``desc_wait`` cycles); nothing else stalls.
+
+Parameters
+    ``data_width``: 64, 128, 256, 512, 1024 or 2048.
+    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
+    :func:`mrcnic.base.csr.regs.event_counters`).
+
+Ports
+    ``s_axis``/``m_axis`` (AXI-Stream, ``user_width`` 1), ``desc`` (metadata stream of
+    :data:`ENCAP_DESC`), ``s_axil`` (registers :data:`ENCAP_REGS`).
+
+Latency, throughput
+    ``ceil(log2(B)/2) + 6`` cycles from ``s_axis`` to ``m_axis`` on a B-byte bus (8 at
+    64 bits, 9 at 512, 10 at 2048: :attr:`Srv6Encap.latency`, measured in the tests). One
+    beat per cycle on the output with no idle cycle between frames: a
+    frame of L bytes with H inserted takes ceil((L+H)/B) output beats on a B-byte bus
+    (measured in ``sim/tx/test_srv6_encap.py`` and ``cocotb_tests/tx/tb_srv6_encap.py``).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from mrcnic.base import crc, proto
+
+
+from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+                  event_counters)
+from mrcnic.base.proto import ETH, IPV6, SRH, UDP, EvMode
+from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer,
+                     check_data_width, const_lt as _lt, keep_count, length_countdown,
+                     drive_axis, meta_stream, register_stages, skid_chain, stream_fifo)
+
+
+__all__ = ["ENCAP_DESC", "ENCAP_REGS", "INSERT_LEN", "MIN_ROCE_FRAME", "Srv6Encap",
+           "EntropyRewrite", "HeaderInsert"]
+
+
+ENCAP_DESC = data.StructLayout({
+    "mode":      3,        # proto.EvMode
+    "ev":        256,      # expanded EV, first field most significant (mrcnic.model.ev)
+    "entropy":   32,       # SRv6 modes: the EV's index, echoed by the peer in SACK/NACK
+    "outer_src": 128,
+    "dscp":      6,
+    "ecn":       2,
+    "hop_limit": 8,
+})
+
+ENCAP_COUNTERS = ["frames", "bytes", "in_bad", "not_roce", "truncated", "length", "too_long",
+                  "desc_wait"]
+
+ENCAP_REGS = RegisterMap("srv6_encap", [
+    Register("config", [
+        Field("udp_dport", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
+              desc="RoCEv2 UDP destination port a frame must carry (non-PASS modes)"),
+        Field("stev_swap", 1, "rw",
+              desc="0: EV[15:0] to the UDP source port, EV[31:16] to the flow label; "
+                   "1: the other way round"),
+    ], desc="Configuration"),
+    Register("max_frame", [Field("bytes", 16, "rw", reset=9216,
+                                 desc="Frames whose IPv6 payload length says more are bad")]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("frames", "Frames in"),
+        ("bytes", "Bytes in (all frames, wrapping)"),
+        ("in_bad", "Frames that arrived with tuser[0] set"),
+        ("not_roce", "Non-PASS frames that are not Ethernet/IPv6/UDP to udp_dport"),
+        ("truncated", "Non-PASS frames shorter than 78 bytes"),
+        ("length", "Non-PASS frames whose length disagrees with the IPv6 payload length"),
+        ("too_long", "Non-PASS frames longer than max_frame by their IPv6 payload length"),
+        ("desc_wait", "Cycles a frame waited for its descriptor"),
+    ]],
+])
+
+# Bytes inserted per mode (spec §2.1): the outer IPv6 header, and the SRH after it.
+INSERT_LEN = {EvMode.PASS: 0, EvMode.STEV: 0, EvMode.UDP: 0,
+              EvMode.SRV6: proto.OUTER_IPV6_LEN, EvMode.SRV6_SRH: proto.OUTER_SRH_LEN}
+INSERT_CHOICES = (0, proto.OUTER_IPV6_LEN, proto.OUTER_SRH_LEN)   # index = HeaderInsert "h"
+MIN_ROCE_FRAME = ETH.size + IPV6.size + UDP.size + proto.BTH.size + proto.ICRC_LEN   # 78
+
+# Byte positions in the (inner) frame.
+POS_ETHERTYPE = ETH.offset("ethertype")[0]                      # 12
+POS_IP = ETH.size                                               # 14
+POS_VERSION = POS_IP + IPV6.offset("version")[0]                # 14
+POS_PLEN = POS_IP + IPV6.offset("payload_length")[0]            # 18
+POS_NH = POS_IP + IPV6.offset("next_header")[0]                 # 20
+POS_UDP = POS_IP + IPV6.size                                    # 54
+POS_SPORT = POS_UDP + UDP.offset("src_port")[0]                 # 54
+POS_DPORT = POS_UDP + UDP.offset("dst_port")[0]                 # 56
+
+
+def _prefix_layout():
+    return data.StructLayout({"h": 2, "prefix": 8 * (POS_IP + proto.OUTER_SRH_LEN)})
+
+
+class EntropyRewrite(wiring.Component):
+    """Stage 1 of :class:`Srv6Encap`: in-place rewrite, ICRC patch, checks.
+
+    A stall-all pipeline of :attr:`depth` registers: every stage moves when the last one is
+    empty or ``m_axis`` takes it. ``ins`` carries, per frame, the bytes :class:`HeaderInsert`
+    puts in (written when the frame's IPv6 payload length has been seen; the FIFO it feeds
+    must have room, or the input waits). ``stats`` pulses once per counted event.
+    """
+
+    def __init__(self, data_width):
+        self.data_width = check_data_width(data_width, minimum=64, maximum=2048,
+                                           power_of_two=True)
+        B = data_width // 8
+        self.k_bits = max(1, (B - 1).bit_length())      # the ICRC's lane in its beat
+        self.crc_latency = (self.k_bits + 1) // 2
+        # Registers: the launch of the ICRC advance, the advance, the output.
+        self.depth = self.crc_latency + 2
+        super().__init__({
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "desc": In(meta_stream(ENCAP_DESC)),
+            "ins": Out(meta_stream(_prefix_layout())),
+            "udp_dport": In(16), "stev_swap": In(1), "max_frame_reg": In(16),
+            "stats": Out(data.StructLayout({n: 1 for n in ENCAP_COUNTERS if n != "bytes"}
+                                           | {"bytes": 16})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.data_width // 8
+        s, d = self.s_axis, self.desc.payload
+
+        # --- stage 0: the accepted beat, rewritten ---------------------------------------
+        # Position in the frame, and the inner header bytes, each from the beat carrying it.
+        accept = Signal()
+        cap = FrameCursor(m, s, accept, header_bytes=MIN_ROCE_FRAME)
+        beat, first = cap.beat, cap.first
+        byte_at, now, field_now = cap.lane, cap.now, cap.field
+        last_valid = Signal()             # the last pipeline stage holds a beat
+        en = ~last_valid | self.m_axis.tready
+
+        # Per-frame values: from the descriptor on the first beat, then held.
+        mode_r = Signal(3)
+        ev_r = Signal(256)
+        ent_r = Signal(32)
+        hdr_r = Signal(128 + 6 + 2 + 8)   # outer_src, dscp, ecn, hop_limit
+        mode = Mux(first, d.mode, mode_r)
+        ev = Mux(first, d.ev, ev_r)
+        ent = Mux(first, d.entropy, ent_r)
+        outer = Mux(first, Cat(d.outer_src, d.dscp, d.ecn, d.hop_limit), hdr_r)
+        outer_src, dscp, ecn, hop_limit = outer[:128], outer[128:134], outer[134:136], \
+            outer[136:144]
+
+        srv6 = (mode == EvMode.SRV6) | (mode == EvMode.SRV6_SRH)
+        e32 = Signal(32)
+        with m.Switch(mode):
+            with m.Case(EvMode.STEV):
+                m.d.comb += e32.eq(ev[224:256])
+            with m.Case(EvMode.UDP):
+                m.d.comb += e32.eq(Cat(ev[240:256], Const(0, 16)))
+            with m.Default():
+                m.d.comb += e32.eq(ent)
+        lo, hi = e32[:proto.STEV_PORT_BITS], e32[proto.STEV_PORT_BITS:]
+        new_port = Mux(self.stev_swap & (mode != EvMode.UDP), hi, lo)
+        new_flow = Mux(self.stev_swap, lo, hi)
+        rewrite_flow = (mode == EvMode.STEV) | srv6
+        rewrite_port = mode != EvMode.PASS
+
+        plen = field_now(POS_PLEN, 2)
+        old_port = field_now(POS_SPORT, 2)
+
+        # In-place rewrites (flow label bits 19:16 zeroed, 15:0 written; UDP source port).
+        out_data = Signal(8 * B)
+        m.d.comb += out_data.eq(s.tdata)
+        fl_hi_pos = POS_VERSION + 1          # byte 15: traffic class low nibble, flow[19:16]
+        writes = [(fl_hi_pos, rewrite_flow, Cat(Const(0, 4), byte_at(fl_hi_pos)[4:])),
+                  (fl_hi_pos + 1, rewrite_flow, new_flow[8:16]),
+                  (fl_hi_pos + 2, rewrite_flow, new_flow[0:8]),
+                  (POS_SPORT, rewrite_port, new_port[8:16]),
+                  (POS_SPORT + 1, rewrite_port, new_port[0:8])]
+        for pos, cond, value in writes:
+            with m.If(cond & (beat == pos // B)):
+                m.d.comb += out_data.word_select(pos % B, 8).eq(value)
+
+        # Per-frame checks, sticky over the frame; a beat carries the value so far.
+        ethertype = field_now(POS_ETHERTYPE, 2)
+        not_roce_now = Signal()
+        nr_r = Signal()
+        # Each check is made on the beat that carries its field's last byte, if it does.
+        here = cap.here
+        m.d.comb += not_roce_now.eq(
+            (here(POS_ETHERTYPE + 1) & (ethertype != proto.ETHERTYPE_IPV6)) |
+            (here(POS_VERSION) & (now(POS_VERSION)[4:] != proto.IPV6_VERSION)) |
+            (here(POS_NH) & (now(POS_NH) != proto.IPPROTO_UDP)) |
+            (here(POS_DPORT + 1) & (field_now(POS_DPORT, 2) != self.udp_dport)))
+        not_roce = Mux(first, 0, nr_r) | not_roce_now
+        bad_in_r = Signal()
+        bad_in = Mux(first, 0, bad_in_r) | s.tuser[0]
+        frame_len = POS_IP + IPV6.size + plen      # by the header
+        # Ended before the smallest RoCEv2 frame: the last beat ends below byte 78.
+        min_beat, min_lane = (MIN_ROCE_FRAME - 1) // B, (MIN_ROCE_FRAME - 1) % B
+        truncated = s.tlast & (_lt(beat, min_beat) | ((beat == min_beat) & ~s.tkeep[min_lane]))
+        too_long = ~_lt(beat, POS_PLEN // B) & (frame_len > self.max_frame_reg)
+
+        # The record HeaderInsert needs, written once the payload length is known.
+        ins_beat = (POS_PLEN + 1) // B
+        h = Signal(2)
+        with m.Switch(mode):
+            for mv, hlen in INSERT_LEN.items():
+                with m.Case(mv):
+                    m.d.comb += h.eq(INSERT_CHOICES.index(hlen))
+        short = s.tlast & _lt(beat, ins_beat)          # ended before its payload length
+        eth_bytes = Cat(*(now(i) for i in range(POS_IP)))
+        srh_on = mode == EvMode.SRV6_SRH
+        outer_hdr = IPV6.assemble({
+            "version": proto.IPV6_VERSION, "dscp": dscp, "ecn": ecn,
+            "flow_label": new_flow,
+            "payload_length": (plen + Mux(srh_on, proto.OUTER_SRH_LEN,
+                                          proto.OUTER_IPV6_LEN))[:16],
+            "next_header": Mux(srh_on, proto.IPPROTO_ROUTING, proto.IPPROTO_IPV6),
+            "hop_limit": hop_limit, "src": outer_src, "dst": ev[128:256],
+        })
+        srh_hdr = SRH.assemble({
+            "next_header": proto.IPPROTO_IPV6, "hdr_ext_len": 2,
+            "routing_type": proto.SRH_ROUTING_TYPE, "segments_left": 1, "last_entry": 0,
+            "segment": ev[0:128],
+        })
+        push = s.tvalid & ((beat == ins_beat) | short)
+        m.d.comb += [
+            self.ins.payload.h.eq(Mux(short, 0, h)),
+            self.ins.payload.prefix.eq(Cat(eth_bytes, outer_hdr, srh_hdr)),
+        ]
+
+        desc_ok = ~first | self.desc.valid
+        # Beats wait while the insert FIFO is full, whether or not they write to it: the
+        # FIFO outlasts the frames in flight, and the handshakes stay shallow.
+        m.d.comb += [
+            accept.eq(s.tvalid & en & desc_ok & self.ins.ready),
+            s.tready.eq(en & desc_ok & self.ins.ready),
+            self.desc.ready.eq(en & first & s.tvalid & self.ins.ready),
+            self.ins.valid.eq(push & en & desc_ok),
+        ]
+        m.d.comb += self.stats.desc_wait.eq(s.tvalid & first & ~self.desc.valid)
+
+        with m.If(accept):
+            with m.If(first):
+                m.d.sync += [mode_r.eq(d.mode), ev_r.eq(d.ev), ent_r.eq(d.entropy),
+                             hdr_r.eq(outer)]
+            m.d.sync += [nr_r.eq(not_roce), bad_in_r.eq(bad_in)]
+
+        # ICRC patch: launched on the beat that carries the UDP source port.
+        # ICRC patch. The change of the port bytes moves the CRC register by S.delta right
+        # after the port; the patch is that state advanced over the zero bytes up to the
+        # ICRC. The advance is done a beat at a time while the frame streams (state `e`, at
+        # the start of each beat after the port's: one fixed 32x32 XOR map per beat), and the
+        # last part, less than a beat, in CrcShiftPipeline, tagged on the beat where the ICRC
+        # starts. So the pipeline is only log2(B)/2 stages deep, whatever the frame length.
+        port_beat = (POS_SPORT + 1) // B
+        n_p = POS_SPORT + 2 - port_beat * B       # port beat bytes up to the port's end
+        delta = Mux(rewrite_port, old_port ^ new_port, 0)
+        m_s = crc.field_matrix(2)
+        m_next = crc.mat_mul(crc.zero_bytes_matrix(B - n_p), m_s)
+        e = Signal(32)
+        with m.If(accept):
+            with m.If(beat == port_beat):
+                m.d.sync += e.eq(crc.gf2_apply(m_next, delta))
+            with m.Else():
+                m.d.sync += e.eq(crc.gf2_apply(crc.zero_bytes_matrix(B), e))
+        # rel = ICRC start - this beat's offset (a register where the ICRC can be).
+        first_icrc_beat = (MIN_ROCE_FRAME - proto.ICRC_LEN) // B
+        rel, rel_ok = length_countdown(m, cap, pos=POS_PLEN,
+                                       bias=POS_IP + IPV6.size - proto.ICRC_LEN,
+                                       first_use_beat=first_icrc_beat)
+        at_port = beat == port_beat
+        icrc_here = rel_ok & (rel >= 0) & (rel < B) & ~_lt(beat, port_beat)
+        launch_v, launch_k, launch_tag = Signal(32), Signal(self.k_bits), Signal()
+        with m.If(en):
+            m.d.sync += [
+                launch_v.eq(Mux(at_port, crc.gf2_apply(m_s, delta), e)),
+                launch_k.eq(Mux(at_port, rel - n_p, rel)[:self.k_bits]),
+                launch_tag.eq(accept & icrc_here),
+            ]
+        m.submodules.shift = shift = crc.CrcShiftPipeline(self.k_bits)
+        m.d.comb += [shift.en.eq(en), shift.v.eq(launch_v), shift.k.eq(launch_k),
+                     shift.tag.eq(launch_tag)]
+
+        # --- stages 1 .. depth: the pipeline ---------------------------------------------
+        # rem: bytes of the frame (by its header) from this beat's first byte on.
+        rem0 = Signal(range(-2 ** 17, 2 ** 17))
+        m.d.comb += rem0.eq(rel + proto.ICRC_LEN)
+        stage0 = {
+            "valid": accept, "data": out_data, "keep": s.tkeep, "last": s.tlast,
+            "bad_in": bad_in, "pass_": mode == EvMode.PASS, "not_roce": not_roce,
+            "truncated": truncated, "too_long": too_long, "rem": rem0, "rem_ok": rel_ok,
+        }
+        stages = register_stages(m, en, stage0, self.depth - 1, "s")
+        pen = stages[-1]           # aligned with the ICRC shift's output
+
+        # Computed on the way into `pen`, from `rem` of the stage before it, so that the
+        # patch itself is shallow: where the ICRC's 4 bytes fall in this beat (one-hot over
+        # lanes -3 .. B-1 of its first byte), and the keep the header's length implies.
+        before = stages[-2]
+        onehot, exp_last, exp_keep = Signal(B + 3), Signal(), Signal(B)
+        with m.If(en):
+            m.d.sync += [onehot[r + 3].eq(before["rem_ok"] &
+                                          (before["rem"] == r + proto.ICRC_LEN))
+                         for r in range(-3, B)]
+            m.d.sync += exp_last.eq(before["rem_ok"] & (before["rem"] > 0) &
+                                    (before["rem"] <= B))
+            m.d.sync += [exp_keep[j].eq(before["rem"] > j) for j in range(B)]
+
+        corr_hold = Signal(32)
+        corr = Mux(shift.out_tag, shift.out, corr_hold)
+        with m.If(en & shift.out_tag):
+            m.d.sync += corr_hold.eq(shift.out)
+        patch = Signal(8 * B)
+        for j in range(B):
+            # Lane j holds ICRC byte i when the ICRC starts at lane j - i.
+            terms = [Mux(onehot[j - i + 3], corr.word_select(i, 8), 0) for i in range(4)]
+            m.d.comb += patch.word_select(j, 8).eq(terms[0] | terms[1] | terms[2] | terms[3])
+
+        # The output register: the pipeline's last stage, with the patch applied on the way.
+        fin = register_stages(m, en, {**pen, "data": pen["data"] ^ Mux(pen["pass_"], 0, patch)},
+                              1, "out")[-1]
+        length_bad = Signal()
+        nbytes = Signal(range(B + 1))
+        with m.If(en):
+            m.d.sync += length_bad.eq(pen["last"] & ~(exp_last & (pen["keep"] == exp_keep)))
+            m.d.sync += nbytes.eq(keep_count(pen["keep"]))
+
+        errors = fin["not_roce"] | fin["truncated"] | fin["too_long"] | length_bad
+        bad = fin["bad_in"] | (~fin["pass_"] & errors)
+        m.d.comb += last_valid.eq(fin["valid"])
+        drive_axis(m, self.m_axis, valid=fin["valid"], data=fin["data"], keep=fin["keep"],
+                   last=fin["last"], user=fin["last"] & bad)
+        moved = fin["valid"] & self.m_axis.tready
+        counted = moved & fin["last"]
+        nonpass = counted & ~fin["pass_"]
+        m.d.comb += [
+            self.stats.frames.eq(counted),
+            self.stats.bytes.eq(Mux(moved, nbytes, 0)),
+            self.stats.in_bad.eq(counted & fin["bad_in"]),
+            self.stats.not_roce.eq(nonpass & fin["not_roce"]),
+            self.stats.truncated.eq(nonpass & fin["truncated"]),
+            self.stats.too_long.eq(nonpass & fin["too_long"] & ~fin["truncated"]),
+            self.stats.length.eq(nonpass & length_bad & ~fin["truncated"]),
+        ]
+        cap.capture()
+        return m
+
+
+class HeaderInsert(wiring.Component):
+    """Stage 2 of :class:`Srv6Encap`: puts 0, 40 or 64 bytes after the Ethernet header.
+
+    Each frame takes one ``ins`` record: ``h`` (index into :data:`INSERT_CHOICES`) and
+    ``prefix``, the output's first ``14 + H`` bytes (Ethernet header, outer IPv6, SRH). The
+    output is the input shifted by H bytes with those first bytes overwritten. With
+    H = q*B + s on a B-byte bus, output beat j takes lanes ``l >= s`` from input beat j - q
+    (the beat it consumes) and lanes ``l < s`` from the beat before (kept in a register); the
+    prefix lanes of the first beats come from a shift register. The possible ``s`` are few (at
+    most 3 per width), so each output lane is a small mux. Output is registered; 1 cycle
+    latency; one output beat per cycle, the first beat of a frame right after the last of the
+    one before.
+    """
+
+    def __init__(self, data_width):
+        self.data_width = check_data_width(data_width, minimum=64, maximum=2048,
+                                           power_of_two=True)
+        super().__init__({
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "ins": In(meta_stream(_prefix_layout())),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.data_width // 8
+        s, ins = self.s_axis, self.ins
+        plen = {h: (POS_IP + n if n else 0) for h, n in enumerate(INSERT_CHOICES)}
+        q = {h: n // B for h, n in enumerate(INSERT_CHOICES)}
+        sh = {h: n % B for h, n in enumerate(INSERT_CHOICES)}
+        jmax = max(max(q.values()), max(-(-p // B) for p in plen.values())) + 1
+
+        j = Signal(range(jmax + 1))
+        flush = Signal()            # the input's last beat spilled: one more output beat
+        h_r = Signal(2)
+        pwidth = max(len(ins.payload.prefix), 8 * B)
+        pfx_r = Signal(pwidth)
+        prev_data, prev_keep, prev_user = Signal(8 * B), Signal(B), Signal()
+        o_valid, o_data, o_keep, o_last, o_user = (Signal(), Signal(8 * B), Signal(B),
+                                                   Signal(), Signal())
+
+        first = (j == 0) & ~flush
+        cur_h = Mux(first, ins.payload.h, h_r)
+        cur_p = Signal(pwidth)
+        m.d.comb += cur_p.eq(Mux(first, ins.payload.prefix, pfx_r))
+
+        need_cur = Signal()
+        pmask = Signal(B)
+        spill = Signal()
+        s_data, s_keep = Signal(8 * B), Signal(B)
+        with m.Switch(cur_h):
+            for h in range(len(INSERT_CHOICES)):
+                with m.Case(h):
+                    m.d.comb += need_cur.eq(~flush & ~_lt(j, q[h]))
+                    # Prefix lanes of beat j, a constant per (h, j).
+                    with m.Switch(j):
+                        for jj in range(jmax + 1):
+                            with m.Case(jj):
+                                lanes = max(0, min(B, plen[h] - jj * B))
+                                m.d.comb += pmask.eq((1 << lanes) - 1)
+                    n = sh[h]
+                    for l in range(B):
+                        if l >= n:      # from the beat being consumed
+                            m.d.comb += [
+                                s_data.word_select(l, 8).eq(s.tdata.word_select(l - n, 8)),
+                                s_keep[l].eq(~flush & s.tkeep[l - n]),
+                            ]
+                        else:           # from the beat before
+                            m.d.comb += [
+                                s_data.word_select(l, 8).eq(
+                                    prev_data.word_select(l - n + B, 8)),
+                                s_keep[l].eq(prev_keep[l - n + B]),
+                            ]
+                    m.d.comb += spill.eq(s.tkeep[B - n] if n else 0)
+
+        out_free = ~o_valid | self.m_axis.tready
+        # A frame starts only once its first beat is here too, so that its prefix does not
+        # run ahead of its data: MACs downstream want frames without holes.
+        emit = out_free & (~first | (ins.valid & s.tvalid)) & (~need_cur | s.tvalid)
+        last = flush | (need_cur & s.tlast & ~spill)
+        data_out, keep_out = Signal(8 * B), Signal(B)
+        for l in range(B):
+            m.d.comb += [
+                data_out.word_select(l, 8).eq(Mux(pmask[l], cur_p.word_select(l, 8),
+                                                  s_data.word_select(l, 8))),
+                keep_out[l].eq(pmask[l] | s_keep[l]),
+            ]
+        m.d.comb += [
+            s.tready.eq(emit & need_cur),
+            ins.ready.eq(emit & first),
+        ]
+        drive_axis(m, self.m_axis, valid=o_valid, data=o_data, keep=o_keep, last=o_last,
+                   user=o_user)
+        with m.If(emit):
+            m.d.sync += [
+                o_valid.eq(1), o_data.eq(data_out), o_keep.eq(keep_out), o_last.eq(last),
+                o_user.eq(Mux(flush, prev_user, need_cur & s.tlast & s.tuser[0] & ~spill)),
+                pfx_r.eq(cur_p >> (8 * B)),
+                h_r.eq(cur_h),
+            ]
+            with m.If(need_cur):
+                m.d.sync += [prev_data.eq(s.tdata), prev_keep.eq(s.tkeep),
+                             prev_user.eq(s.tuser[0])]
+            with m.If(last):
+                m.d.sync += [j.eq(0), flush.eq(0)]
+            with m.Else():
+                m.d.sync += j.eq(Mux(j == jmax, j, j + 1))
+                with m.If(need_cur & s.tlast & spill):
+                    m.d.sync += flush.eq(1)
+        with m.Elif(self.m_axis.tready):
+            m.d.sync += o_valid.eq(0)
+        return m
+
+
+class Srv6Encap(wiring.Component):
+    """See the module docstring: SRv6/STEV/UDP entropy encapsulation, ``srv6-encap``."""
+
+    def __init__(self, data_width=512, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        self.data_width = data_width
+        self.rewrite = EntropyRewrite(data_width)      # checks the parameters
+        self.latency = self.rewrite.depth + 4
+        super().__init__({
+            "s_axis": In(AxiStreamSignature(data_width)),
+            "m_axis": Out(AxiStreamSignature(data_width)),
+            "desc": In(meta_stream(ENCAP_DESC)),
+            "s_axil": In(AxiLiteSignature(ENCAP_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rewrite = rw = self.rewrite
+        m.submodules.insert = ins = HeaderInsert(self.data_width)
+        skid_chain(m, self.s_axis, [rw, ins], self.m_axis)
+        m.submodules.desc_skid = desc_skid = MetaSkidBuffer(ENCAP_DESC)
+        wiring.connect(m, wiring.flipped(self.desc), desc_skid.i)
+        wiring.connect(m, desc_skid.o, rw.desc)
+        m.submodules.csr = csr = CsrBlock(ENCAP_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        # Records for frames inside the rewrite pipeline: at most one per stage, plus slack.
+        stream_fifo(m, "ins_fifo", rw.ins, ins.ins, rw.depth + 4)
+
+        f = csr.fields
+        m.d.comb += [
+            rw.udp_dport.eq(f["config"]["udp_dport"]),
+            rw.stev_swap.eq(f["config"]["stev_swap"]),
+            rw.max_frame_reg.eq(f["max_frame"]["bytes"]),
+        ]
+        event_counters(m, f, rw.stats, ENCAP_COUNTERS, f["control"]["clear"],
+                       width=self.counter_width)
+        return m
+
+

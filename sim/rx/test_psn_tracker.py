@@ -1,0 +1,412 @@
+"""PsnTracker on Amaranth's simulator, matched record for record against the model."""
+
+import random
+
+import pytest
+from amaranth.asserts import AnyConst
+from amaranth.hdl import Assert, Assume, Module, Signal
+from amaranth.lib import wiring
+
+from mrcnic.base import proto
+from mrcnic.flow.formal import prove_not_vacuous
+from mrcnic.base.records import ACK_DESC, COMPLETION, PKT_IN, VERDICT, Verdict
+from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.model import packet as pk
+from mrcnic.model.rx.psn_tracker import PsnTrackerModel, random_arrivals
+from mrcnic.base.proto import Opcode
+from mrcnic.rx.psn_tracker import TRACKER_REGS, PsnTracker
+from testkit.axil import AxiLiteSimMaster
+from testkit.simtools import run, seeded, soak
+from testkit.streams import MetaSink
+
+
+def fields(layout, value):
+    return {name: (value >> f.offset) & ((1 << f.width) - 1) for name, f in layout}
+
+
+def data_packet(qp, psn, opcode=Opcode.WRITE_MIDDLE, **kw):
+    rec = dict.fromkeys((name for name, _ in PKT_IN), 0)
+    rec.update(qp=qp, psn=psn, opcode=int(opcode), length=1024)
+    rec.update(kw)
+    return rec
+
+
+class Source:
+    """Feeds PKT_IN records (None = one idle cycle) once ``go`` is set, and records the cycle
+    of each handshake, counted from the start like the sinks' cycles."""
+
+    def __init__(self, port, records, rng=None, idle=0.0):
+        self.port, self.records, self.rng, self.idle = port, records, rng, idle
+        self.cycles = []
+        self.go = self.done = False
+
+    async def run(self, ctx):
+        cycle = 0
+        while not self.go:
+            await ctx.tick()
+            cycle += 1
+        for rec in self.records:
+            while rec is None or (self.idle and self.rng.random() < self.idle):
+                ctx.set(self.port.valid, 0)
+                await ctx.tick()
+                cycle += 1
+                if rec is None:
+                    break
+            if rec is None:
+                continue
+            ctx.set(self.port.payload, rec)
+            ctx.set(self.port.valid, 1)
+            while True:
+                _, _, ready = await ctx.tick().sample(self.port.ready)
+                cycle += 1
+                if ready:
+                    self.cycles.append(cycle - 1)
+                    break
+        ctx.set(self.port.valid, 0)
+        self.done = True
+
+
+def run_tracker(records, *, qps=4, mpr_max=8, max_wimm_dest=8, sack_every=8, rng=None,
+                idle=0.0, backpressure=0.0, setup=None, max_cycles=None, window_chunks=3):
+    """Run ``records`` through a PsnTracker; returns (verdicts, acks, completions, source,
+    sinks, registers read at the end)."""
+    rng = rng or random.Random(0)
+    dut = PsnTracker(qps, mpr_max, max_wimm_dest, window_chunks)
+    n = len([r for r in records if r is not None])
+    model = PsnTrackerModel(qps, mpr_max, max_wimm_dest, sack_every)
+    if setup:
+        for action, args in setup:
+            getattr(model, action)(*args)
+    want = [model.packet(r) for r in records if r is not None]
+    n_ack = sum(1 for _, a, _ in want if a is not None)
+    n_cpl = sum(len(c) for _, _, c in want)
+    limit = max_cycles or 40 * n + 2000
+    src = Source(dut.pkt, records, rng, idle)
+    sinks = {name: MetaSink(getattr(dut, name), count, rng=rng, backpressure=backpressure,
+                            max_cycles=limit)
+             for name, count in (("verdict", n), ("ack", n_ack), ("cpl", n_cpl))}
+    regs_out = {}
+
+    async def driver(ctx):
+        master = AxiLiteSimMaster(ctx, dut.s_axil)
+        regs = RegisterDriver(TRACKER_REGS, master.read, master.write)
+        await regs.write_fields("config", sack_every=sack_every)
+        for action, args in setup or ():
+            while (await regs.read_fields("status"))["busy"]:
+                pass
+            await regs.write_fields("qp_select", qp=args[0])
+            if action == "open":
+                start = args[1] if len(args) > 1 else 0
+                mpr = args[2] if len(args) > 2 else 0
+                await regs.write_fields("qp_start", psn=start)
+                await regs.write_fields("qp_mpr", mpr=mpr)
+                await regs.write_fields("qp_command", open=1)
+            else:
+                await regs.write_fields("qp_command", close=1)
+            while (await regs.read_fields("status"))["busy"]:
+                pass
+        src.go = True
+        while not src.done or not all(len(s.records) == s.count for s in sinks.values()):
+            await ctx.tick()
+        await ctx.tick().repeat(4)
+        for reg in TRACKER_REGS:
+            regs_out[reg.name] = await regs.read_fields(reg.name)
+
+    run(dut, driver, src.run, *(s.run for s in sinks.values()))
+    got = {name: [fields(layout, v) for v in sinks[name].records]
+           for name, layout in (("verdict", VERDICT), ("ack", ACK_DESC), ("cpl", COMPLETION))}
+    return want, got, src, sinks, regs_out, model
+
+
+def check(want, got, model, regs):
+    verdicts = [w[0] for w in want]
+    acks = [w[1] for w in want if w[1] is not None]
+    cpls = [c for w in want for c in w[2]]
+    for i, (w, g) in enumerate(zip(verdicts, got["verdict"])):
+        assert g == w, f"verdict {i}: {g} != {w}"
+    for i, (w, g) in enumerate(zip(acks, got["ack"])):
+        assert g == w, f"ack {i}: {g} != {w} (differ: " \
+                       f"{ {k: (g[k], w[k]) for k in w if g[k] != w[k]} })"
+    assert got["cpl"] == cpls
+    for name, count in model.counts.items():
+        assert regs[name]["count"] == count, f"counter {name}"
+
+
+def test_spec_worked_example():
+    """PSNs 0..11 sent, 5 and 8 lost: CACK 4, SACK_BASE 5, bitmap 0,1,1,0,1,1,1."""
+    recs = [data_packet(0, p, ack_req=int(p == 11)) for p in range(12) if p not in (5, 8)]
+    want, got, *_ = run_tracker(recs, qps=1, sack_every=0)
+    last = got["ack"][-1]
+    assert last["cack"] == 4 and last["sack_offset"] == 1
+    assert [last["bitmap"] >> i & 1 for i in range(7)] == [0, 1, 1, 0, 1, 1, 1]
+    assert last["ack_psn_offset"] == 7
+    frame = pk.encode(pk.sack_packet(0, last["cack"], last["bitmap"],
+                                     sack_offset=last["sack_offset"]))
+    assert pk.sack_psns(pk.decode(frame).seth) == [6, 7, 9, 10, 11]
+    assert got["ack"] == [w[1] for w in want if w[1] is not None]
+
+
+@pytest.mark.parametrize("qps,mpr_max,wimm,chunks", [
+    (4, 8, 8, 3), (1, 1, 2, 3), (5, 2, 3, 3), (3, 16, 4, 3),
+    (2, 1, 2, 2), (3, 4, 3, 2)])
+def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, mpr_max, wimm, chunks):
+    rng = seeded()
+    recs = random_arrivals(rng, soak(700), qps=qps, spread=min(60, mpr_max * 128 // 5))
+    want, got, src, sinks, regs, model = run_tracker(
+        recs, qps=qps, mpr_max=mpr_max, max_wimm_dest=wimm, sack_every=rng.choice([0, 1, 4, 8]),
+        rng=rng, idle=0.2, backpressure=0.3, window_chunks=chunks)
+    check(want, got, model, regs)
+    # Refused completions are never resent by this open-loop traffic, so a small store
+    # stalls the window; placement must still be exercised.
+    assert model.counts.get("place", 0) > len(recs) // 6
+
+
+def test_psn_wrap_and_qp_commands():
+    rng = seeded()
+    start = {0: 0xFFFF80, 1: 0xFFFFFF, 2: 5}
+    recs = random_arrivals(rng, soak(500), qp_list=[0, 1, 2], qps=4, start=start, spread=30,
+                           imm=0.1)
+    setup = [("open", (0, 0xFFFF80)), ("open", (1, 0xFFFFFF, 2)), ("open", (2, 5, 1)),
+             ("close", (3,))]
+    recs += [data_packet(3, 0)]
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=4, setup=setup, rng=rng,
+                                                     idle=0.1, backpressure=0.1)
+    check(want, got, model, regs)
+    assert got["verdict"][-1]["verdict"] == Verdict.NO_QP
+    assert any(v["qp"] == 0 and v["psn"] < 0x1000 and v["verdict"] == Verdict.PLACE
+               for v in got["verdict"]), "QP 0 never placed a PSN past the wrap"
+
+
+def test_bad_commands_are_refused():
+    got_regs = {}
+    dut = PsnTracker(4, 4, 2)
+
+    async def tb(ctx):
+        master = AxiLiteSimMaster(ctx, dut.s_axil)
+        regs = RegisterDriver(TRACKER_REGS, master.read, master.write)
+        await regs.write_fields("qp_command", close=1)       # during the reset sweep
+        got_regs["sweep"] = await regs.read_fields("error")
+        await regs.write_fields("error", busy=1)
+        while (await regs.read_fields("status"))["busy"]:
+            pass
+        await regs.write_fields("qp_select", qp=4)
+        await regs.write_fields("qp_command", open=1)
+        got_regs["a"] = await regs.read_fields("error")
+        await regs.write_fields("error", bad_qp=1)
+        await regs.write_fields("qp_select", qp=1)
+        await regs.write_fields("qp_mpr", mpr=5)
+        await regs.write_fields("qp_command", open=1)
+        got_regs["b"] = await regs.read_fields("error")
+        got_regs["busy"] = await regs.read_fields("status")
+
+    run(dut, tb)
+    assert got_regs["a"] == {"bad_qp": 1, "bad_mpr": 0, "busy": 0}
+    assert got_regs["b"] == {"bad_qp": 0, "bad_mpr": 1, "busy": 0}
+    assert got_regs["busy"]["busy"] == 0
+    assert got_regs["sweep"]["busy"] == 1
+
+
+def test_one_qp_streams_one_packet_per_cycle():
+    n = 600
+    recs = [data_packet(0, p) for p in range(n)]
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=2)
+    check(want, got, model, regs)
+    assert src.cycles[-1] - src.cycles[0] == n - 1, "bubbles between back-to-back packets"
+    vc = sinks["verdict"].cycles
+    assert vc[-1] - vc[0] == n - 1
+    latency = vc[0] - src.cycles[0]
+    print(f"latency: record accepted to verdict out: {latency} cycles")
+    assert latency == PsnTracker.latency
+    assert sinks["ack"].cycles[0] - src.cycles[7] == PsnTracker.latency     # 8th: sack_every
+
+
+def test_random_qps_and_permutations_within_the_window():
+    """Throughput with reordering: every PSN of a 1024 window in a random order, on random
+    QPs, no idle input. Reports packets per cycle."""
+    rng = seeded()
+    recs = []
+    base = {q: 0 for q in range(4)}
+    for _ in range(soak(2)):
+        for q in range(4):
+            block = [base[q] + i for i in range(256)]
+            rng.shuffle(block)
+            recs += [data_packet(q, p) for p in block]
+            base[q] += 256
+    rng.shuffle(recs)       # QPs interleaved; each QP's PSNs within 1024 of each other
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=4, sack_every=16)
+    check(want, got, model, regs)
+    span = src.cycles[-1] - src.cycles[0] + 1
+    rate = len(recs) / span
+    print(f"packets per cycle, random permutations on 4 QPs: {rate:.3f} "
+          f"({regs['continuations']['count']} continuations)")
+    assert rate > 0.95
+
+
+@pytest.mark.parametrize("sack_every", [0, 1, 4, 8, 16])
+def test_sacks_per_data_packet_with_coalescing(sack_every):
+    """SACK descriptors per placed packet: in PSN order with no A bit, exactly one per
+    `sack_every` packets (none with 0); with the same PSNs sprayed (random order within
+    blocks of 64), more, since each new hole asks for one (except with `sack_every` 1,
+    where every packet has its SACK already). Reports both."""
+    n = 256
+    rng = seeded()
+    figures = {}
+    for order in ("in order", "sprayed"):
+        psns = list(range(n))
+        if order == "sprayed":
+            for i in range(0, n, 64):
+                block = psns[i:i + 64]
+                rng.shuffle(block)
+                psns[i:i + 64] = block
+        recs = [data_packet(0, p) for p in psns]
+        want, got, src, sinks, regs, model = run_tracker(recs, qps=1, sack_every=sack_every)
+        check(want, got, model, regs)
+        figures[order] = regs["sacks"]["count"] / regs["place"]["count"]
+    print(f"SACKs per data packet, sack_every={sack_every}: in order "
+          f"{figures['in order']:.3f}, sprayed in blocks of 64 {figures['sprayed']:.3f}")
+    assert figures["in order"] == (n // sack_every / n if sack_every else 0)
+    if sack_every == 1:
+        assert figures["sprayed"] == 1          # every placed packet SACKed either way
+    else:
+        assert figures["sprayed"] > figures["in order"]
+
+
+@pytest.mark.parametrize("chunks", [3, 2])
+def test_cack_runs_over_a_filled_hole_fast(chunks):
+    """PSNs 1..1000 arrive, then 0: CACK jumps by 1001. Measures PSNs per cycle of advance."""
+    recs = [data_packet(0, p) for p in range(1, 1001)] + [data_packet(0, 0, ack_req=1)]
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=1, sack_every=0,
+                                                     window_chunks=chunks)
+    check(want, got, model, regs)
+    assert got["ack"][-1]["cack"] == 1000
+    vcycle = sinks["verdict"].cycles[-1]
+    acycle = sinks["ack"].cycles[-1]
+    # The SACK for PSN 0 comes once the whole run is acknowledged.
+    extra = acycle - vcycle
+    rate = 1001 / max(1, extra + 1)
+    print(f"CACK advance, window of {chunks} chunks: 1001 PSNs, SACK {extra} cycles after "
+          f"the verdict "
+          f"({regs['continuations']['count']} continuations): {rate:.0f} PSNs per cycle")
+    assert rate >= 64
+
+
+@pytest.mark.parametrize("mpr_max,chunks", [(1, 3), (2, 3), (4, 3), (1, 2), (2, 2), (4, 2)])
+def test_a_full_window_filled_by_its_first_psn(mpr_max, chunks):
+    """Every PSN of the window but the first arrives, then the first: CACK runs to the
+    window's end and stops there. With a ring shorter than the window read (mpr_max 1 or
+    2), the window's later laps alias the packet's own position, which must read "not
+    arrived" in the search and in the SACK bitmap. A receive window longer than the
+    window read takes continuations."""
+    ring = mpr_max * 128
+    recs = [data_packet(0, p) for p in range(1, ring)]
+    recs += [data_packet(0, 0, ack_req=1), data_packet(0, ring, ack_req=1)]
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=1, mpr_max=mpr_max,
+                                                     sack_every=0, window_chunks=chunks)
+    check(want, got, model, regs)
+    first, last = got["ack"][-2:]
+    assert (first["cack"], first["bitmap"]) == (ring - 1, 0)
+    assert (last["cack"], last["bitmap"]) == (ring, 0)
+
+
+def test_completions_wait_for_cack_and_leave_in_order():
+    # Three single-packet messages with immediate, PSNs 1, 2, 3 arrive before 0.
+    recs = [data_packet(0, p, Opcode.WRITE_ONLY_IMM, imm=100 + p, tag=p) for p in (3, 1, 2)]
+    recs += [data_packet(0, 0, Opcode.WRITE_ONLY_IMM, imm=100, tag=0)]
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=1)
+    check(want, got, model, regs)
+    assert [c["psn"] for c in got["cpl"]] == [0, 1, 2, 3]
+
+
+def test_full_completion_store_refuses_but_never_deadlocks():
+    """With 2 completions held (PSNs 2, 3), 4 and 5 are refused; 1, at CACK + 1, is not."""
+    recs = [data_packet(0, 0, Opcode.WRITE_ONLY)]
+    recs += [data_packet(0, p, Opcode.WRITE_ONLY_IMM, imm=p) for p in range(2, 6)]
+    recs += [data_packet(0, 1, Opcode.WRITE_ONLY_IMM, imm=1)]
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=1, max_wimm_dest=2)
+    check(want, got, model, regs)
+    assert [v["verdict"] for v in got["verdict"]] == [
+        Verdict.PLACE, Verdict.PLACE, Verdict.PLACE, Verdict.NO_RESOURCE,
+        Verdict.NO_RESOURCE, Verdict.PLACE]
+    assert [c["psn"] for c in got["cpl"]] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"qps": 0}, "qps"), ({"qps": 70000}, "qps"), ({"mpr_max": 3}, "mpr_max"),
+    ({"mpr_max": 128}, "mpr_max"), ({"max_wimm_dest": 0}, "max_wimm_dest"),
+    ({"window_chunks": 1}, "window_chunks"), ({"window_chunks": 4}, "window_chunks"),
+])
+def test_bad_parameters_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PsnTracker(**kwargs)
+
+
+class CackNeverPassesAHole(wiring.Component):
+    """PsnTracker with the check: a SACK whose CACK is at or past PSN ``x`` (any constant)
+    leaves only after a packet with PSN ``x`` was placed (its PLACE verdict seen; the
+    verdict stream is always taken, so a verdict never trails its SACK). With
+    ``claim_unreachable``, it asserts instead that no SACK ever reports CACK >= 1: that one
+    must fail, which shows the first is not vacuous within the depth."""
+
+    def __init__(self, claim_unreachable=False):
+        self.dut = PsnTracker(1, 1, 1)
+        self.claim_unreachable = claim_unreachable
+        super().__init__(self.dut.signature)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        for name in ("pkt", "s_axil"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(dut, name))
+        for name in ("verdict", "ack", "cpl"):
+            wiring.connect(m, getattr(dut, name), wiring.flipped(getattr(self, name)))
+        x = AnyConst(proto.PSN_BITS)
+        placed = Signal()
+        v = self.verdict
+        with m.If(v.valid & v.ready & (v.payload.psn == x) &
+                  (v.payload.verdict == Verdict.PLACE)):
+            m.d.sync += placed.eq(1)
+        m.d.comb += Assume(v.ready)
+        a = self.ack
+        # From reset CACK is 2^24 - 1; within the depth it cannot wrap back, so "at or past
+        # x" is cack >= x with cack below 2^23.
+        passed = a.valid & ~a.payload.nack & (a.payload.cack < (1 << 23)) & \
+            (a.payload.cack >= x)
+        if self.claim_unreachable:
+            m.d.comb += Assert(~(a.valid & (a.payload.cack >= 1) & (a.payload.cack < 100)))
+        else:
+            with m.If(passed):
+                m.d.comb += Assert(placed | (v.valid & (v.payload.psn == x) &
+                                             (v.payload.verdict == Verdict.PLACE)))
+        return m
+
+
+# Depth 9 (about 40 s): reset sweep, then up to four packets through to their SACKs. Each
+# further cycle costs about four times the last; make soak runs depth 11.
+@pytest.mark.formal
+@pytest.mark.parametrize("depth", [9, pytest.param(11, marks=pytest.mark.soak)])
+def test_formal_cack_never_passes_a_psn_that_has_not_arrived(tmp_path, depth):
+    prove_not_vacuous(CackNeverPassesAHole, "psn_tracker_cack", depth, tmp_path)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 384])
+def test_first_set_finds_the_lowest_set_bit(n):
+    from amaranth.sim import Simulator
+    from mrcnic.base.gates import first_set
+    rng = seeded()
+    vec = Signal(n)
+    found, index = first_set(vec)
+    m = Module()
+    f, i = Signal(), Signal(max(1, len(index)))
+    m.d.comb += [f.eq(found), i.eq(index)]
+
+    async def tb(ctx):
+        for _ in range(300):
+            x = rng.getrandbits(n) & rng.getrandbits(n) & rng.getrandbits(n)
+            ctx.set(vec, x)
+            assert ctx.get(f) == (x != 0)
+            if x:
+                assert ctx.get(i) == (x & -x).bit_length() - 1
+
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
