@@ -10,7 +10,7 @@ them on its AXI4-Lite master port after reset.
 
 Operations (:data:`OP_WRITE`, :data:`OP_POLL`): ``(OP_WRITE, addr, data)`` writes a word;
 ``(OP_POLL, addr, mask)`` reads the word until ``word & mask`` is 0 (a busy flag that
-:meth:`~mrcnic.base.csr.regs.RegisterDriver.wait_clear` waits for). The recorder can only answer
+:meth:`~mrcnic.host.driver.RegisterDriver.wait_clear` waits for). The recorder can only answer
 what does not depend on the hardware's state: a read of anything but the directories,
 rw fields and the read-only values it was given is an error, so a script never depends
 on a value guessed at elaboration.
@@ -31,7 +31,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
-from mrcnic.base.csr.regs import RESP_OKAY, AxiLiteSignature, CsrError
+from mrcnic.base.csr import RESP_OKAY, AxiLiteSignature, CsrError
 from mrcnic.base.csr.bus import CsrBus
 
 __all__ = ["CsrScript", "ScriptRecorder", "OP_WRITE", "OP_POLL", "record"]
@@ -113,7 +113,7 @@ class ScriptRecorder:
 
 class _Read:
     """The recorder's read coroutine; it also carries ``poll`` (see
-    :meth:`~mrcnic.base.csr.regs.RegisterDriver.wait_clear`)."""
+    :meth:`~mrcnic.host.driver.RegisterDriver.wait_clear`)."""
 
     def __init__(self, recorder):
         self.poll = recorder.poll

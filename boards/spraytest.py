@@ -5,11 +5,11 @@ remover, every byte checked.
 Operation
     1. After reset a :class:`~mrcnic.boards.csr_script.CsrScript` loads the path selector: one
        SRv6 profile of ``ev_count`` EVs (EV ``e`` is the address
-       :func:`~mrcnic.model.spray.ev_address`, on plane ``e mod planes``), every QP on it
+       :func:`~mrcnic.boards.spray_frame.ev_address`, on plane ``e mod planes``), every QP on it
        (:func:`bring_up`, the same :func:`~mrcnic.host.bringup.bring_up_selector` as the NIC's).
     2. :class:`SprayGen` asks the path selector for a path for QP 0, 1, ... in turn, one
        request a cycle while there is room; each answer becomes the next frame
-       (:mod:`mrcnic.model.spray`: sequence number ``seq``, the QP), sent through a
+       (:mod:`mrcnic.boards.spray_frame`: sequence number ``seq``, the QP), sent through a
        :class:`~mrcnic.tx.srv6_encap.Srv6Encap` in SRV6 mode with the answer's expanded EV and entropy,
        to the plane the answer names. An answer with no usable EV (every plane failed) is
        counted (``stall``) and makes no frame.
@@ -60,7 +60,7 @@ from mrcnic.host.bringup import bring_up_selector, find_blocks
 from mrcnic.boards.console import Console
 from mrcnic.base.csr.bus import CsrBus
 from mrcnic.boards.csr_script import CsrScript, record
-from mrcnic.model import spray
+from mrcnic.boards import spray_frame as spray
 from mrcnic.tx.path_selector import SELECTOR_REGS, PathSelector
 from mrcnic.base.records import REQUEST, response_layout, DECAP_META
 from mrcnic.boards.plane_loop import PlaneLoop
@@ -87,7 +87,7 @@ def _template(payload):
 def _frame_beat(m, beat, seq, qp, payload, data_width, name):
     """The beat ``beat`` of spray frame ``seq`` of QP ``qp`` (UDP source port 0, ICRC 0),
     as a signal: header bytes from the template, with ``seq`` and ``qp`` in place, then the
-    payload's byte pattern (:mod:`mrcnic.model.spray`)."""
+    payload's byte pattern (:mod:`mrcnic.boards.spray_frame`)."""
     B = data_width // 8
     n = spray.frame_len(payload)
     head = _template(payload)

@@ -15,7 +15,8 @@ from mrcnic.base.records import COMPLETION, PLACE
 from testkit.axil import AxiLiteSimMaster
 from testkit.nic_host import EVS, PMTU_LOG2, Host, as_dict, check_delivery, random_wrs
 from testkit.simtools import seeded
-from testkit.streams import AxisSink, MetaSink, frame_to_beats
+from testkit.streams import AxisSink, frame_to_beats
+from testkit.meta import MetaSink
 
 PLANES = 4
 MAC, IP = 0x02_00_00_00_00_01, 0xFD00 << 112 | 1

@@ -9,7 +9,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.base.csr.regs import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap
+from mrcnic.base.csr import AxiLiteSignature, CsrBlock, Field, Register, RegisterMap
 
 ID_VALUE = 0x4D524331
 

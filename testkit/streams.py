@@ -2,8 +2,9 @@
 
 ``AxisSource`` sends frames (``bytes``) beat by beat with seeded random idle cycles,
 ``AxisSink`` collects frames with seeded random backpressure and records the cycle of every
-accepted beat, so tests can count bubbles. ``MetaSource``/``MetaSink`` do the same for
-``lib.stream`` records. Each is one async testbench: ``run(dut, src.run, sink.run, ...)``.
+accepted beat, so tests can count bubbles. Each is one async testbench:
+``run(dut, src.run, sink.run, ...)``. The metadata-stream pair, for both simulators, is
+:mod:`testkit.meta`.
 
 A protocol check rides along in every sink: once ``valid`` is high it must stay high with the
 payload unchanged until ``ready`` takes it (AXI-Stream's rule), or the sink raises. Every
@@ -122,59 +123,8 @@ class AxisSink:
         ctx.set(p.tready, 0)
 
 
-class MetaSource:
-    def __init__(self, port, records, *, rng=None, idle=0.0):
-        self.port, self.records = port, list(records)
-        self.rng, self.idle = rng or random.Random(0), idle
-        self.junk = _junk_rng(self.rng)
-
-    def _idle(self, ctx):
-        payload = self.port.payload
-        payload = payload.as_value() if hasattr(payload, "as_value") else payload
-        ctx.set(self.port.valid, 0)
-        ctx.set(payload, self.junk.getrandbits(len(payload)))
-
-    async def run(self, ctx):
-        self._idle(ctx)
-        for rec in self.records:
-            while self.idle and self.rng.random() < self.idle:
-                self._idle(ctx)
-                await ctx.tick()
-            ctx.set(self.port.payload, rec)
-            ctx.set(self.port.valid, 1)
-            await ctx.tick().until(self.port.ready)
-        self._idle(ctx)
 
 
-class MetaSink:
-    def __init__(self, port, count, *, rng=None, backpressure=0.0, max_cycles=100_000):
-        self.port, self.count = port, count
-        self.rng, self.backpressure = rng or random.Random(0), backpressure
-        self.max_cycles = max_cycles
-        self.records = []
-        self.cycles = []
-
-    async def run(self, ctx):
-        held, cycle = None, 0
-        while len(self.records) < self.count:
-            if cycle >= self.max_cycles:
-                raise AssertionError(f"sink: {len(self.records)}/{self.count} records after "
-                                     f"{cycle} cycles")
-            ready = not (self.backpressure and self.rng.random() < self.backpressure)
-            ctx.set(self.port.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(self.port.valid,
-                                                            self.port.payload.as_value())
-            if held is not None and (not valid or payload != held):
-                raise AssertionError(f"cycle {cycle}: valid dropped or payload changed "
-                                     f"before ready")
-            if valid and ready:
-                self.records.append(payload)
-                self.cycles.append(cycle)
-                held = None
-            elif valid:
-                held = payload
-            cycle += 1
-        ctx.set(self.port.ready, 0)
 
 
 def handshake_watcher(port, cycles, done):

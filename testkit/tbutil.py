@@ -15,7 +15,7 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink,
                            AxiStreamSource)
 
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 
 
 def params():
@@ -93,61 +93,5 @@ class BeatCounter:
             self.cycle += 1
 
 
-class MetaSource:
-    """Drives a metadata stream ``<prefix>_<field>``/``_valid``/``_ready`` from dicts, with an
-    optional pause generator (True = hold valid low this cycle)."""
-
-    def __init__(self, dut, prefix, fields, clk):
-        self.dut, self.prefix, self.fields, self.clk = dut, prefix, list(fields), clk
-        self.queue = []
-        self.pause = None
-        self.sent = 0
-        getattr(dut, f"{prefix}_valid").value = 0
-        cocotb.start_soon(self._run())
-
-    def set_pause_generator(self, gen):
-        self.pause = gen
-
-    def send_nowait(self, record):
-        self.queue.append(record)
-
-    async def _run(self):
-        valid = getattr(self.dut, f"{self.prefix}_valid")
-        ready = getattr(self.dut, f"{self.prefix}_ready")
-        driving = False     # what we drive; a write is only seen in the next time step
-        while True:
-            await RisingEdge(self.clk)
-            if driving and ready.value == 1:
-                self.sent += 1
-                self.queue.pop(0)
-                driving = False
-            if not driving and self.queue and not (self.pause and next(self.pause)):
-                for name in self.fields:
-                    getattr(self.dut, f"{self.prefix}_{name}").value = self.queue[0][name]
-                driving = True
-            valid.value = int(driving)
 
 
-class MetaSink:
-    """Collects a metadata stream ``<prefix>_<field>``/``_valid``/``_ready`` as dicts (one key
-    per field), with an optional pause generator (True = hold ready low this cycle)."""
-
-    def __init__(self, dut, prefix, fields, clk):
-        self.dut, self.prefix, self.fields, self.clk = dut, prefix, list(fields), clk
-        self.records = []
-        self.pause = None
-        cocotb.start_soon(self._run())
-
-    def set_pause_generator(self, gen):
-        self.pause = gen
-
-    async def _run(self):
-        valid = getattr(self.dut, f"{self.prefix}_valid")
-        ready = getattr(self.dut, f"{self.prefix}_ready")
-        while True:
-            r = not (self.pause and next(self.pause))
-            ready.value = int(r)
-            await RisingEdge(self.clk)
-            if r and valid.value == 1:
-                self.records.append({n: int(getattr(self.dut, f"{self.prefix}_{n}").value)
-                                     for n in self.fields})

@@ -1,4 +1,4 @@
-"""cocotb test of an mrcnic.base.csr.regs register block through cocotbext-axi's AXI4-Lite master,
+"""cocotb test of a register block (mrcnic.base.csr) through cocotbext-axi's AXI4-Lite master,
 with the project's RegisterDriver on top, as a user's software would drive it."""
 
 import random

@@ -20,7 +20,8 @@ from mrcnic.base.records import ACK_DESC, ack_desc_fields, NAK
 from mrcnic.rx.ack_generator import ACK_REGS, LATENCY
 from mrcnic.model import packet as pk
 from mrcnic.model.rx import ack_generator as ack_model
-from testkit.tbutil import TB, BeatCounter, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSource
 
 FRAME_LEN = {0: 114, 1: 98, 2: 82}   # SACK, NACK, AETH NAK: written out here, not taken
                                      # from the block
@@ -104,8 +105,8 @@ class AckTB(TB):
         self.B = self.params["data_width"] // 8
         self.qps = self.params["qps"]
         self.sink = self.axis_sink()
-        self.desc = MetaSource(dut, "desc", [n for n, _ in ACK_DESC], dut.clk)
-        self.nak = MetaSource(dut, "nak", [n for n, _ in NAK], dut.clk)
+        self.desc = MetaSource.cocotb(dut, "desc", [n for n, _ in ACK_DESC], dut.clk)
+        self.nak = MetaSource.cocotb(dut, "nak", [n for n, _ in NAK], dut.clk)
         self.axil, self.regs = self.registers(ACK_REGS)
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)
         self.desc_taken = BeatCounter(dut.clk, dut.desc_valid, dut.desc_ready)

@@ -13,16 +13,17 @@ from mrcnic.rx.memory_protect import MP_COUNTERS, MP_OUT, MP_REGS, table_op
 from mrcnic.model.rx.memory_protect import (MemoryProtectModel, apply_op, random_records,
                                          random_setup)
 from mrcnic.base.records import NAK, RX_PKT
-from testkit.tbutil import TB, BeatCounter, MetaSink, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSource, MetaSink
 
 
 class ProtectTB(TB):
     def __init__(self, dut):
         super().__init__(dut)
         self.regions, self.qps = self.params["regions"], self.params["qps"]
-        self.source = MetaSource(dut, "pkt", [n for n, _ in RX_PKT], dut.clk)
-        self.out = MetaSink(dut, "out", [n for n, _ in MP_OUT], dut.clk)
-        self.nak = MetaSink(dut, "nak", [n for n, _ in NAK], dut.clk)
+        self.source = MetaSource.cocotb(dut, "pkt", [n for n, _ in RX_PKT], dut.clk)
+        self.out = MetaSink.cocotb(dut, "out", [n for n, _ in MP_OUT], dut.clk)
+        self.nak = MetaSink.cocotb(dut, "nak", [n for n, _ in NAK], dut.clk)
         self.axil, self.regs = self.registers(MP_REGS)
         self.accepted = BeatCounter(dut.clk, dut.pkt_valid, dut.pkt_ready)
         self.model = MemoryProtectModel(self.regions, self.qps)

@@ -10,7 +10,8 @@ from cocotb.triggers import RisingEdge
 from mrcnic.base.records import ACK_DESC, COMPLETION, PKT_IN, VERDICT
 from mrcnic.model.rx.psn_tracker import PsnTrackerModel, random_arrivals
 from mrcnic.rx.psn_tracker import TRACKER_REGS
-from testkit.tbutil import TB, BeatCounter, MetaSink, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSource, MetaSink
 
 OUTPUTS = (("verdict", VERDICT), ("ack", ACK_DESC), ("cpl", COMPLETION))
 
@@ -20,8 +21,8 @@ class TrackerTB(TB):
         super().__init__(dut)
         p = self.params
         self.qps, self.mpr_max, self.wimm = p["qps"], p["mpr_max"], p["max_wimm_dest"]
-        self.source = MetaSource(dut, "pkt", [n for n, _ in PKT_IN], dut.clk)
-        self.sinks = {name: MetaSink(dut, name, [n for n, _ in layout], dut.clk)
+        self.source = MetaSource.cocotb(dut, "pkt", [n for n, _ in PKT_IN], dut.clk)
+        self.sinks = {name: MetaSink.cocotb(dut, name, [n for n, _ in layout], dut.clk)
                       for name, layout in OUTPUTS}
         self.axil, self.regs = self.registers(TRACKER_REGS)
         self.accepted = BeatCounter(dut.clk, dut.pkt_valid, dut.pkt_ready)

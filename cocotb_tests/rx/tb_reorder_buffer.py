@@ -12,7 +12,8 @@ from cocotbext.axi import AxiStreamFrame
 from mrcnic.model.rx.reorder_buffer import COUNTERS, ReorderModel, random_traffic, wait_for
 from mrcnic.base.proto import psn_add
 from mrcnic.rx.reorder_buffer import REORDER_REGS
-from testkit.tbutil import TB, BeatCounter, MetaSink, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSource, MetaSink
 
 
 class ReorderTB(TB):
@@ -22,9 +23,9 @@ class ReorderTB(TB):
         self.depth = self.params["depth"]
         self.max_packet = self.params["max_packet"]
         self.source, self.sink = self.axis_source(), self.axis_sink()
-        self.psn_in = MetaSource(dut, "s_psn", ["psn"], dut.clk)
-        self.skips = MetaSource(dut, "skip", ["psn"], dut.clk)
-        self.psn_out = MetaSink(dut, "m_psn", ["psn"], dut.clk)
+        self.psn_in = MetaSource.cocotb(dut, "s_psn", ["psn"], dut.clk)
+        self.skips = MetaSource.cocotb(dut, "skip", ["psn"], dut.clk)
+        self.psn_out = MetaSink.cocotb(dut, "m_psn", ["psn"], dut.clk)
         self.axil, self.regs = self.registers(REORDER_REGS)
         self.in_beats = BeatCounter(dut.clk, dut.s_axis_tvalid, dut.s_axis_tready)
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)

@@ -16,7 +16,8 @@ from mrcnic.model.rx import roce_rx as model
 from mrcnic.model.rx.roce_rx import control_frame, data_frame, meta_of, random_mix, with_meta
 from mrcnic.base.proto import Opcode
 from mrcnic.rx.roce_rx import ROCE_RX_REGS, RX_COUNTERS
-from testkit.tbutil import TB, BeatCounter, MetaSink, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSource, MetaSink
 
 
 def with_probes(rng, frames, good=8):
@@ -44,9 +45,9 @@ class RxTB(TB):
         super().__init__(dut)
         self.B = self.params["data_width"] // 8
         self.source, self.sink = self.axis_source(), self.axis_sink()
-        self.meta = MetaSource(dut, "meta", [n for n, _ in DECAP_META], dut.clk)
-        self.verdict = MetaSource(dut, "verdict", [n for n, _ in VERDICT_IN], dut.clk)
-        self.outs = {name: MetaSink(dut, name, [n for n, _ in layout], dut.clk)
+        self.meta = MetaSource.cocotb(dut, "meta", [n for n, _ in DECAP_META], dut.clk)
+        self.verdict = MetaSource.cocotb(dut, "verdict", [n for n, _ in VERDICT_IN], dut.clk)
+        self.outs = {name: MetaSink.cocotb(dut, name, [n for n, _ in layout], dut.clk)
                      for name, layout in (("pkt", RX_PKT), ("ack", ACK_DESC), ("nak", NAK),
                                           ("peer", PEER_STATUS), ("place", PLACE))}
         self.axil, self.regs = self.registers(ROCE_RX_REGS)

@@ -14,7 +14,8 @@ from mrcnic.model import packet as pk, srv6 as model
 from mrcnic.base.proto import EvMode
 from mrcnic.rx.srv6_decap import DECAP_REGS
 from mrcnic.base.records import DECAP_META
-from testkit.tbutil import TB, BeatCounter, MetaSink, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSink
 
 KINDS = [EvMode.PASS, EvMode.SRV6, EvMode.SRV6_SRH]
 
@@ -36,7 +37,7 @@ class DecapTB(TB):
         super().__init__(dut)
         self.B = self.params["data_width"] // 8
         self.source, self.sink = self.axis_source(), self.axis_sink()
-        self.meta = MetaSink(dut, "meta", [n for n, _ in DECAP_META], dut.clk)
+        self.meta = MetaSink.cocotb(dut, "meta", [n for n, _ in DECAP_META], dut.clk)
         self.axil, self.regs = self.registers(DECAP_REGS)
         self.in_beats = BeatCounter(dut.clk, dut.s_axis_tvalid, dut.s_axis_tready)
 

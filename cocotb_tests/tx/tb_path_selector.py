@@ -13,7 +13,8 @@ from mrcnic.model import ev as evm
 from mrcnic.model.tx.path_selector import PathSelectorModel, random_feedback
 from mrcnic.tx.path_selector import COUNTERS, EVENT, SELECTOR_REGS
 from mrcnic.base.proto import EvMode
-from testkit.tbutil import TB, BeatCounter, MetaSink, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSource, MetaSink
 
 
 def profiles_for(ev_bits):
@@ -40,11 +41,11 @@ class SelectorTB(TB):
         p = self.params
         self.qps, self.n, self.planes = p["qps"], p["ev_count"], p["planes"]
         self.nprof, self.ev_bits = p["profiles"], p["ev_bits"]
-        self.req = MetaSource(dut, "req", [n for n, _ in REQUEST], dut.clk)
-        self.fb = MetaSource(dut, "fb", [n for n, _ in EV_FEEDBACK], dut.clk)
-        self.rsp = MetaSink(dut, "rsp", [n for n, _ in response_layout(self.ev_bits)], dut.clk)
-        self.event = MetaSink(dut, "event", [n for n, _ in EVENT], dut.clk)
-        self.probe = MetaSink(dut, "probe", [n for n, _ in probe_layout(self.ev_bits)],
+        self.req = MetaSource.cocotb(dut, "req", [n for n, _ in REQUEST], dut.clk)
+        self.fb = MetaSource.cocotb(dut, "fb", [n for n, _ in EV_FEEDBACK], dut.clk)
+        self.rsp = MetaSink.cocotb(dut, "rsp", [n for n, _ in response_layout(self.ev_bits)], dut.clk)
+        self.event = MetaSink.cocotb(dut, "event", [n for n, _ in EVENT], dut.clk)
+        self.probe = MetaSink.cocotb(dut, "probe", [n for n, _ in probe_layout(self.ev_bits)],
                               dut.clk)
         self.axil, self.regs = self.registers(SELECTOR_REGS)
         self.req_hs = BeatCounter(dut.clk, dut.req_valid, dut.req_ready)

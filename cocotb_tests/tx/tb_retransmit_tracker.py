@@ -11,12 +11,12 @@ import cocotb
 from cocotb.triggers import RisingEdge
 
 from mrcnic.base.records import (
-    ACK_DESC, ack_desc_fields, EV_FEEDBACK, QP_ERROR, RtxCause, release_layout, rtx_layout,
-    sent_layout)
+    ack_desc_fields, EV_FEEDBACK, QP_ERROR, RtxCause, release_layout, rtx_layout, sent_layout)
 from mrcnic.model.tx.retransmit_tracker import OUTPUTS, RetransmitTrackerModel, closed_loop
 from mrcnic.base.proto import NackCode
 from mrcnic.tx.retransmit_tracker import RT_REGS
-from testkit.tbutil import TB, MetaSink, long_runs, random_pauses, soak
+from testkit.tbutil import TB, long_runs, random_pauses, soak
+from testkit.meta import MetaSink
 
 
 class TrackerTB(TB):
@@ -28,7 +28,7 @@ class TrackerTB(TB):
         self.pending = p["pending"]
         lays = {"rtx": rtx_layout(self.tag_width), "feedback": EV_FEEDBACK,
                 "release": release_layout(self.tag_width), "qp_error": QP_ERROR}
-        self.sinks = {name: MetaSink(dut, name, [n for n, _ in lay], dut.clk)
+        self.sinks = {name: MetaSink.cocotb(dut, name, [n for n, _ in lay], dut.clk)
                       for name, lay in lays.items()}
         self.sent_fields = [n for n, _ in sent_layout(self.tag_width)]
         self.ack_fields = list(ack_desc_fields())

@@ -19,7 +19,8 @@ from mrcnic.model import packet as pk
 from mrcnic.model.tx.roce_tx import RoceTxModel
 from mrcnic.tx.roce_tx import TX_REGS
 from mrcnic.base.records import TX_DESC
-from testkit.tbutil import TB, BeatCounter, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
+from testkit.meta import MetaSource
 
 WRITES = [int(op) for op in proto.Opcode if op.is_write]
 COUNTERS = ["frames", "retransmissions", "bad_qp", "bad_opcode", "too_long", "payload"]
@@ -56,7 +57,7 @@ class TxTB(TB):
         self.qps = self.params["qps"]
         self.payload = self.axis_source()
         self.sink = self.axis_sink()
-        self.desc = MetaSource(dut, "desc", [n for n, _ in TX_DESC], dut.clk)
+        self.desc = MetaSource.cocotb(dut, "desc", [n for n, _ in TX_DESC], dut.clk)
         self.axil, self.regs = self.registers(TX_REGS)
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)
         self.desc_taken = BeatCounter(dut.clk, dut.desc_valid, dut.desc_ready)

@@ -9,7 +9,8 @@ import cocotb
 from mrcnic.model.tx.segmenter import SegmenterModel
 from mrcnic.base.records import release_layout, rtx_layout, SEG_PKT, WR, WR_DONE
 from mrcnic.tx.segmenter import SEG_REGS
-from testkit.tbutil import TB, MetaSink, MetaSource, long_runs, random_pauses, soak
+from testkit.tbutil import TB, long_runs, random_pauses, soak
+from testkit.meta import MetaSource, MetaSink
 
 
 def fields(layout):
@@ -20,11 +21,11 @@ def fields(layout):
 async def random_operations_under_pauses(dut):
     tb = TB(dut)
     qps, msgs = tb.params["qps"], tb.params["msgs"]
-    wr = MetaSource(dut, "wr", fields(WR), dut.clk)
-    rtx = MetaSource(dut, "rtx", fields(rtx_layout(32)), dut.clk)
-    rel = MetaSource(dut, "release", fields(release_layout(32)), dut.clk)
-    pkts = MetaSink(dut, "pkt", fields(SEG_PKT), dut.clk)
-    dones = MetaSink(dut, "done", fields(WR_DONE), dut.clk)
+    wr = MetaSource.cocotb(dut, "wr", fields(WR), dut.clk)
+    rtx = MetaSource.cocotb(dut, "rtx", fields(rtx_layout(32)), dut.clk)
+    rel = MetaSource.cocotb(dut, "release", fields(release_layout(32)), dut.clk)
+    pkts = MetaSink.cocotb(dut, "pkt", fields(SEG_PKT), dut.clk)
+    dones = MetaSink.cocotb(dut, "done", fields(WR_DONE), dut.clk)
     for s in (wr, rtx, rel, pkts, dones):
         s.set_pause_generator(random_pauses(0.3))
     _, regs = tb.registers(SEG_REGS)

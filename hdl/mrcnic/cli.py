@@ -136,15 +136,17 @@ def _run_build(args):
         raise ValueError("--program, --flash and --design are for the self-test (no --block)")
     from mrcnic.flow import registry
     params = registry.parse_params(args.block, args.param, args.data_width)
-    result = synth.build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
-                              build_dir=args.build_dir, router=args.router or "router1")
+    from mrcnic.flow.ecp5 import build_block
+    result = build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
+                         build_dir=args.build_dir, router=args.router or "router1")
     print(result.summary())
     return 0 if result.met else 1
 
 
 def _plan_only(args):
     from mrcnic.flow import registry
-    from mrcnic.flow import synth
+    from mrcnic.flow.harness import BlockHarness
+    from mrcnic.flow.xilinx import plan_only
     if args.program or args.flash:
         raise ValueError("--plan-only builds nothing to load")
     if args.block is None:
@@ -155,9 +157,9 @@ def _plan_only(args):
     else:
         params = registry.parse_params(args.block, args.param, args.data_width)
         block = registry.get(args.block)
-        top = synth.BlockHarness(block.build(params), args.freq or 100.0)
+        top = BlockHarness(block.build(params), args.freq or 100.0)
         what = registry.module_name(args.block, {**block.defaults, **params})
-    path = synth.plan_only(args.board, top, args.build_dir or f"build/plans/{args.board}/{what}")
+    path = plan_only(args.board, top, args.build_dir or f"build/plans/{args.board}/{what}")
     print(f"wrote {path}: unzip it and run build_top.sh where Vivado is installed "
           f"(clock {top.pll.f_out_mhz:.3f} MHz from the board's {top.pll.f_in_mhz:g} MHz)")
     return 0

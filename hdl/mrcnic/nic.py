@@ -1,44 +1,18 @@
 """The NIC datapath: :class:`MrcNic` (``mrc-nic``), the transmit and receive halves on
 shared plane ports.
 
-Operation
-    * Transmit: :class:`~mrcnic.tx.mrc_tx.MrcTx` (work requests, payload requests and
-      payloads, send completions, EV events, the path selector's port inputs).
-    * Receive: :class:`~mrcnic.rx.mrc_rx.MrcRx` (per-plane placement ``pl{p}_axis`` with
-      ``place{p}``, WRITE-with-immediate completions ``cpl``, the peer's AETH NAKs
-      ``nak``, and the receive half's other outputs under their own names).
-    * The SACKs and NACKs the receive half takes from the peer (``ack``) go to the
-      transmit half's retransmit tracker; the peer's port status updates (``peer``) to its
-      path selector.
-    * Plane p: frames from the network on ``s{p}_axis`` go to the receive half; frames to
-      the network on ``m{p}_axis`` are the receive half's control frames (SACK, NACK, AETH)
-      and the transmit half's data frames, whole frames, control first
-      (:class:`~mrcnic.base.stream.FramePriorityMux`).
-    * Registers: one AXI4-Lite port, a :class:`~mrcnic.base.csr.bus.CsrBus` of two nested buses
-      (type ``csr-bus``): the transmit half's at window 1, the receive half's at window 2,
-      each with its own directory (:func:`mrcnic.host.bringup.find_blocks` walks both).
+The top of the datapath: the transmit half (:class:`~mrcnic.tx.mrc_tx.MrcTx`) and the receive
+half (:class:`~mrcnic.rx.mrc_rx.MrcRx`) joined, their plane ports shared through a frame mux
+per plane, their registers behind one AXI4-Lite port.
 
-Parameters
-    ``planes`` 1, 2, 4 or 8 (default 4); ``data_width`` (default 64); ``qps`` (default 8);
-    ``ev_count`` (default 32); ``msgs`` (default 16); ``buffer_bytes`` per plane (default
-    16384); ``regions`` (default 16); ``outstanding`` PSNs per QP in the retransmit
-    tracker (default 1024). Board-size options (a board's self-test takes them all):
-    ``mpr_max`` of the PSN tracker (default 8; 1 suits ``outstanding`` 128),
-    ``window_chunks`` of the PSN tracker (3 or 2, default 3), its ``max_wimm_dest`` held
-    completions (default 8), ``pending`` entries of the
-    retransmit tracker's table (default 16), ``counter_width`` of every block's counters
-    (32, 16 or 0: none, default 32). ``pmtu_max``: the longest payload received (default
-    4096; 8192 for a jumbo PMTU, with ``buffer_bytes`` at least 4 x PMTU).
-
-Latency, throughput
-    As the halves, plus one cycle on each plane's output (the frame mux).
+Operation, decisions and measured figures: docs/blocks/mrc-nic.md.
 """
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.base.csr.regs import AxiLiteSignature
+from mrcnic.base.csr import AxiLiteSignature
 from mrcnic.base.csr.bus import CsrBus
 from mrcnic.rx.mrc_rx import MrcRx
 from mrcnic.tx.mrc_tx import MrcTx
@@ -67,7 +41,97 @@ def _forward(m, member, outer, inner):
 
 
 class MrcNic(wiring.Component):
-    """See the module docstring: the NIC datapath, ``mrc-nic``."""
+    """The NIC datapath: the transmit and receive halves on shared plane ports.
+
+    Frames from the network on ``s{p}_axis`` go to the receive half; frames to the network
+    on ``m{p}_axis`` are the receive half's control frames (SACK, NACK, AETH NAK) and the
+    transmit half's data, probe and port status frames, whole frames, control first
+    (:class:`~mrcnic.base.stream.FramePriorityMux`). The SACKs and NACKs the receive half
+    takes from the peer (``ack``) go to the transmit half's retransmit tracker, the peer's
+    port status updates (``peer``) to its path selector. Every other port of each half is
+    a port of MrcNic under the same name.
+
+    Parameters
+    ----------
+    planes : int
+        Planes (ports), one of 1, 2, 4, 8. Default 4.
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048. Default 64.
+    qps : int
+        Queue pairs, 1 .. 1024. Default 8.
+    ev_count : int
+        EVs per profile of the path selector, a power of two 2 .. 256, at least ``planes``.
+        Default 32.
+    msgs : int
+        Messages in flight per QP in the segmenter, a power of two 2 .. 256. Default 16.
+    buffer_bytes : int
+        RoceRx's payload buffer per plane, a power of two of at least 2 x (``pmtu_max`` +
+        the longest header). Default 16384.
+    regions : int
+        Memory regions of MemoryProtect, 1 .. 256. Default 16.
+    outstanding : int
+        PSNs outstanding per QP in the retransmit tracker, a power of two 128 .. 16384.
+        Default 1024.
+    mpr_max : int
+        Keyword only. The PSN tracker's largest MPR, a power of two 1 .. 64 (1 suits
+        ``outstanding`` 128). Default 8.
+    window_chunks : int
+        Keyword only. The PSN tracker's window in chunks, 2 or 3. Default 3.
+    max_wimm_dest : int
+        Keyword only. Completions the PSN tracker holds, 1 .. 32. Default 8.
+    pending : int
+        Keyword only. Entries of the retransmit tracker's pending table, 1 .. 64.
+        Default 16.
+    counter_width : int
+        Keyword only. Width of every block's event counters: 32, 16 or 0 (no counters;
+        they read 0). Default 32.
+    pmtu_max : int
+        Keyword only. The longest payload received, 256 .. 16384 (8192 for a jumbo PMTU,
+        with ``buffer_bytes`` raised to match). Default 4096.
+
+    The board-size options (``mpr_max`` .. ``pmtu_max``) are what a board's self-test sets.
+
+    Attributes
+    ----------
+    s{p}_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames from the network on plane p.
+    m{p}_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        Frames to the network on plane p.
+    wr, done, preq, s_axis, event, cwnd, port_up, credit : in and out
+        The transmit half's (:class:`~mrcnic.tx.mrc_tx.MrcTx`): work requests, send
+        completions, payload requests and payloads, EV state changes, congestion windows,
+        per-plane port up and credit.
+    pl{p}_axis, place{p}, cpl, nak, access_nak : out
+        The receive half's (:class:`~mrcnic.rx.mrc_rx.MrcRx`): the payload of each placed
+        packet with its :data:`~mrcnic.base.records.PLACE` record per plane,
+        WRITE-with-immediate completions (:data:`~mrcnic.base.records.COMPLETION`), the
+        peer's AETH NAKs and this NIC's access-error records (both
+        :data:`~mrcnic.base.records.NAK`; ``access_nak`` must be read, or its ready tied
+        high).
+    s_axil : AXI4-Lite, in
+        Registers: a :class:`~mrcnic.base.csr.bus.CsrBus` of two nested buses (type
+        ``csr-bus``), the transmit half's at window 1 and the receive half's at window 2,
+        each with its own directory (:func:`mrcnic.host.bringup.find_blocks` walks both).
+
+    Latency
+    -------
+    As the halves, plus one cycle on each plane's output (the frame mux).
+
+    Throughput
+    ----------
+    As the halves; each plane's frame mux passes one beat a cycle.
+
+    Raises
+    ------
+    ValueError
+        At construction, if a half refuses a parameter: ``planes``, ``qps``, ``msgs``,
+        ``ev_count``, ``outstanding``, ``pending``, ``window_chunks``, ``max_wimm_dest``,
+        ``counter_width`` (the ranges above). ``data_width``, ``buffer_bytes``,
+        ``regions``, ``mpr_max`` and ``pmtu_max`` are checked when the receive half
+        elaborates its blocks; ``data_width`` by the transmit half at construction too.
+    TypeError
+        If ``data_width`` is not an int.
+    """
 
     def __init__(self, planes=4, data_width=64, qps=8, ev_count=32, msgs=16,
                  buffer_bytes=16384, regions=16, outstanding=1024, *, mpr_max=8,

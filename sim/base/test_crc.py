@@ -7,6 +7,7 @@ import zlib
 
 import pytest
 
+from mrcnic.base import proto
 from mrcnic.base import crc
 from mrcnic.model import packet as pk
 from testkit.simtools import run, seeded, soak
@@ -60,7 +61,7 @@ def run_stream(width, frames, rng, *, stall=0.0, **kw):
 
 
 def roce_frame(rng, max_payload):
-    op = rng.choice(list(pk.Opcode))
+    op = rng.choice(list(proto.Opcode))
     return pk.encode(pk.rng_packet(rng, opcode=op, encap="none", max_payload=max_payload))
 
 

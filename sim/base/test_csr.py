@@ -12,8 +12,10 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
 
 from testkit.axil import AxiLiteError, AxiLiteProtocolError, AxiLiteSimMaster, OKAY, SLVERR
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, CsrError, Field, Register, RegisterDriver,
-                        RegisterMap, check_counter_width, event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, CsrError, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
+from mrcnic.host.driver import RegisterDriver
 from testkit.simtools import run, seeded
 
 

@@ -5,7 +5,8 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 
-from mrcnic.base.csr.regs import AxiLiteSignature, CsrBlock, CsrError, RegisterDriver
+from mrcnic.base.csr import AxiLiteSignature, CsrBlock, CsrError
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.base.csr.bus import BLOCK_TYPES, MAGIC, CsrBus
 from mrcnic.tx.roce_tx import TX_REGS
 from mrcnic.tx.segmenter import SEG_REGS

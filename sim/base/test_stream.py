@@ -1,11 +1,12 @@
 """Skid buffers and stream signatures on Amaranth's simulator."""
 
 import pytest
-from amaranth.lib import data, wiring
+from amaranth.lib import data
 
 from mrcnic.base.stream import AxiStreamSignature, MetaArbiter, MetaSkidBuffer, SkidBuffer, meta_stream
 from testkit.simtools import run, seeded, soak
-from testkit.streams import AxisSink, AxisSource, MetaSink, MetaSource
+from testkit.streams import AxisSink, AxisSource
+from testkit.meta import MetaSource, MetaSink
 
 
 def random_frames(rng, count, max_len):

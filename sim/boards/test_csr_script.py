@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Mux
 from amaranth.lib import wiring
 
 from mrcnic.host.bringup import TxConfig, bring_up_tx, find_blocks
-from mrcnic.base.csr.regs import AxiLiteSignature, CsrError
+from mrcnic.base.csr import AxiLiteSignature, CsrError
 from mrcnic.boards.csr_script import OP_POLL, OP_WRITE, CsrScript, ScriptRecorder, record
 from mrcnic.nic import MrcNic
 from mrcnic.tx.mrc_tx import MRC_TX_REGS, MrcTx

@@ -1,15 +1,16 @@
-"""The spray self-test: its generator's frames are the model's (mrcnic.model.spray), its
+"""The spray self-test: its generator's frames are the model's (mrcnic.boards.spray_frame), its
 checker passes exactly the frames that are right and counts every kind of wrong one, and
 the whole top, brought up by its script, sprays over its planes with nothing bad."""
 
 import pytest
 
 from mrcnic.base import proto
-from mrcnic.model import spray
+from mrcnic.boards import spray_frame as spray
 from mrcnic.base.proto import EvMode
 from mrcnic.boards.spraytest import POS_QP, POS_SEQ, POS_SPORT, SprayCheck, SprayGen, SprayTest
 from testkit.simtools import run, seeded, soak
-from testkit.streams import AxisSink, AxisSource, MetaSink, MetaSource
+from testkit.streams import AxisSink, AxisSource
+from testkit.meta import MetaSource, MetaSink
 
 WIDTHS_PAYLOADS = [(64, 256), (64, 0), (128, 5), (256, 77)]
 

@@ -15,7 +15,8 @@ from mrcnic import cli
 from mrcnic.flow.board import (DESIGNS, SELFTEST_BOARDS, BoardSelfTest, default_design,
                           fits_default, loader_args, program, selftest_result)
 from mrcnic.boards.selftest import SelfTest
-from mrcnic.flow.synth import _build_only, get_board
+from mrcnic.flow.ecp5 import _build_only
+from mrcnic.flow.synth import get_board
 
 
 class Pins(wiring.Component):
@@ -264,7 +265,7 @@ def test_yosys_abc9_assertion_is_worked_around_and_other_failures_are_reported(t
     hierarchy kept (board.ABC9_WORKAROUND, named in summary.json); any other failure is
     raised with the end of Yosys's log."""
     from mrcnic.flow import board
-    from mrcnic.flow.synth import SynthError
+    from mrcnic.flow.tools import SynthError
     scripts = []
 
     def fake_run(cmd, *, cwd, env, log, error="ERROR: Assert `" + board.ABC9_BUG + "' failed"):

@@ -10,7 +10,7 @@ from amaranth.lib import data
 from mrcnic.flow import registry
 from mrcnic.cli import main as cli
 from mrcnic.flow.export import export_verilog, flat_ports, lint, verilog_text
-from mrcnic.base.stream import MetaSkidBuffer, SkidBuffer
+from mrcnic.base.stream import MetaSkidBuffer
 
 
 def module_ports(text, module):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mrcnic.flow import registry, report, synth
+from mrcnic.flow import registry, report, tools, xilinx
 
 
 from mrcnic.cli import main
@@ -53,7 +53,7 @@ def test_xilinx_stat_counts_each_kind():
         "LUT1": 1, "LUT2": 2, "LUT6": 10, "FDRE": 7, "FDCE": 1, "RAMB36E1": 2, "RAMB18E1": 1,
         "RAM32M": 3, "RAM64X1D": 1, "SRLC32E": 4, "CARRY4": 5, "DSP48E1": 1, "MUXF7": 9,
         "BUFG": 1}}}}
-    got = report.parse_xilinx_stat(stat)
+    got = xilinx.parse_xilinx_stat(stat)
     assert {k: got[k] for k in ("luts", "ffs", "bram36", "bram18", "lutram", "srl", "carry",
                                 "dsps")} == {"luts": 13, "ffs": 8, "bram36": 2, "bram18": 1,
                                              "lutram": 4, "srl": 4, "carry": 5, "dsps": 1}
@@ -71,8 +71,8 @@ def test_xilinx_depth_counts_luts_only():
     }
     netlist = {"modules": {"top": {"cells": cells}}}
     # ff -> a -> F7 (free) -> carry (free) -> z: two levels; the ripple c1 -> c2 not followed.
-    got = synth.lut_depth(netlist, "top", comb=report._XILINX_COMB,
-                          levels=report._XILINX_LUTS, chain="CI")
+    got = tools.lut_depth(netlist, "top", comb=xilinx._XILINX_COMB,
+                          levels=xilinx._XILINX_LUTS, chain="CI")
     assert got == 2
 
 

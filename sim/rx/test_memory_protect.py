@@ -4,12 +4,11 @@ cause, every range edge), table writes during traffic, QP errors set and cleared
 register input, throughput and latency, parameter checks."""
 
 import sys
-from pathlib import Path
 
 import pytest
 
 from mrcnic.base import proto
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.rx.memory_protect import MP_COUNTERS, MP_OUT, MP_REGS, MemoryProtect, table_op
 from mrcnic.model.rx.memory_protect import (CAUSES, MemoryProtectModel, apply_op,
                                          random_records, random_setup)

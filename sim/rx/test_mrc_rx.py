@@ -12,11 +12,12 @@ from mrcnic.model import packet as pk
 from mrcnic.rx.ack_generator import ACK_REGS
 from mrcnic.rx.mrc_rx import MrcRx
 from mrcnic.base.proto import Opcode
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.rx.memory_protect import MP_REGS, table_op
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded
-from testkit.streams import AxisSink, AxisSource, MetaSink
+from testkit.streams import AxisSink, AxisSource
+from testkit.meta import MetaSink
 
 
 def srv6(frame):

@@ -10,14 +10,14 @@ from amaranth.lib import wiring
 from mrcnic.base import proto
 from mrcnic.flow.formal import prove_not_vacuous
 from mrcnic.base.records import ACK_DESC, COMPLETION, PKT_IN, VERDICT, Verdict
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.model import packet as pk
 from mrcnic.model.rx.psn_tracker import PsnTrackerModel, random_arrivals
 from mrcnic.base.proto import Opcode
 from mrcnic.rx.psn_tracker import TRACKER_REGS, PsnTracker
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded, soak
-from testkit.streams import MetaSink
+from testkit.meta import MetaSink
 
 
 def fields(layout, value):

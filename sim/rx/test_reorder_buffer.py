@@ -9,7 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib import data, wiring
 
 from mrcnic.rx import reorder_buffer
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.flow.formal import prove
 from mrcnic.model.rx.reorder_buffer import COUNTERS, ReorderModel, random_traffic, wait_for
 from mrcnic.base.proto import PSN_MASK, psn_add, psn_diff
@@ -17,7 +17,8 @@ from mrcnic.rx.reorder_buffer import REORDER_COUNTERS, REORDER_REGS, ReorderBuff
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded, soak
-from testkit.streams import AxisSink, MetaSink, frame_to_beats
+from testkit.streams import AxisSink, frame_to_beats
+from testkit.meta import MetaSink
 
 WRAP_START = 0xFFFFF0
 LATENCY = 4          # last input beat to first output beat, expected packet, idle block
@@ -563,7 +564,6 @@ def test_one_beat_slots_and_odd_slot_sizes(width, max_packet):
 
 
 def test_docs_register_table_is_the_register_map():
-    from pathlib import Path
     page = docs_page("blocks", "reorder-buffer.md")
     assert REORDER_REGS.markdown() in page.read_text()
 

@@ -8,7 +8,7 @@ from collections import deque
 import pytest
 
 from mrcnic.base import proto
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.model import packet as pk
 from mrcnic.model.rx import roce_rx as model
 from mrcnic.model.rx.roce_rx import (bad_frame, control_frame, data_frame, meta_of,
@@ -496,6 +496,5 @@ def test_refuses_bad_parameters(params, message):
 
 
 def test_docs_register_table_is_the_register_map():
-    from pathlib import Path
     page = docs_page("blocks", "roce-rx.md")
     assert ROCE_RX_REGS.markdown() in page.read_text()

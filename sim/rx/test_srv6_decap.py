@@ -10,13 +10,14 @@ from mrcnic.base import proto
 from mrcnic.model import packet as pk, srv6 as model
 from mrcnic.base.proto import EvMode
 from mrcnic.tx.srv6_encap import Srv6Encap
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.rx.srv6_decap import DECAP_REGS, Srv6Decap
 from mrcnic.base.records import DECAP_META
 from testkit.axil import AxiLiteSimMaster
 from testkit.frames import random_desc, random_frame
 from testkit.simtools import run, seeded, soak
-from testkit.streams import AxisSink, AxisSource, MetaSink, MetaSource
+from testkit.streams import AxisSink, AxisSource
+from testkit.meta import MetaSource, MetaSink
 
 
 def encapsulated(rng, kind):

@@ -7,7 +7,7 @@ import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.base.records import FeedbackKind, probe_layout, response_layout
 from mrcnic.model import ev as evm
 from mrcnic.model.tx.path_selector import PathSelectorModel, plane_of, random_feedback

@@ -1,14 +1,13 @@
 """RetransmitTracker on Amaranth's simulator, matched event for event against the model."""
 
 import random
-from pathlib import Path
 
 import pytest
 
 from mrcnic.base.records import (
-    ACK_DESC, ack_desc_fields, EV_FEEDBACK, FeedbackKind, QP_ERROR, ErrorCause, RtxCause,
-    release_layout, rtx_layout, sent_layout)
-from mrcnic.base.csr.regs import RegisterDriver
+    ack_desc_fields, EV_FEEDBACK, FeedbackKind, QP_ERROR, ErrorCause, RtxCause, release_layout,
+    rtx_layout)
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.model.tx.retransmit_tracker import OUTPUTS, RetransmitTrackerModel, closed_loop
 from mrcnic.base.proto import NackCode, SackMode, psn_add
 from mrcnic.tx.retransmit_tracker import RT_REGS, RetransmitTracker

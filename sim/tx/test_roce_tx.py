@@ -2,13 +2,10 @@
 mrcnic.model.tx.roce_tx), at several widths, with idle and backpressure; throughput, latency;
 payload frames that disagree with their descriptor."""
 
-import random
-import struct
 
 import pytest
 
-from mrcnic.base import proto
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.model import packet as pk
 from mrcnic.model.rx import roce_rx as rx_model
 from mrcnic.model.tx.roce_tx import RoceTxModel
@@ -17,7 +14,8 @@ from mrcnic.tx.roce_tx import TX_REGS, RoceTx
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded, soak
-from testkit.streams import AxisSink, AxisSource, MetaSource, gated, handshake_watcher
+from testkit.streams import AxisSink, AxisSource, gated, handshake_watcher
+from testkit.meta import MetaSource
 
 WRITES = [op for op in Opcode if op.is_write]
 
@@ -336,6 +334,5 @@ def test_parameters_are_checked():
 
 
 def test_docs_page_has_the_register_table():
-    from pathlib import Path
     page = docs_page("blocks", "roce-tx.md")
     assert TX_REGS.markdown() in page.read_text()

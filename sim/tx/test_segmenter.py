@@ -2,12 +2,11 @@
 packets, retransmit requests rebuilt (and bad ones refused), releases to send completions,
 a full message ring, PSN wrap, throughput and latency."""
 
-import random
 
 import pytest
 from amaranth.lib import data
 
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.model.tx.segmenter import SegmenterModel
 from mrcnic.tx.segmenter import SEG_REGS, TxSegmenter
 from mrcnic.base.records import SEG_PKT, WR_DONE
@@ -192,6 +191,5 @@ def test_parameters_are_checked():
 
 
 def test_docs_page_has_the_register_table():
-    from pathlib import Path
     page = docs_page("blocks", "tx-segmenter.md")
     assert SEG_REGS.markdown() in page.read_text()

@@ -4,13 +4,13 @@ import random
 
 import pytest
 
-from mrcnic.base import proto
 from mrcnic.model import packet as pk, srv6 as model
 from mrcnic.base.proto import EvMode
-from mrcnic.tx.srv6_encap import ENCAP_REGS, INSERT_LEN, Srv6Encap
+from mrcnic.tx.srv6_encap import INSERT_LEN, Srv6Encap
 from testkit.simtools import run, seeded, soak
 from testkit.frames import MODES, random_desc, random_frame
-from testkit.streams import AxisSink, AxisSource, MetaSource
+from testkit.streams import AxisSink, AxisSource
+from testkit.meta import MetaSource
 
 def run_encap(width, frames, descs, *, users=None, rng=None, idle=0.0, backpressure=0.0):
     dut = Srv6Encap(width)

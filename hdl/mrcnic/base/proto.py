@@ -243,6 +243,12 @@ class EvMode(enum.IntEnum):
     SRV6_SRH = 4
 
 
+# Limits of the controller API's EV formats (§3): up to 16 fields, each held in a 32-bit
+# register.
+MAX_FORMAT_FIELDS = 16
+MAX_FIELD_WIDTH = 32
+
+
 class EvState(enum.IntEnum):
     GOOD        = 0
     SKIP        = 1

@@ -1,25 +1,17 @@
-"""Streams: the AXI-Stream packet interface, metadata streams, and the skid buffer.
+"""Streams: the AXI-Stream packet interface, metadata streams, and the blocks on them.
 
-Packet streams
-    :class:`AxiStreamSignature` is the AXI-Stream of the house rules, seen from the source:
-    ``tdata`` (``data_width`` bits, byte 0 of the frame in ``tdata[7:0]``), ``tkeep`` (one bit a
-    byte, contiguous from byte 0, partial only on the last beat), ``tlast``, ``tuser``
-    (bit 0 = bad frame: drop it), ``tvalid``, and ``tready`` from the sink. A component takes one
-    as ``s_axis: In(AxiStreamSignature(w))`` and gives one as ``m_axis: Out(...)``; the Verilog
-    exporter names the ports ``s_axis_tdata`` ... ``m_axis_tready``.
+:class:`AxiStreamSignature` is every block's packet port and :func:`meta_stream` its
+metadata ports (docs/architecture.md, "Interfaces every block shares"). :class:`SkidBuffer`
+(AXI-Stream) and :class:`MetaSkidBuffer` (metadata) are the register slice every wide block
+puts on its ports; :class:`MetaArbiter` merges metadata streams and
+:class:`FramePriorityMux` whole frames; the functions are the pieces the blocks build their
+stages from.
 
-Metadata streams
-    Descriptors and events are :func:`meta_stream` signatures: Amaranth's ``lib.stream`` over a
-    ``data.StructLayout``, exported as ``<name>_<field>``, ``<name>_valid``, ``<name>_ready``.
-
-Skid buffers
-    :class:`SkidBuffer` (AXI-Stream) and :class:`MetaSkidBuffer` (metadata) cut every path
-    between their two sides: ``tready`` to the source is a flip-flop output and ``tvalid`` to
-    the sink never depends on ``tready``. They are the register slice every wide block puts on
-    its ports.
+Operation and measured figures of the skid buffers and the merges:
+docs/blocks/skid-buffer.md.
 """
 
-from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -46,8 +38,15 @@ def check_data_width(data_width, *, minimum=8, maximum=4096, power_of_two=False)
 
 
 class AxiStreamSignature(wiring.Signature):
-    """AXI-Stream, source view. Parameters: ``data_width`` (8..4096, whole bytes),
-    ``user_width`` (>= 1; bit 0 is the bad-frame flag)."""
+    """AXI-Stream of the house rules, source view. Parameters: ``data_width`` (8..4096,
+    whole bytes), ``user_width`` (>= 1; bit 0 is the bad-frame flag).
+
+    ``tdata`` (``data_width`` bits, byte 0 of the frame in ``tdata[7:0]``), ``tkeep`` (one
+    bit a byte, contiguous from byte 0, partial only on the last beat), ``tlast``, ``tuser``
+    (bit 0 = bad frame: drop it), ``tvalid``, and ``tready`` from the sink. A component takes
+    one as ``s_axis: In(AxiStreamSignature(w))`` and gives one as ``m_axis: Out(...)``; the
+    Verilog exporter names the ports ``s_axis_tdata`` ... ``m_axis_tready``.
+    """
 
     def __init__(self, data_width, user_width=1):
         check_data_width(data_width)
@@ -80,7 +79,9 @@ def meta_stream(layout):
     """A metadata stream (``valid``/``ready``/``payload``) carrying ``layout``.
 
     ``layout`` is a ``data.StructLayout`` or a ``{field: shape}`` dict; ``payload`` is then a
-    view whose fields the exporter turns into one port each.
+    view whose fields the exporter turns into one port each: ``<name>_<field>``,
+    ``<name>_valid``, ``<name>_ready``. Descriptors and events between blocks are such
+    streams.
     """
     if isinstance(layout, dict):
         layout = data.StructLayout(layout)
@@ -124,19 +125,49 @@ def skid_buffer(m, *, i_valid, i_ready, i_payload, o_valid, o_ready, o_payload, 
 
 
 class SkidBuffer(wiring.Component):
-    """AXI-Stream register slice with a two-entry skid buffer.
+    """AXI-Stream register slice with a two-entry skid buffer: it cuts every combinational
+    path between its two sides while moving one beat per cycle.
+
+    Two registers: the output register, which drives ``m_axis``, and the skid register.
+    When the output register is empty or being emptied it loads the skid entry if there is
+    one, else the beat on ``s_axis``; when the sink stalls while a beat is accepted, that
+    beat is parked in the skid register and ``s_axis.tready`` (the inverse of its valid
+    flag) falls at the next edge. So ``s_axis.tready`` is a flip-flop output and
+    ``m_axis`` never depends on ``m_axis.tready``. Frames pass unchanged, bad ones
+    included; after reset ``s_axis.tready`` is 1. :func:`skid_buffer` builds it.
 
     Parameters
-        ``data_width``: 8..4096 bits, whole bytes. ``user_width``: >= 1.
-    Ports
-        ``s_axis`` (in), ``m_axis`` (out): :class:`AxiStreamSignature`.
+    ----------
+    data_width : int
+        ``tdata`` bits, 8 .. 4096, a multiple of 8 (no default here; the block catalogue,
+        :data:`mrcnic.flow.registry.CATALOGUE`, builds it at 64).
+    user_width : int
+        ``tuser`` bits, >= 1 (bit 0 marks a bad frame). Default 1.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``user_width``), in
+        Beats in; ``s_axis.tready`` is registered.
+    m_axis : AXI-Stream (``data_width``, ``user_width``), out
+        The same beats, from registers.
+    data_width, user_width : int
+        The parameters.
+
     Latency
-        1 cycle from ``s_axis`` accepting a beat to it being valid on ``m_axis``.
+    -------
+    1 cycle from ``s_axis`` accepting a beat to it being valid on ``m_axis``.
+
     Throughput
-        1 beat per cycle with the sink ready; no bubble between frames. ``s_axis_tready`` is a
-        register output and ``m_axis_tvalid`` never depends on ``m_axis_tready``.
-    Resources
-        2 x (data_width + data_width/8 + user_width + 1) flip-flops plus one 2:1 mux per bit.
+    ----------
+    1 beat per cycle with the sink ready; no bubble between frames.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a whole number of bytes or is outside 8 .. 4096, or
+        ``user_width`` is not an int >= 1.
     """
 
     def __init__(self, data_width, user_width=1):
@@ -157,10 +188,35 @@ class SkidBuffer(wiring.Component):
 
 
 class MetaSkidBuffer(wiring.Component):
-    """The same two-entry skid buffer on a metadata stream of ``layout``.
+    """The two-entry skid buffer of :class:`SkidBuffer` on a metadata stream of ``layout``:
+    registered ``i.ready``, ``o`` from registers, one record per cycle.
 
-    Ports ``i`` (in) and ``o`` (out): :func:`meta_stream` of ``layout``. 1 cycle latency,
-    1 record per cycle, registered ``i.ready``.
+    Parameters
+    ----------
+    layout : ``data.StructLayout`` or dict
+        The records' layout, or a ``{field: shape}`` dict of it.
+
+    Attributes
+    ----------
+    i : stream of ``layout`` (:func:`meta_stream`), in
+        Records in; ``i.ready`` is registered.
+    o : stream of ``layout``, out
+        The same records, from registers.
+    layout : ``data.StructLayout``
+        The records' layout.
+
+    Latency
+    -------
+    1 cycle from ``i`` accepting a record to it being valid on ``o``.
+
+    Throughput
+    ----------
+    1 record per cycle with the sink ready.
+
+    Raises
+    ------
+    TypeError
+        If ``layout`` is neither a ``data.StructLayout`` nor a ``{field: shape}`` dict.
     """
 
     def __init__(self, layout):
@@ -178,19 +234,44 @@ class MetaSkidBuffer(wiring.Component):
 class MetaArbiter(wiring.Component):
     """Round-robin merge of ``n`` metadata streams of ``layout`` into one, with the source.
 
-    Ports
-        ``i`` (in, an array of ``n`` :func:`meta_stream` of ``layout``); ``o`` (out,
-        ``layout``'s fields then ``src``, the index of the input the record came from).
-    Operation
-        Each cycle the output register is free or being taken, the first input with a
-        record after the one served last (rotating priority) moves into it. Every input
-        with a record waiting is served within ``n`` records; the records of one input keep
-        their order.
-    Latency, throughput
-        2 cycles (the input skid buffer, the output register); one record per cycle.
-        Every ``i[k].ready`` is a register.
+    Each cycle the output register is free or being taken, the first input with a record
+    after the one served last (rotating priority) moves into it. Every input with a record
+    waiting is served within ``n`` records; the records of one input keep their order.
+
     Parameters
-        ``layout``: a ``data.StructLayout`` (or ``{field: shape}``). ``n``: 2 .. 16.
+    ----------
+    layout : ``data.StructLayout`` or dict
+        The records' layout, or a ``{field: shape}`` dict of it.
+    n : int
+        Inputs, 2 .. 16.
+
+    Attributes
+    ----------
+    i : array of ``n`` streams of ``layout`` (:func:`meta_stream`), in
+        The inputs; every ``i[k].ready`` is a register (a skid buffer on each input).
+    o : stream of ``layout``'s fields then ``src``, out
+        The merged records; ``src`` (:attr:`src_bits` bits) is the index of the input the
+        record came from. From a register.
+    layout : ``data.StructLayout``
+        The inputs' layout.
+    n, src_bits : int
+        The inputs, and the width of ``src``.
+
+    Latency
+    -------
+    2 cycles from an input's handshake to the record valid on ``o`` (the input skid buffer,
+    the output register).
+
+    Throughput
+    ----------
+    One record per cycle, from whichever inputs have records, with no idle cycle.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not an int in 2 .. 16.
+    TypeError
+        If ``layout`` is neither a ``data.StructLayout`` nor a ``{field: shape}`` dict.
     """
 
     def __init__(self, layout, n):
@@ -426,18 +507,42 @@ def frame_demux(m, src, sel, sel_valid, outs):
 class FramePriorityMux(wiring.Component):
     """Whole frames of ``n`` AXI-Stream inputs onto one output, input 0 first.
 
-    Operation
-        Between frames, the lowest-numbered input with a beat waiting is chosen, and its
-        frame passes whole (to its ``tlast``) before another is chosen. **Decision:** fixed
-        priority, not round robin: it is meant for small, rate-limited frames (control)
-        ahead of bulk ones (data), which then wait at most one short frame per turn.
-    Ports
-        ``s_axis`` (in, an array of ``n`` :class:`AxiStreamSignature`), ``m_axis`` (out).
-    Latency, throughput
-        1 cycle (a :class:`SkidBuffer` at the output); one beat a cycle, no idle cycle
-        between frames of one input or from one input to another.
+    Between frames, the lowest-numbered input with a beat waiting is chosen, and its frame
+    passes whole (to its ``tlast``) before another is chosen: fixed priority, not round
+    robin (the reason: docs/blocks/skid-buffer.md).
+
     Parameters
-        ``data_width``, ``n``: 2 .. 16.
+    ----------
+    data_width : int
+        ``tdata`` bits, 8 .. 4096, a multiple of 8 (no default).
+    n : int
+        Inputs, 2 .. 16. Default 2.
+
+    Attributes
+    ----------
+    s_axis : array of ``n`` AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        The inputs, input 0 first.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The frames, each whole; from a :class:`SkidBuffer`.
+    data_width, n : int
+        The parameters.
+
+    Latency
+    -------
+    1 cycle (the :class:`SkidBuffer` at the output).
+
+    Throughput
+    ----------
+    One beat a cycle, no idle cycle between frames of one input or from one input to
+    another.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not an int in 2 .. 16, or ``data_width`` is not a whole number of bytes
+        in 8 .. 4096.
+    TypeError
+        If ``data_width`` is not an int.
     """
 
     def __init__(self, data_width, n=2):

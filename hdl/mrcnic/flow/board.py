@@ -1,7 +1,8 @@
 """The self-test on a dev board: :class:`BoardSelfTest` (the top: clock, reset, pins) and
 :func:`build_selftest` (bitstream, timing, utilisation; programming on request).
 
-Each board of :data:`SELFTEST_BOARDS` names the pins the self-test uses: its UART (when
+Each board of :data:`SELFTEST_BOARDS` (the pin maps of the board table,
+:mod:`mrcnic.boards.table`) names the pins the self-test uses: its UART (when
 the board has one), its LEDs (``leds`` of :class:`~mrcnic.boards.selftest.SelfTest` in order:
 running, bad, NIC up, loss on, planes up), its buttons or switches (each fails and
 restores a plane). The board clock feeds a PLL at ``freq_mhz``; the design is held in
@@ -18,78 +19,21 @@ from pathlib import Path
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import io
 
+from mrcnic.base.clocking import find_pll, pll_sync_domain
 from mrcnic.boards.selftest import SelfTest
 from mrcnic.boards.spraytest import SprayTest
-from mrcnic.flow.synth import (BOARDS, XILINX_BOARDS, SynthError, _build_only, _critical_path, _refuse_xilinx,
-                    _run, find_pll, get_board, parse_nextpnr_report, pll_sync_domain,
-                    rtlil_digest, tool_versions, yowasp_env)
+from mrcnic.boards.table import TABLE
+from mrcnic.flow.ecp5 import _build_only, _critical_path, _refuse_xilinx, parse_nextpnr_report
+from mrcnic.flow.synth import BOARDS, XILINX_BOARDS, get_board
+from mrcnic.flow.tools import SynthError, _run, rtlil_digest, tool_versions, yowasp_env
 
 __all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default", "DESIGNS",
            "default_design",
            "BoardSelfTest", "build_selftest", "selftest_result", "program"]
 
 
-@dataclass(frozen=True)
-class BoardPins:
-    uart: bool                  # the board's "uart" 0 (tx, rx)
-    leds: tuple                 # (resource, number, pin) per SelfTest LED; pin: None (the
-                                # resource), a subsignal's name, or (subsignal, bit)
-    buttons: tuple              # (resource, number) per plane's fail button
-    planes: int = 2             # the self-test's planes on this board
-    freq_mhz: float = 20.0      # the self-test's clock (the PLL must reach it within 1%)
-    fixed: tuple = ()           # (resource, number, pin, value): outputs held constant
-    nic_seed: int = 0           # nextpnr's --seed for the NIC self-test (0: its default)
-
-
-# LED order: running, bad, up, loss, plane 0 up, plane 1 up.
-# speed grade 6 (the others: 8): 25 MHz x 2/3, the NIC's longest paths (the trackers'
-# one-cycle loops, at 96% of the device) were estimated at 47 ns after placement
-_ULX3S = BoardPins(True, tuple(("led", i, None) for i in range(6)),
-                   (("button_fire", 0), ("button_fire", 1)), freq_mhz=16.667)
-_ECPIX5 = BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"), ("rgb_led", 1, "g"),
-                           ("rgb_led", 1, "b"), ("rgb_led", 2, "g"), ("rgb_led", 3, "g")), ())
-_ORANGECRAB = BoardPins(False, (("rgb_led", 0, "g"), ("rgb_led", 0, "r")), (("button", 0),))
-_LOGICBONE = BoardPins(False, tuple(("led", i, None) for i in range(4)), (("button", 0),))
-SELFTEST_BOARDS = {
-    # The smaller devices of a family share its pins (the spray test only).
-    "ulx3s-25f": _ULX3S, "ulx3s-45f": _ULX3S,
-    "ecpix5-45f": _ECPIX5,
-    "orangecrab-r0.2-25f": _ORANGECRAB,
-    "ulx3s-85f": _ULX3S,
-    "ecpix5-85f": _ECPIX5,
-    "versa-ecp5": BoardPins(True, tuple(("led", i, None) for i in range(6)),
-                            (("switch", 0), ("switch", 1))),
-    "orangecrab-r0.2-85f": _ORANGECRAB,
-    # its LED and button share their pins with the UART: the UART it is
-    "colorlight-5a-75b-r7": BoardPins(True, (), ()),
-    "versa-ecp5-5g": BoardPins(True, tuple(("led", i, None) for i in range(6)),
-                               (("switch", 0), ("switch", 1))),
-    "ecp5-5g-evn": BoardPins(True, tuple(("led", i, None) for i in range(6)),
-                             (("switch", 1), ("switch", 2))),
-    "orangecrab-r0.1-25f": BoardPins(False, _ORANGECRAB.leds, ()),
-    # Seven LEDs sharing one colour select (active high, as the board's LiteX target drives
-    # it): green on, red and blue off; no UART.
-    "butterstick": BoardPins(False, tuple(("rgb_leds_muxed", 0, ("leds", i)) for i in range(6)),
-                             (("button", 0), ("button", 1)),
-                             fixed=(("rgb_leds_muxed", 0, "g", 1), ("rgb_leds_muxed", 0, "r", 0),
-                                    ("rgb_leds_muxed", 0, "b", 0)),
-                             # The NIC placed with nextpnr's default seed did not route
-                             # (router2: 333 overused wires at iteration 30, then rising to
-                             # 874 by 81); placed with seed 2 it routes.
-                             nic_seed=2),
-    "logicbone-45f": _LOGICBONE, "logicbone-85f": _LOGICBONE,
-    "icesugar-pro": BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"),
-                                     ("rgb_led", 0, "b")), ()),
-    "icepi-zero": BoardPins(True, tuple(("led", i, None) for i in range(5)),
-                            (("button", 0), ("button", 1))),
-    # its LEDs are the common anodes of RGB LEDs of which one cathode is on by default: plain
-    # LEDs while the cathodes are left alone
-    "supercon19badge": BoardPins(True, tuple(("led", i, None) for i in range(6)),
-                                 (("button", 0), ("button", 1))),
-    # Xilinx (--plan-only): an MMCM makes the clock from the board's
-    "kc705": BoardPins(True, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
-    "kcu105": BoardPins(False, tuple(("led", i, None) for i in range(6)), (), freq_mhz=62.5),
-}
+# Board name -> its BoardPins: the boards of the table that have a self-test, in its order.
+SELFTEST_BOARDS = {name: board.pins for name, board in TABLE.items() if board.pins is not None}
 
 
 # The default self-test (2 planes, 64 bits, 2 QPs, the board options) fills 78% of an
@@ -328,18 +272,10 @@ def selftest_result(board, build_dir, freq_mhz, pll_mhz, seconds, design="", sel
     return result
 
 
-# openFPGALoader's arguments per board (by name prefix): its board entry, or the cable of the
-# programmer on the board. The boards not named here (ButterStick, Logicbone, Icepi Zero,
-# Supercon badge) are loaded through a cable the user names (--cable, openFPGALoader's -c).
-LOADER_ARGS = {
-    "ulx3s": ("-b", "ulx3s"),
-    "ecpix5": ("-b", "ecpix5"),
-    "ecp5-5g-evn": ("-b", "ecp5_evn"),
-    "versa-ecp5": ("-c", "ft2232"),          # both Versas: the EVN's FT2232H programmer
-    "orangecrab": ("-b", "orangeCrab"),      # its DFU bootloader
-    "colorlight-5a-75b": ("-b", "colorlight"),
-    "icesugar-pro": ("-c", "cmsisdap", "--vid", "0x1d50", "--pid", "0x602b"),
-}
+# openFPGALoader's arguments per board name (the table's; see there for the programmers):
+# its board entry, or the cable of the programmer on the board. The boards not named here
+# are loaded through a cable the user names (--cable, openFPGALoader's -c).
+LOADER_ARGS = {name: b.loader for name, b in TABLE.items() if b.loader is not None}
 
 
 def loader_args(board, cable=None):
@@ -347,9 +283,8 @@ def loader_args(board, cable=None):
     else :data:`LOADER_ARGS`'. ``ValueError`` for a board with neither (before any build)."""
     if cable:
         return ("-c", cable)
-    for prefix, args in LOADER_ARGS.items():
-        if board.startswith(prefix):
-            return args
+    if board in LOADER_ARGS:
+        return LOADER_ARGS[board]
     raise ValueError(f"no programmer known for the {board}: name openFPGALoader's cable "
                      "with --cable (openFPGALoader --list-cables)")
 

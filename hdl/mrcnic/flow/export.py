@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from amaranth.back import verilog
-from amaranth.hdl import Module, Shape, Signal
+from amaranth.hdl import Module, Shape
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 

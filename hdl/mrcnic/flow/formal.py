@@ -15,9 +15,9 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cat, Module, ResetSignal, Signal, Value
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 
-from mrcnic.base.csr.regs import AxiLiteSignature
+from mrcnic.base.csr import AxiLiteSignature
 from mrcnic.base.stream import AxiStreamSignature
 
 __all__ = ["stream_rule", "StreamRules", "prove", "prove_not_vacuous"]

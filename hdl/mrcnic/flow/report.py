@@ -4,7 +4,7 @@ Two measurements per block, each at the block's reference configuration:
 
 ECP5 (:data:`ECP5_CASES`)
     64-bit data, the configurations that fit an LFE5U-85F; placed and routed on the ULX3S-85F
-    by :func:`mrcnic.flow.synth.build_block` (the block in its registered-port harness) against
+    by :func:`mrcnic.flow.ecp5.build_block` (the block in its registered-port harness) against
     :data:`ECP5_FREQ_MHZ` or the case's own constraint: LUT4, FF, DP16KD and LUT levels of
     the block alone, fmax from nextpnr. The first case is a bare
     registered AXI-Stream slice (the skid buffer) of the same width: the "of slice" column is
@@ -13,16 +13,17 @@ ECP5 (:data:`ECP5_CASES`)
 Xilinx 7-series (:data:`XILINX_CASES`)
     512-bit data, the blocks' defaults elsewhere; Yosys ``synth_xilinx -family xc7`` only (no
     open place and route for the family here): LUT, FF, block RAM, LUT RAM, carry and DSP
-    cells and the deepest path in LUT levels (:func:`synth_xilinx`).
+    cells and the deepest path in LUT levels (:func:`mrcnic.flow.xilinx.synth_xilinx`).
 
 Each measurement is kept as JSON in the repository (:data:`KEPT_ROOT`,
 ``docs/measurements/<kind>/<module>.json``; the tools' files in :data:`WORK_ROOT`) with a
 digest of the gateware it was made on (:func:`gateware_digest`), and reused while the
 block's gateware and clock constraint are the same (until ``--rerun``), so a run that stops
 early (a full report takes hours of CPU) resumes where it stopped, in this checkout or a
-fresh clone, and a block that changed is measured again; the page is rewritten after every measurement from all those
-kept, a row not yet measured says so. A measurement whose ``gateware`` is null was carried
-over from an earlier page without its digest: shown, and measured again by the next run.
+fresh clone, and a block that changed is measured again; the page is rewritten after every
+measurement from all those kept, a row not yet measured says so. A measurement whose
+``gateware`` is null was carried over from an earlier page without its digest: shown, and
+measured again by the next run.
 """
 
 import json
@@ -31,18 +32,18 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from mrcnic.flow import registry, synth
+from mrcnic.flow import registry
+from mrcnic.flow.ecp5 import build_block, synth_block_alone
+from mrcnic.flow.synth import get_board
+from mrcnic.flow.tools import SynthError, rtlil_digest, tool_versions, yowasp_env
+from mrcnic.flow.xilinx import XILINX_FAMILY, synth_xilinx
 
-
-
-__all__ = ["Case", "ECP5_CASES", "XILINX_CASES", "ECP5_BOARD", "XILINX_FAMILY",
-           "synth_xilinx", "parse_xilinx_stat", "measure", "render", "run"]
+__all__ = ["Case", "ECP5_CASES", "XILINX_CASES", "ECP5_BOARD", "measure", "render", "run"]
 
 KEPT_ROOT = "docs/measurements"
 WORK_ROOT = "build/report"
 ECP5_BOARD = "ulx3s-85f"
 ECP5_FREQ_MHZ = 100.0            # the constraint nextpnr places against; fmax is what it reaches
-XILINX_FAMILY = "xc7"
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Case:
     block: str
     params: tuple                # ((name, value), ...): hashable, in the order written
     note: str = ""
-    router: str = "router1"      # nextpnr's (synth.ROUTERS), ECP5 only
+    router: str = "router1"      # nextpnr's (ecp5.ROUTERS), ECP5 only
     freq_mhz: float = ECP5_FREQ_MHZ  # the clock constraint on ECP5
     selftest: bool = False       # ECP5 fmax from the board self-test's build (the NIC only)
 
@@ -73,8 +74,8 @@ class Case:
 
 def _as_in_selftest(block, router, freq_mhz=ECP5_FREQ_MHZ, selftest=False):
     """The NIC or one of its halves with the board self-test's parameters
-    (:func:`mrcnic.boards.selftest.nic_params`): its planes and width, and those that differ from the
-    block's defaults."""
+    (:func:`mrcnic.boards.selftest.nic_params`): its planes and width, and those that differ
+    from the block's defaults."""
     from mrcnic.boards.selftest import nic_params
     defaults = registry.get(block).defaults
     params = {k: v for k, v in nic_params().items()
@@ -130,47 +131,6 @@ XILINX_CASES = [
 ]
 
 
-# --- Xilinx synthesis ------------------------------------------------------------------------
-
-_XILINX_LUTS = tuple(f"LUT{n}" for n in range(1, 7))
-_XILINX_COMB = set(_XILINX_LUTS) | {"MUXF7", "MUXF8", "CARRY4"}
-
-
-def parse_xilinx_stat(stat):
-    """``{"luts", "ffs", "bram36", "bram18", "lutram", "srl", "carry", "dsps", "cells"}`` from
-    ``stat -json`` after ``synth_xilinx``. LUT RAM counts cells (RAM32M, RAM64X1D, ...), not
-    the LUTs they occupy."""
-    cells = stat.get("design", {}).get("num_cells_by_type")
-    if cells is None:
-        (module,) = stat["modules"].values()
-        cells = module["num_cells_by_type"]
-    count = lambda pred: sum(n for kind, n in cells.items() if pred(kind))
-    return {
-        "luts": count(lambda k: k in _XILINX_LUTS),
-        "ffs": count(lambda k: k in ("FDRE", "FDSE", "FDCE", "FDPE")),
-        "bram36": count(lambda k: k.startswith("RAMB36")),
-        "bram18": count(lambda k: k.startswith("RAMB18")),
-        "lutram": count(lambda k: k.startswith("RAM") and not k.startswith("RAMB")),
-        "srl": count(lambda k: k.startswith("SRL")),
-        "carry": count(lambda k: k.startswith("CARRY")),
-        "dsps": count(lambda k: k.startswith("DSP")),
-        "cells": dict(cells),
-    }
-
-
-def synth_xilinx(component, module, work_dir, *, family=XILINX_FAMILY, env=None):
-    """Synthesise ``component`` with Yosys ``synth_xilinx -family <family>``, flattened; returns
-    :func:`parse_xilinx_stat`'s figures plus ``"lut_depth"`` (LUT levels; the MUXF7/F8 that
-    widen a LUT and the carry chain are not counted)."""
-    stat, netlist = synth.yosys_alone(
-        component, module, work_dir,
-        f"synth_xilinx -family {family} -flatten -noiopad -top {module}", env=env)
-    figures = parse_xilinx_stat(stat)
-    figures["lut_depth"] = synth.lut_depth(netlist, module, comb=_XILINX_COMB,
-                                           levels=_XILINX_LUTS, chain="CI")
-    return figures
-
-
 # --- Measurements, kept --------------------------------------------------------------------
 
 def _result_path(root, kind, case):
@@ -181,8 +141,8 @@ def gateware_digest(case):
     """A digest of the case's gateware (its RTLIL without source locations): a kept
     measurement whose digest differs was made on other gateware and is measured again."""
     from amaranth.back import rtlil
-    return synth.rtlil_digest(rtlil.convert(registry.get(case.block).build(dict(case.params)),
-                                            name=case.module))
+    return rtlil_digest(rtlil.convert(registry.get(case.block).build(dict(case.params)),
+                                      name=case.module))
 
 
 def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
@@ -196,8 +156,8 @@ def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
     if kind == "ecp5" and case.selftest:
         result = _measure_in_selftest(case, work)
     elif kind == "ecp5":
-        r = synth.build_block(ECP5_BOARD, case.block, dict(case.params),
-                              freq_mhz=case.freq_mhz, build_dir=work, router=case.router)
+        r = build_block(ECP5_BOARD, case.block, dict(case.params),
+                        freq_mhz=case.freq_mhz, build_dir=work, router=case.router)
         cp = r.critical_path
         result = {"luts": r.block_luts, "ffs": r.block_ffs, "brams": r.block_brams,
                   "lut_depth": r.block_lut_depth, "fmax_mhz": r.fmax_mhz,
@@ -212,7 +172,7 @@ def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
         raise ValueError(f"kind {kind!r}: 'ecp5' or 'xilinx'")
     result.update(block=case.block, params=dict(case.params), gateware=gateware_digest(case),
                   date=date.today().isoformat(),
-                  seconds=round(time.monotonic() - t0), tools=synth.tool_versions())
+                  seconds=round(time.monotonic() - t0), tools=tool_versions())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -227,10 +187,10 @@ def _measure_in_selftest(case, work):
     from mrcnic.boards.selftest import nic_params
     if case.block != "mrc-nic" or case.full_params != {**case.full_params, **nic_params()}:
         raise ValueError(f"{case.block} ({case.label()}) is not the self-test's NIC")
-    alone = synth.synth_block_alone(registry.get(case.block).build(dict(case.params)),
-                                    case.module, work / "block", env=synth.yowasp_env())
+    alone = synth_block_alone(registry.get(case.block).build(dict(case.params)),
+                              case.module, work / "block", env=yowasp_env())
     st = build_selftest(ECP5_BOARD, case.freq_mhz)
-    platform = synth.get_board(ECP5_BOARD)
+    platform = get_board(ECP5_BOARD)
     return {"luts": alone["luts"], "ffs": alone["ffs"], "brams": alone["brams"],
             "lut_depth": alone["lut_depth"], "fmax_mhz": st.fmax_mhz,
             "critical_path": st.critical_path,
@@ -399,7 +359,7 @@ def run(*, only=(), kinds=("ecp5", "xilinx"), rerun=False, root=KEPT_ROOT,
         log(f"[{i}/{len(todo)}] {kind} {case.block} ({case.label()}) ...")
         try:
             r = measure(case, kind, root, rerun=True, work_root=work_root)
-        except synth.SynthError as e:
+        except SynthError as e:
             log(f"    failed: {str(e).splitlines()[0]}")
             continue
         fmax = f", fmax {r['fmax_mhz']:.1f} MHz" if r.get("fmax_mhz") else ""

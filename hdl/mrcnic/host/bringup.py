@@ -14,7 +14,7 @@ EV is the address itself (:func:`srv6_address_profile`).
 
 from dataclasses import dataclass, field
 
-from mrcnic.base.csr.regs import RegisterDriver
+from mrcnic.host.driver import RegisterDriver
 from mrcnic.base.csr.bus import BLOCK_TYPES, MAGIC
 from mrcnic.base import proto
 from mrcnic.model import ev as evm

@@ -68,9 +68,8 @@ __all__ = [
 ]
 
 
-# Limits of the controller API: up to 16 fields, each held in a 32-bit register.
-MAX_FORMAT_FIELDS = 16
-MAX_FIELD_WIDTH = 32
+MAX_FORMAT_FIELDS = proto.MAX_FORMAT_FIELDS
+MAX_FIELD_WIDTH = proto.MAX_FIELD_WIDTH
 
 # The EV each mode carries on the wire (§2.3).
 EV_BITS = proto.EV_BITS

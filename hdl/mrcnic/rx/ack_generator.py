@@ -1,131 +1,15 @@
 """SACK, NACK and AETH NAK control frames: :class:`AckGenerator` (``ack-generator``).
 
-Operation
-    Each record on ``desc`` (:data:`mrcnic.base.records.ACK_DESC`) and each record on ``nak``
-    (:data:`mrcnic.rx.roce_rx.NAK`: a memory access error to report) becomes one complete
-    frame on ``m_axis``, ICRC included, no FCS:
+The last step of the receive side's answer to the sender, in
+:class:`~mrcnic.rx.mrc_rx.MrcRx`: each SACK or NACK descriptor of the
+:class:`~mrcnic.rx.psn_tracker.PsnTracker` and each access error of the
+:class:`~mrcnic.rx.memory_protect.MemoryProtect` becomes one complete control frame, Ethernet
+to ICRC, ready for the MAC. The addresses and the remote QP number come from a per-QP context
+table and a few registers; the ICRC is computed in line, as an affine map of the variable
+fields (:func:`affine_icrc` is its Python form).
 
-    ======== ================================================================== =========
-    kind     frame                                                               bytes
-    ======== ================================================================== =========
-    SACK     Eth | IPv6 | UDP | BTH (0xDC) | SETH | CC_STATE | ICRC              114
-    NACK     Eth | IPv6 | UDP | BTH (0xDD) | NETH | ICRC                         98
-    AETH NAK Eth | IPv6 | UDP | BTH (0xD1) | AETH | ICRC                         82
-    ======== ================================================================== =========
-
-    SACK and NACK come from ``desc`` (``desc.nack``), AETH NAK from ``nak``. Where each
-    field comes from:
-
-    * the descriptor: SETH ``m``, ``pr``, ``ack_psn_offset``, ``entropy``, ``cack_psn``
-      (= ``cack``), ``mpr``, ``sack_offset``, ``bitmap``; CC_STATE ``timestamp``,
-      ``ooo_count``, ``rcvd_bytes``; NETH ``reason``, ``entropy``, ``nack_psn``
-      (= ``psn``), ``timestamp``. SETH/NETH ``src_id`` = ``desc.qp``. The frame's own
-      IPv6 flow label and UDP source port carry ``entropy`` as a STEV
-      (:func:`mrcnic.base.proto.stev_split`, the decision of :mod:`mrcnic.base.records`);
-    * the nak record: AETH ``syndrome`` (0x62, ``proto.AETH_SYNDROME_ACCESS_ERROR``, for a
-      remote access error; any value is sent as given) and BTH PSN (= ``psn``); ``qp``
-      selects the context. **Decision (AETH MSN):** 0 (:data:`NAK_MSN`): the receive side
-      keeps no AETH message count (MRC acknowledges with SACKs); an AETH NAK here reports
-      only the refused PSN and the syndrome. **Decision (entropy):** an AETH NAK answers no EV, so its
-      flow label and UDP source port are 0;
-    * the QP's context (a table written through the registers, one entry per QP): the
-      Ethernet destination, the IPv6 destination, BTH ``dest_qp`` (the remote QP number),
-      and SETH/NETH ``dst_id`` (its low 16 bits);
-    * registers (:data:`ACK_REGS`): the Ethernet and IPv6 sources, the UDP destination port,
-      DSCP, ECN, hop limit and P_Key, the same for every kind;
-    * constants: everything else is 0 (``cc_type``, ``flags``, ``vendor``,
-      ``restore_cwnd``, ``rcv_cwnd_pen``, AETH ``msn``, the UDP checksum, BTH ``se``,
-      ``m``, ``pad``, ``tver``, ``fecn``, ``becn``, ``ack_req``, ``rtx``, ``ts``).
-
-    **Decision (BTH PSN):** the spec gives the PSN of a SACK or NACK no meaning. A SACK
-    carries its CACK there and a NACK the PSN it refuses (:data:`BTH_PSN_SOURCE`), so that a
-    capture reads the same PSN in the BTH as in the header that follows. An AETH NAK carries
-    the PSN of the refused packet, as RoCE does.
-
-    **Decision (two inputs):** one record a cycle enters the pipeline, from ``nak`` when it
-    holds one, else from ``desc``: access errors are rare (one per QP error episode) and a
-    SACK waits one cycle. The choice is made in front of R0, so at most one of the two
-    handshakes happens in a cycle and the frames leave in the order of the handshakes; a
-    user tags each frame at its record's handshake (:class:`~mrcnic.rx.mrc_rx.MrcRx` keeps the
-    frames' planes in a FIFO that way).
-
-    **ICRC.** The frame has one of three lengths and most of its bytes are constant, so its
-    CRC-32 is an affine function of the variable fields (:mod:`mrcnic.base.crc`):
-    ``ICRC = c_t ^ raw(0, delta)``, ``c_t`` the ICRC of the frame of kind ``t`` with every
-    variable field zero (a constant) and ``delta`` the covered bytes with the variable
-    fields in place over zeros; ``raw(0, .)`` is linear, so it is the XOR of one part per
-    group of fields, each computed where its fields are held still:
-
-    * the record's fields: constant GF(2) matrices (one XOR tree per CRC bit) in the
-      first pipeline stage, in chunks of at most 64 bits (4 chunks for a SACK, 2 for a
-      NACK, 1 for an AETH NAK: its PSN and syndrome);
-    * the QP context's fields (IPv6 destination, ``dest_qp``, ``dst_id``): when the entry is
-      written, by a byte-serial CRC engine (one byte a cycle over the 72 covered bytes from
-      the destination address on, ``raw`` taken after 64, 80 and 96 bytes for AETH NAK,
-      NACK and SACK), and stored in the table with the entry;
-    * the registers' fields (source address, UDP port, P_Key): by the same kind of engine,
-      looping for ever over a copy of the registers (88 bytes, 89 cycles a round). At the
-      end of each round the copy and its three CRC parts become, together, the values
-      frames use; so a frame never mixes old and new values, whenever the registers are
-      written. ``status.cfg_pending`` reads 1 until frames use what the registers hold (at
-      most two rounds, 178 cycles, after a write).
-
-    For values that change only when software writes them, the serial engines save about
-    1600 LUT4 over matrices (measured at 64 bits). F takes the XOR of the constant, the
-    registers' part and the record's chunks of the frame's kind, and the table's three
-    parts as read, with no logic after the block RAM; the last XOR is made at the output.
-
-    Pipeline: ``nak`` or ``desc`` -> :class:`~mrcnic.base.stream.MetaSkidBuffer` (R0; its output
-    addresses the context table; a nak record rides R0 and S1 in the descriptor's fields:
-    ``qp``, ``psn``, its syndrome in ``reason``, ``nack`` and ``entropy`` 0, the others
-    unread) -> S1 (the record, its ICRC
-    chunks; the table's read data) -> F (the frame: every variable field and the ICRC's
-    parts) -> the beats of F, one per cycle, into a :class:`~mrcnic.base.stream.SkidBuffer` ->
-    ``m_axis``. R0, S1 and F form a stall-all pipeline that moves when F is empty or hands
-    on its last beat.
-
-    A record (descriptor or nak) whose ``qp`` is not below ``qps`` is dropped (no frame)
-    and counted in ``bad_qp``; the frames around it are not affected. Every other record
-    gives exactly one frame, in order. A QP whose context was never written sends with a
-    zero context. The table is not cleared by reset. Bytes of the last beat beyond
-    ``tkeep`` are undefined; ``tuser[0]`` is always 0.
-
-Parameters
-    ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 QP
-    contexts (default 64).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``desc`` (in, metadata stream of :data:`~mrcnic.base.records.ACK_DESC`; ``desc.ready`` is a
-    register gated by ``nak.valid``), ``nak`` (in, metadata stream of
-    :data:`~mrcnic.rx.roce_rx.NAK`; ``nak.ready`` is a register), ``m_axis`` (out,
-    AXI-Stream, driven from registers), ``s_axil`` (:data:`ACK_REGS`).
-
-Latency
-    :data:`LATENCY` = 4 cycles from a record's handshake (either input) to the frame's
-    first beat on ``m_axis`` when the block is idle (measured in
-    ``sim/rx/test_ack_generator.py`` and the cocotb bench).
-
-Throughput
-    Frames back to back while records come and ``m_axis`` is ready: a SACK takes exactly
-    ceil(114/B) beats, a NACK ceil(98/B) and an AETH NAK ceil(82/B) on a B-byte bus, with
-    no idle cycle between frames (one frame per cycle from 1024 bits on);
-    :attr:`AckGenerator.beats`. No path runs from ``m_axis.tready`` to ``desc.ready`` or
-    ``nak.ready``.
-
-Resources
-    ECP5 (``mrcnic build --board ulx3s-85f``, qps = 64): 5561 LUT4, 4294 FF, 9 DP16KD,
-    117.8 MHz at 64 bits (``docs/blocks/ack-generator.md``).
-
-Registers
-    Write the context of QP ``n``: ``ctx_qp`` = n, ``ctx_mac_*``, ``ctx_ip*``,
-    ``ctx_remote_qp``, then ``control.ctx_write`` = 1. The ``ctx_*`` registers are copied on
-    that write, so they may be changed at once for the next entry; the entry is in the
-    table when ``status.ctx_busy`` reads 0 (73 cycles later), all of it at once. A
-    ``ctx_write`` while ``ctx_busy`` is ignored and sets ``status.ctx_dropped``; one with
-    ``ctx_qp`` not below ``qps`` writes nothing. The table cannot be read back. Counters:
-    ``sacks``, ``nacks``, ``naks`` (frames sent of each kind), ``bad_qp``.
+Operation, decisions (:data:`BTH_PSN_SOURCE`, :data:`NAK_MSN`, the two inputs) and measured
+figures: docs/blocks/ack-generator.md.
 """
 
 import functools
@@ -140,7 +24,7 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, NAK
 from mrcnic.base.crc import crc32_raw, matrix_of
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters, ipv6_registers, mac_registers)
 from mrcnic.base.proto import AETH, BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
 from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
@@ -436,10 +320,77 @@ def _by_kind(aeth, nack, values):
 
 
 class AckGenerator(wiring.Component):
-    """See the module docstring: SACK, NACK and AETH NAK control frames, ``ack-generator``.
+    """SACK, NACK and AETH NAK control frames: one complete frame, ICRC included, per
+    descriptor or access-error record.
 
-    :attr:`beats` is ``{SACK: beats, NACK: beats, AETH_NAK: beats}`` at this width;
-    :attr:`latency` the cycles from a record's handshake to its frame's first beat.
+    Each ``desc`` record becomes a SACK (BTH 0xDC, SETH, CC_STATE: 114 bytes) or, with
+    ``desc.nack``, a NACK (0xDD, NETH: 98 bytes); each ``nak`` record an AETH NAK (0xD1,
+    AETH: 82 bytes); no FCS. The record gives the SETH, CC_STATE, NETH or AETH fields, the
+    BTH PSN (:data:`BTH_PSN_SOURCE`: a SACK's CACK, a NACK's or AETH NAK's PSN) and, for a
+    SACK or NACK, the frame's own STEV (``entropy`` in the IPv6 flow label and UDP source
+    port; 0 for an AETH NAK, whose MSN is :data:`NAK_MSN`); the QP's context gives the
+    Ethernet and IPv6 destinations and the remote QP number (BTH ``dest_qp``, its low 16
+    bits SETH/NETH ``dst_id``); registers give the sources, the UDP port, the traffic class,
+    the hop limit and the P_Key; everything else is 0. One record a cycle is taken, from
+    ``nak`` when it holds one, else from ``desc``, and the frames leave in the order of the
+    handshakes. A record whose ``qp`` is not below ``qps`` gives no frame and is counted in
+    ``bad_qp``. To write QP n's context: ``ctx_qp`` = n, ``ctx_mac_*``, ``ctx_ip*``,
+    ``ctx_remote_qp``, then ``control.ctx_write``; the entry is in the table, all of it at
+    once, when ``status.ctx_busy`` reads 0 (73 cycles later); the table is not cleared by
+    reset and cannot be read back. New values of the other registers are used once
+    ``status.cfg_pending`` reads 0 (at most 178 cycles after the write).
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits (B = ``data_width`` / 8 bytes), one of 64, 128, 256, 512, 1024,
+        2048. Default 512.
+    qps : int
+        QP contexts, 1 .. 65536; records of a ``qp`` not below ``qps`` are dropped.
+        Default 64.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    desc : stream of :data:`~mrcnic.base.records.ACK_DESC`, in
+        SACK and NACK descriptors, from the PSN tracker. ``desc.ready`` is a register gated
+        by ``nak.valid``.
+    nak : stream of :data:`~mrcnic.base.records.NAK`, in
+        Access errors to report as AETH NAKs: ``qp``, ``psn``, ``syndrome`` (0x62,
+        ``proto.AETH_SYNDROME_ACCESS_ERROR``; any value is sent as given). ``nak.ready`` is
+        a register.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit, always 0), out
+        The frames, driven from registers; bytes of the last beat beyond ``tkeep`` are
+        undefined.
+    s_axil : AXI4-Lite, in
+        Registers and the context table, :data:`ACK_REGS`.
+    beats : dict
+        ``{SACK: beats, NACK: beats, AETH_NAK: beats}``: each kind's frame at this width.
+    latency : int
+        Cycles from a record's handshake to its frame's first beat (:data:`LATENCY`).
+
+    Latency
+    -------
+    :attr:`latency` = 4 cycles from a record's handshake (either input) to the frame's
+    first beat on ``m_axis`` when the block is idle: R0 (the input register slice, whose
+    output addresses the context table), S1, F (the frame) and the output register slice.
+
+    Throughput
+    ----------
+    Frames back to back while records come and ``m_axis`` is ready: a SACK takes exactly
+    ceil(114/B) beats, a NACK ceil(98/B) and an AETH NAK ceil(82/B) (:attr:`beats`), with
+    no idle cycle between frames, whatever the mix (one frame per cycle from 1024 bits on).
+    No path runs from ``m_axis.tready`` to ``desc.ready`` or ``nak.ready``.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` or ``qps`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048, ``qps`` is outside
+        1 .. 65536, or ``counter_width`` is not 0, 16 or 32.
     """
 
     def __init__(self, data_width=512, qps=64, counter_width=32):

@@ -1,80 +1,14 @@
 """Receive memory protection: :class:`MemoryProtect` (``memory-protect``).
 
-Operation
-    In the integrated NIC the ``pkt`` records of every plane (:data:`~mrcnic.rx.roce_rx.RX_PKT`)
-    are merged and pass through this block before the PSN tracker. Every record leaves on
-    ``out`` (:data:`MP_OUT`: the same fields plus ``deny``), in order, one per input record.
-    The integration sends ``deny`` = 0 records on to the tracker and answers ``deny`` = 1
-    records itself (a held payload gets a drop verdict).
+In :class:`~mrcnic.rx.mrc_rx.MrcRx` the ``pkt`` records of every plane's
+:class:`~mrcnic.rx.roce_rx.RoceRx` are merged and pass through this block before the
+:class:`~mrcnic.rx.psn_tracker.PsnTracker`: it looks each RDMA WRITE's R_Key up in a
+memory-region table set through registers, checks the QP's protection domain, the region's
+write permission and the address range, and marks the record denied or not; the first
+violation of a QP gives an access-error record for an AETH NAK and puts the QP in error.
+:func:`table_op` is the software sequence that writes the tables.
 
-    Per record, in this order:
-
-    1. QP index >= ``qps``: ``deny`` = 0, nothing else (the tracker answers it as NO_QP);
-    2. the QP's error bit is set: ``deny`` = 1, counted ``qp_in_error``, no NAK (one NAK per
-       error episode: the peer was told with the first one, and a NAK per packet still in
-       flight would only load the reverse path). Probes and trimmed packets included, so
-       nothing of a QP in error reaches the tracker;
-    3. a WRITE (opcode 0xC6..0xCB) that is not trimmed is *checked*; the first failing check
-       names the cause: ``unknown_rkey`` (no valid region has the RETH R_Key),
-       ``pd_mismatch`` (the region's protection domain is not the QP's), ``read_only`` (the
-       region is not writable), ``out_of_range`` (not base <= va and va + length <= base +
-       region length, in exact arithmetic, the region's end clamped at 2^64: an end beyond
-       2^64 is out of range, a length-0 write at either edge of a region is in range). A
-       failure: ``deny`` = 1, one ``nak`` record
-       {qp, psn, syndrome 0x62 (``proto.AETH_SYNDROME_ACCESS_ERROR``)}, the QP's error bit
-       set, the cause counted;
-    4. otherwise ``deny`` = 0.
-
-    The per-QP protection domain is what keeps one QP's packets away from another QP's
-    memory: a region serves only the QPs of its domain. The error bit is cleared only by
-    software (``qp_command.clear_error``, also when it re-opens the QP); a violation and a
-    clear of the same QP on the same edge leave the bit set.
-
-    Region table: ``regions`` entries {valid, rkey, base, limit = min(base + length, 2^64),
-    writable, pd}, all in flip-flops: the lookup compares the R_Key with every entry at once
-    (a CAM). Two valid entries with one R_Key: the lower index wins. Software stages an
-    entry's fields in registers and commits it with ``region_command.write`` (or clears it
-    with ``invalidate``); the per-QP domains live in a small RAM written by
-    ``qp_command.set_pd``. A command is latched (with a copy of the staged entry) and applied
-    on an edge where no record sits between its R_Key compare and its field select, the
-    input held for that one cycle; ``status.busy`` is set meanwhile and another region or
-    domain command is refused (``error.busy``). So a table write during traffic falls between
-    two records, never halfway through one. :mod:`mrcnic.model.rx.memory_protect` is the
-    reference; :func:`table_op` is the software sequence.
-
-    Stages. Input skid buffer (registered ``pkt.ready``); A1: R_Key compare against every
-    entry, lowest match as a one-hot vector, the QP's domain read, va + length summed; A2:
-    the matched entry's fields selected (AND-OR over the one-hot vector); B: the 64/65-bit
-    range compares and the domain compare give the cause; C: the error bit read and
-    updated, the decision, the ``out`` and ``nak`` FIFOs written. Each stage ends in
-    registers: no 64-bit compare shares a cycle with the CAM. The stages move together,
-    whenever both FIFOs have room.
-
-Parameters
-    ``regions``: region table entries, 1 .. 256 (default 16). ``qps``: QPs, 1 .. 1024
-    (default 64).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``pkt`` in (:data:`~mrcnic.rx.roce_rx.RX_PKT`), ``out`` out (:data:`MP_OUT`), ``nak`` out
-    (:data:`~mrcnic.rx.roce_rx.NAK`), ``s_axil`` (:data:`MP_REGS`). ``out`` and ``nak`` come
-    from FIFOs (:data:`FIFO_DEPTH`); ``pkt.ready`` is a register. The pipeline moves only
-    while both ``out`` and ``nak`` have room, so a NAK is never dropped: a full ``nak`` FIFO
-    stalls the input. ``nak`` must be read independently of ``out``.
-
-Latency, throughput
-    :attr:`MemoryProtect.latency` = 6 cycles from the ``pkt`` handshake to the record valid
-    on ``out`` (and its NAK on ``nak``). One record per cycle sustained, any mix, while
-    ``out`` and ``nak`` are read; each region or domain command costs one input cycle.
-    Both measured in ``sim/rx/test_memory_protect.py``.
-
-Resources
-    The region table is 171 flip-flops per entry (a CAM in flip-flops: valid, rkey, base,
-    limit, writable, pd) plus about 11 LUT4 per entry for the R_Key compare and one LUT4
-    input per entry per selected bit; the error bits are ``qps`` flip-flops. ECP5
-    LFE5U-85F-6 at the defaults: 4306 LUT4, 5798 FF, no block RAM, 94.9 MHz placed
-    (``docs/blocks/memory-protect.md``).
+Operation, decisions and measured figures: docs/blocks/memory-protect.md.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -86,7 +20,7 @@ from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
 
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.proto import Opcode
 from mrcnic.base.records import NAK, RX_PKT
@@ -166,7 +100,74 @@ MP_REGS = RegisterMap("memory_protect", [
 
 
 class MemoryProtect(wiring.Component):
-    """See the module docstring: receive memory protection, ``memory-protect``."""
+    """Receive memory protection: checks every RDMA WRITE against a memory-region table and
+    its QP's protection domain before the PSN tracker sees it.
+
+    Every ``pkt`` record leaves on ``out``, in order, its fields unchanged and ``deny``
+    added. Per record, in this order: a QP index >= ``qps`` passes (``deny`` = 0; the
+    tracker answers it as NO_QP); a record of a QP in error is denied, without a NAK (one
+    NAK per error episode), probes and trimmed packets included; a WRITE (0xC6..0xCB) that
+    is not trimmed is checked, and the first failing check names the cause (:data:`CAUSES`:
+    ``unknown_rkey``, ``pd_mismatch``, ``read_only``, ``out_of_range``, the range in exact
+    arithmetic with the region's end clamped at 2^64): the record is denied, one ``nak``
+    record {qp, psn, syndrome 0x62} is written and the QP's error bit is set; anything else
+    passes. Two valid regions with one R_Key: the lower entry is used. The region table is a
+    CAM in flip-flops, written entry by entry through staging registers and
+    ``region_command``; the per-QP domains are written by ``qp_command.set_pd``, and an error
+    bit is cleared only by ``qp_command.clear_error`` (a violation on the same edge wins). A
+    table command is applied between two records, never halfway through one (the input is
+    held for that cycle; ``status.busy`` meanwhile).
+
+    Parameters
+    ----------
+    regions : int
+        Region table entries, 1 .. 256 (:data:`MAX_REGIONS`). Default 16.
+    qps : int
+        QPs with a protection domain and an error bit, 1 .. 1024 (:data:`MAX_QPS`); records
+        of a QP index >= ``qps`` pass unchecked. Default 64.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    pkt : stream of :data:`~mrcnic.base.records.RX_PKT`, in
+        The merged receive records. ``pkt.ready`` is a register.
+    out : stream of :data:`MP_OUT`, out
+        One record per ``pkt`` record, in order: its fields, then ``deny``.
+    nak : stream of :data:`~mrcnic.base.records.NAK`, out
+        One record {qp, psn, syndrome 0x62, ``proto.AETH_SYNDROME_ACCESS_ERROR``} per
+        violation that puts a QP in error. Must be read independently of ``out``.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`MP_REGS`.
+    latency : int
+        Cycles from a ``pkt`` handshake to the record valid on ``out``.
+
+    ``out`` and ``nak`` come from FIFOs of :data:`FIFO_DEPTH` entries. The pipeline moves
+    only while both have room, so a NAK is never dropped: a full ``nak`` FIFO stalls the
+    input.
+
+    Latency
+    -------
+    :attr:`latency` = 6 cycles from the ``pkt`` handshake to the record valid on ``out``
+    (and its NAK on ``nak``): the input skid buffer, stages A1 (R_Key compare), A2 (field
+    select) and B (range and domain compares), stage C writing the FIFO, and the FIFO's
+    output register. A table command is applied 1 cycle after its strobe while the pipeline
+    moves.
+
+    Throughput
+    ----------
+    One record per cycle sustained, any mix, while ``out`` and ``nak`` are read; each region
+    or domain command costs one input cycle.
+
+    Raises
+    ------
+    TypeError
+        If ``regions`` or ``qps`` is not an int.
+    ValueError
+        If ``regions`` is outside 1 .. 256, ``qps`` outside 1 .. 1024, or ``counter_width``
+        is not 0, 16 or 32.
+    """
 
     latency = 6
 
@@ -402,7 +403,7 @@ class MemoryProtect(wiring.Component):
 
 
 async def table_op(drv, op):
-    """Software: one table operation through a :class:`~mrcnic.base.csr.regs.RegisterDriver` on
+    """Software: one table operation through a :class:`~mrcnic.host.driver.RegisterDriver` on
     :data:`MP_REGS`, as :func:`mrcnic.model.rx.memory_protect.apply_op` names them:
     ``("region", index, rkey, base, length, writable, pd)``, ``("invalidate", index)``,
     ``("pd", qp, pd)``, ``("clear_error", qp)``. A region is staged field by field and

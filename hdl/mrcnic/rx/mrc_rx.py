@@ -1,54 +1,13 @@
 """The receive half of the NIC: :class:`MrcRx` (``mrc-rx``).
 
-Operation
-    Per plane p, frames from the network on ``s{p}_axis`` pass :class:`~mrcnic.rx.srv6_decap.
-    Srv6Decap` and :class:`~mrcnic.rx.roce_rx.RoceRx`. The planes' packet records meet in a
-    :class:`~mrcnic.base.stream.MetaArbiter` (round robin) and go to one
-    :class:`~mrcnic.rx.psn_tracker.PsnTracker`; the record's plane and whether it holds a
-    payload ride in the tracker's 16-bit ``tag`` (:data:`TAG_PLANE`, :data:`TAG_SLOT`: the
-    plane in bits 14:12, the slot in bit 15; RoceRx's own tag is the plane's count of slot
-    records, which the verdict router keeps as well). Each verdict of a slot record goes
-    back to its plane: PLACE places the payload (``pl{p}_axis`` with ``place{p}``), any
-    other verdict drops it.
+The receive half of :class:`~mrcnic.nic.MrcNic`, assembled from the blocks: per plane a
+:class:`~mrcnic.rx.srv6_decap.Srv6Decap` and a :class:`~mrcnic.rx.roce_rx.RoceRx`; one
+:class:`~mrcnic.rx.memory_protect.MemoryProtect` and one
+:class:`~mrcnic.rx.psn_tracker.PsnTracker` for all planes behind a round-robin merge of their
+records; one :class:`~mrcnic.rx.ack_generator.AckGenerator` whose frames leave on the planes;
+every register behind one AXI4-Lite port.
 
-    The merged records pass :class:`~mrcnic.rx.memory_protect.MemoryProtect` before the
-    tracker. Its access-error records (``nak``: qp, PSN, syndrome 0x62) are forked: each
-    one goes both to the generator's ``nak`` input and out on ``access_nak`` (through a
-    register slice, so that ``access_nak.ready`` reaches only registers); a record moves
-    when both sides take it, so ``access_nak`` must be read (tie its ready high if unused).
-
-    The tracker's SACK/NACK descriptors and the access-error records become frames in one
-    :class:`~mrcnic.rx.ack_generator.AckGenerator` (SACK, NACK, and AETH NAK 0xD1 with
-    syndrome 0x62). **Decision:** a SACK or NACK leaves on the plane of the EV it answers
-    (the EV index, the low 8 bits of the echoed entropy, mod ``planes``: the path
-    selector's plane of that EV); an AETH NAK answers no EV and leaves on plane ``qp`` mod
-    ``planes``; both on ``a{p}_axis``. The tracker writes no descriptor, and the memory
-    check no NAK, for a QP out of range, so the generator makes one frame per record. It
-    takes at most one record a cycle (a NAK first when both wait) and sends the frames in
-    the order it took them, so the planes of its frames are kept in one FIFO beside it,
-    written at either handshake.
-
-    The SACKs and NACKs received from the peer (``ack``: ACK_DESC, for the retransmit
-    tracker), AETH NAKs (``nak``) and port status updates (``peer``:
-    :data:`~mrcnic.base.records.PEER_STATUS`, for the path selector) of all planes are merged
-    the same way; WRITE-with-immediate completions leave on ``cpl``.
-
-    Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.base.csr.bus.CsrBus` over the
-    blocks in this order: Srv6Decap and RoceRx of each plane, then the PSN tracker and the
-    ACK generator (the directory names them).
-
-Parameters
-    ``planes`` 1 .. 8 (default 2); ``data_width`` (default 64); ``qps`` (default 8);
-    ``mpr_max`` (default 8); ``buffer_bytes`` per plane (default 16384); ``regions`` of
-    the memory-protection table (default 16); ``window_chunks`` of the PSN tracker (3 or 2,
-    default 3); ``max_wimm_dest``, the PSN tracker's held completions (default 8);
-    ``counter_width`` of every block's counters, 32, 16 or 0 (none; default 32);
-    ``pmtu_max``, RoceRx's longest payload (default 4096; a jumbo PMTU such as 8192 needs
-    it raised, with ``buffer_bytes`` per RoceRx's rule).
-
-Latency, throughput
-    Each plane takes one beat a cycle; the records of all planes share the tracker, one a
-    cycle. Measured end to end in ``sim/rx/test_mrc_rx.py``.
+Operation, decisions and verification: docs/blocks/mrc-rx.md.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -59,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.base.records import (
     ACK_DESC, COMPLETION, PKT_IN, Verdict, NAK, PEER_STATUS, PLACE, RX_PKT)
 from mrcnic.rx.ack_generator import ACK_REGS, AckGenerator
-from mrcnic.base.csr.regs import AxiLiteSignature, check_counter_width
+from mrcnic.base.csr import AxiLiteSignature, check_counter_width
 from mrcnic.base.csr.bus import CsrBus
 from mrcnic.rx.memory_protect import MP_REGS, MemoryProtect
 from mrcnic.rx.psn_tracker import TRACKER_REGS, WINDOW_CHUNKS, PsnTracker
@@ -76,6 +35,104 @@ MAX_QPS = 1 << 15               # a denied record goes to the tracker as QP inde
 
 
 class MrcRx(wiring.Component):
+    """The receive half of the NIC: frames from the planes in, payloads placed, SACKs,
+    NACKs and AETH NAKs out on the planes.
+
+    Frames from plane p (``s{p}_axis``) are decapsulated and parsed on their plane; a data
+    packet's payload waits in that plane's RoceRx buffer. The planes' packet records meet
+    in a round-robin :class:`~mrcnic.base.stream.MetaArbiter`, pass the memory check and go
+    to the PSN tracker, their plane and whether a payload waits riding in the tracker's
+    ``tag`` (:data:`TAG_PLANE`, :data:`TAG_SLOT`). A denied record still goes to the
+    tracker, as an out-of-range QP index, so that its verdict (NO_QP) keeps its place. A
+    verdict for a waiting payload goes back to its plane: PLACE places it (``pl{p}_axis``
+    with ``place{p}``), any other verdict drops it. The tracker's SACKs and NACKs leave on
+    the plane of the EV they answer (the low 8 bits of the echoed entropy mod ``planes``),
+    the AETH NAKs for the memory check's access errors on plane ``qp`` mod ``planes``, both
+    on ``a{p}_axis``; each access error is also copied to ``access_nak``. The peer's SACKs
+    and NACKs, AETH NAKs and port status updates of all planes are merged onto ``ack``,
+    ``nak`` and ``peer``; completions leave on ``cpl``.
+
+    Parameters
+    ----------
+    planes : int
+        Planes, 1 .. 8. Default 2.
+    data_width : int
+        Bus width in bits of every AXI-Stream port, one of 64, 128, 256, 512, 1024, 2048
+        (as :class:`~mrcnic.rx.srv6_decap.Srv6Decap`, :class:`~mrcnic.rx.roce_rx.RoceRx` and
+        :class:`~mrcnic.rx.ack_generator.AckGenerator` take it). Default 64.
+    qps : int
+        QPs, 1 .. 1024 (:class:`~mrcnic.rx.memory_protect.MemoryProtect`'s limit). Default 8.
+    mpr_max : int
+        The PSN tracker's largest receive window in 128-PSN units, a power of two 1 .. 64.
+        Default 8.
+    buffer_bytes : int
+        Each plane's RoceRx payload buffer, a power of two at least as RoceRx requires for
+        ``pmtu_max`` and ``data_width``. Default 16384.
+    regions : int
+        Memory regions of the memory-protection table, 1 .. 256. Default 16.
+    window_chunks : int
+        The PSN tracker's window chunks, 3 or 2. Default 3.
+    max_wimm_dest : int
+        WRITE-with-immediate completions the PSN tracker holds at once, 1 .. 32. Default 8.
+    counter_width : int
+        Width of every block's event counters: 32, 16 or 0 (none; they read 0). Default 32.
+    pmtu_max : int
+        RoceRx's longest payload, 256 .. 16384 (a jumbo PMTU such as 8192 needs it raised,
+        and ``buffer_bytes`` with it). Default 4096.
+
+    Attributes
+    ----------
+    s{p}_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames from plane p; ``tuser[0]`` marks a bad one.
+    a{p}_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        Control frames to plane p: SACK, NACK, AETH NAK.
+    pl{p}_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        Payloads placed from plane p, one frame each.
+    place{p} : stream of :data:`~mrcnic.base.records.PLACE`, out
+        One record per place verdict of plane p; one with ``length`` > 0 belongs to the
+        next frame on ``pl{p}_axis``.
+    ack : stream of :data:`~mrcnic.base.records.ACK_DESC`, out
+        The peer's SACKs and NACKs, all planes merged (the retransmit tracker's input).
+    nak : stream of :data:`~mrcnic.base.records.NAK`, out
+        The peer's AETH NAKs, all planes merged.
+    peer : stream of :data:`~mrcnic.base.records.PEER_STATUS`, out
+        The peer's port status updates, all planes merged (for the path selector).
+    access_nak : stream of :data:`~mrcnic.base.records.NAK`, out
+        A copy of each access-error record sent as an AETH NAK (the QP is in error). Must
+        be read: a record moves only when both the generator and this port take it (tie
+        ``access_nak.ready`` high if unused); it passes a register slice.
+    cpl : stream of :data:`~mrcnic.base.records.COMPLETION`, out
+        WRITE-with-immediate completions.
+    s_axil : AXI4-Lite, in
+        The register bus, :attr:`bus`.
+    bus : :class:`~mrcnic.base.csr.bus.CsrBus`
+        Its directory lists, in order, the ``srv6-decap`` of each plane, the ``roce-rx`` of
+        each plane, the ``memory-protect``, the ``psn-tracker`` and the ``ack-generator``.
+
+    Latency
+    -------
+    Not measured for the whole: each path is the sum of its blocks' latencies (see theirs)
+    and of the merges between them.
+
+    Throughput
+    ----------
+    Each plane takes one input beat a cycle; the packet records of all planes share the
+    memory check and the PSN tracker, one record a cycle, and the control frames of all
+    planes share the ACK generator.
+
+    Raises
+    ------
+    ValueError
+        If ``planes`` is not an int in 1 .. 8; ``qps`` is not an int in 1 .. 32768;
+        ``window_chunks`` is not 2 or 3; ``max_wimm_dest`` is not an int in 1 .. 32;
+        ``counter_width`` is not 0, 16 or 32; or ``data_width`` is not a whole number of
+        bytes in 8 .. 4096. The blocks refuse the other parameters, and ``qps`` above 1024
+        or a ``data_width`` they cannot take, with their own ValueError or TypeError when
+        the design is elaborated.
+    TypeError
+        If ``data_width`` is not an int.
+    """
+
     def __init__(self, planes=2, data_width=64, qps=8, mpr_max=8, buffer_bytes=16384,
                  regions=16, window_chunks=3, max_wimm_dest=8, counter_width=32,
                  pmtu_max=4096):

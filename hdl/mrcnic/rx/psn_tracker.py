@@ -1,86 +1,15 @@
 """Receive PSN tracking (spec §5): :class:`PsnTracker` (``psn-tracker``).
 
-Operation
-    One record per received packet comes in on ``pkt`` (:data:`PKT_IN`: QP index, PSN,
-    opcode, BTH A and rtx, ECN CE, trimmed and last-hop-trimmed flags from the DSCP, payload
-    length, the EV echoed as entropy, the TSETH timestamp, the immediate, and a free ``tag``
-    the consumer uses to find the packet again). For each, in order:
+The receive half of MRC's reliability, in :class:`~mrcnic.rx.mrc_rx.MrcRx` after the memory
+check (:class:`~mrcnic.rx.memory_protect.MemoryProtect`): for every packet that arrives, in
+any order and on any plane, it decides whether the packet is placed, keeps each QP's
+cumulative ACK (CACK) and its bitmap of what arrived above it, and decides the SACKs and
+NACKs to send back (to :class:`~mrcnic.rx.ack_generator.AckGenerator`) and the
+WRITE-with-immediate completions to deliver.
 
-    1. a QP index >= ``qps`` or a QP not open: verdict NO_QP, nothing answered;
-    2. a probe (0xDE): verdict PROBE, a SACK with pr = 1 (consumes no PSN);
-    3. trimmed (recognised upstream by its DSCP, before any other check): verdict TRIMMED,
-       NACK TRIMMED or TRIMMED_LASTHOP with the packet's PSN and entropy;
-    4. not a WRITE opcode: verdict BAD_OPCODE, nothing answered;
-    5. at or before CACK, or its bit already set: verdict DUPLICATE and a SACK;
-    6. beyond CACK + MPR x 128: verdict OUT_OF_WINDOW, NACK PSN_OUT_OF_WINDOW;
-    7. a WRITE-with-immediate that cannot complete at once (it is not CACK + 1) when
-       ``max_wimm_dest`` completions are already held: verdict NO_RESOURCE, NACK NO_RESOURCE
-       (retriable; the packet is not placed). The one at CACK + 1 is always accepted, so
-       held completions can always drain;
-    8. otherwise verdict PLACE: its bit is set, CACK advances over the run of arrived PSNs,
-       completions held up to the new CACK leave in PSN order, and a SACK is sent when the
-       packet asks (A), is a retransmission, carries CE (then M = SKIP_ONCE), opens a new
-       hole (it lands more than one past the highest PSN seen), fills the lowest hole while
-       later PSNs have arrived (CACK moves past it: :data:`LATE_SACK`), or when it is the
-       ``sack_every``-th placed packet since the QP's last SACK.
-
-    Every packet gives one ``verdict`` record; SACK and NACK descriptors
-    (:data:`mrcnic.base.records.ACK_DESC`) leave on ``ack``; completions on ``cpl``. A SACK has
-    SACK_BASE = CACK + 1 (:data:`SACK_OFFSET`): its bitmap starts at the lowest hole.
-
-    Storage. Per QP, a context in distributed RAM (CACK, highest PSN seen, MPR, open, packets
-    since the last SACK, out-of-order count, bytes) and a bitmap ring of ``mpr_max`` x 128
-    bits in block RAM, in 128-bit chunks. The bit of PSN p is at ring position p mod
-    (``mpr_max`` x 128); it means "arrived" when it differs from the lap parity of p (bit
-    log2(``mpr_max`` x 128) of p), and placing p writes the complement of that parity. So a
-    bit need never be cleared as CACK passes it: the next PSN to use the position has the
-    other parity and reads "not arrived". Opening a QP rewrites its ring (``mpr_max``
-    cycles); after reset a sweep opens every QP at PSN 0 with MPR = ``mpr_max`` (``qps`` x
-    (``mpr_max`` + 1) cycles, the input held), since block RAM keeps its contents through
-    a reset.
-
-    Pipeline. I: the record is chosen (a pending continuation, then a replayed record,
-    then the input), its QP context read (registered into E) and the block RAM read at the
-    packet's chunk and at the ``window_chunks`` chunks from CACK + 1 (the window); the read
-    ports are transparent to the write port, so the data includes the write of the packet
-    ahead. E: the context is the registered one, or the one the record ahead just wrote for
-    the same QP; everything is decided, the chunk written back, CACK advanced to the first
-    PSN after it not arrived in the window (a 384- or 256-bit first-zero search), the
-    context written. E2: the SACK bitmap is cut from the window, ack_psn_offset and the
-    out-of-order count worked out, and the records go to the output FIFOs. The window was
-    addressed from the CACK before the packet ahead updated it; when it does not reach far
-    enough (CACK moved past it, the run fills it, or the SACK's 64 bits leave it), the
-    packet's SACK and the rest of the advance go to a continuation that re-reads the window,
-    and the record behind, killed in E by a registered flag, is replayed after it (2
-    cycles). The input waits while a
-    continuation, a replay, a release of more than the packet's own completion, or a QP
-    command runs.
-
-Parameters
-    ``qps``: QPs, 1 .. 65536 (default 64). ``mpr_max``: the largest receive window in 128-PSN
-    units, a power of two 1 .. 64 (default 8: 1024 PSNs). ``max_wimm_dest``: completions
-    held at once, 1 .. 32 (default 8). ``window_chunks``: 128-PSN chunks read from CACK + 1
-    each cycle, 3 (default) or 2 (a third less stage-E logic: the board option; with
-    ``mpr_max`` 1 it still covers the whole window, otherwise continuations come sooner).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``pkt`` in (:data:`PKT_IN`), ``verdict`` out (:data:`VERDICT`), ``ack`` out
-    (:data:`~mrcnic.base.records.ACK_DESC`), ``cpl`` out (:data:`COMPLETION`), ``s_axil``
-    (:data:`TRACKER_REGS`). Every output comes from a FIFO; ``pkt.ready`` is a register.
-
-Latency, throughput
-    A record accepted in cycle t has its verdict (and SACK/NACK, own completion) written
-    into the output FIFOs at the end of cycle t + 2, out at t + 4 (:attr:`latency`, 4
-    cycles; the FIFOs register their outputs).
-    One packet per cycle, any mix of QPs, back-to-back packets of one QP included; the
-    exceptions cost 2 cycles each: a CACK advance that runs past the window (at least 257
-    PSNs per continuation; 129 with ``window_chunks`` 2), and a release of held completions
-    (plus one cycle per completion). Measured in ``sim/rx/test_psn_tracker.py``.
+Operation, decisions and measured figures: docs/blocks/psn-tracker.md.
 """
 
-import enum
 import functools
 import operator
 
@@ -94,10 +23,11 @@ from amaranth.utils import ceil_log2
 from mrcnic.base import proto
 
 from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.gates import assign, first_set, signed_fits
 from mrcnic.base.proto import NackCode, Opcode, SackMode
+from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET
 from mrcnic.base.stream import meta_stream
 
 __all__ = ["PsnTracker", "TRACKER_REGS",
@@ -109,7 +39,6 @@ CHUNK = proto.MPR_UNIT_PSNS          # PSNs per block RAM word
 # after CACK + 1, so a continuation is rare at any MPR); 2 is the small option (at least 129
 # PSNs: the whole window when mpr_max is 1, a third less logic in stage E).
 WINDOW_CHUNKS = (2, 3)
-SACK_OFFSET = 1                      # decision: SACK_BASE = CACK + 1, the lowest hole
 # Decision: a packet that fills the lowest hole while later PSNs have arrived (CACK moves
 # past it) is SACKed at once. Without it, when the packets at the end of a burst arrive out
 # of order, the one that completes them would wait for the next coalesced SACK, and with no
@@ -117,7 +46,7 @@ SACK_OFFSET = 1                      # decision: SACK_BASE = CACK + 1, the lowes
 # taken for broken. (SACKing every packet that lands below the highest PSN seen would do
 # too, but under spraying that is nearly every packet.)
 LATE_SACK = "a packet that fills the lowest hole, CACK moving past it"
-BITMAP_BITS = proto.SETH.width("bitmap")
+BITMAP_BITS = SACK_BITMAP_BITS
 FIFO_DEPTH = 8
 
 
@@ -173,7 +102,85 @@ TRACKER_REGS = RegisterMap("psn_tracker", [
 
 
 class PsnTracker(wiring.Component):
-    """See the module docstring: the receive PSN tracker, ``psn-tracker``."""
+    """The receive PSN tracker: a verdict per packet, the SACKs and NACKs to send, and
+    WRITE-with-immediate completions in PSN order.
+
+    Each ``pkt`` record gives one ``verdict`` record, in order; the first check that applies
+    decides (:class:`~mrcnic.base.records.Verdict`): a QP index >= ``qps`` or a QP not open,
+    NO_QP (nothing answered); a probe (0xDE), PROBE (a SACK with pr = 1, no PSN consumed);
+    trimmed (flagged upstream from the DSCP), TRIMMED (NACK TRIMMED or TRIMMED_LASTHOP); not
+    a WRITE opcode, BAD_OPCODE (nothing answered); at or before CACK or already arrived,
+    DUPLICATE (a SACK); beyond CACK + MPR x 128, OUT_OF_WINDOW (NACK PSN_OUT_OF_WINDOW); a
+    WRITE-with-immediate not at CACK + 1 while ``max_wimm_dest`` completions are held,
+    NO_RESOURCE (NACK NO_RESOURCE, not placed: the one at CACK + 1 is always taken, so held
+    completions can always drain); otherwise PLACE: its bit is set, CACK advances over the
+    run of arrived PSNs and the completions held up to the new CACK leave in PSN order. A
+    placed packet is SACKed when it asks (BTH A), is a retransmission, carries ECN CE (then
+    M = SKIP_ONCE), opens a new hole, fills the lowest hole while later PSNs have arrived
+    (:data:`LATE_SACK`), or is the ``sack_every``-th placed packet of its QP since the QP's
+    last SACK. A SACK's bitmap starts at SACK_BASE = CACK + 1
+    (:data:`~mrcnic.base.rules.SACK_OFFSET`). After reset a sweep opens every QP at PSN 0
+    with MPR = ``mpr_max``; the ``qp_*`` registers open and close QPs.
+
+    Parameters
+    ----------
+    qps : int
+        QPs tracked, 1 .. 65536. Default 64.
+    mpr_max : int
+        Largest receive window in 128-PSN units (the size of each QP's arrival bitmap ring),
+        a power of two 1 .. 64. Default 8 (1024 PSNs).
+    max_wimm_dest : int
+        WRITE-with-immediate completions held at once, 1 .. 32. Default 8.
+    window_chunks : int
+        128-PSN chunks read from CACK + 1 each cycle, one of :data:`WINDOW_CHUNKS`: 3
+        (default) or 2 (a third less stage-E logic, the board option; with ``mpr_max`` 1 it
+        still covers the whole window, otherwise continuations come sooner).
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    pkt : stream of :data:`~mrcnic.base.records.PKT_IN`, in
+        One record per received packet: QP index, PSN, opcode, BTH A and rtx, ECN CE, the
+        trimmed and last-hop-trimmed flags, payload length, the EV echoed as ``entropy``,
+        the TSETH timestamp, the immediate, and a free ``tag`` returned with the verdict.
+        ``pkt.ready`` is a register.
+    verdict : stream of :data:`~mrcnic.base.records.VERDICT`, out
+        One per ``pkt`` record, in order: ``qp``, ``psn``, ``verdict``, ``tag``.
+    ack : stream of :data:`~mrcnic.base.records.ACK_DESC`, out
+        SACK and NACK descriptors to send.
+    cpl : stream of :data:`~mrcnic.base.records.COMPLETION`, out
+        WRITE-with-immediate completions, in PSN order per QP.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`TRACKER_REGS`.
+    latency : int
+        Cycles from a ``pkt`` handshake to its verdict on ``verdict``.
+
+    Every output comes from an 8-entry FIFO; the input is taken only while every output
+    FIFO has room for the records in flight, so nothing is ever dropped.
+
+    Latency
+    -------
+    :attr:`latency` = 4 cycles: a record accepted in cycle t has its verdict (and its SACK
+    or NACK, and its own completion) written into the output FIFOs at the end of cycle
+    t + 2, out at t + 4 (the FIFOs register their outputs).
+
+    Throughput
+    ----------
+    One packet per cycle, any mix of QPs, back-to-back packets of one QP included. The
+    exceptions cost 2 cycles each: a CACK advance that runs past the window read for it (a
+    continuation, at least 257 PSNs each; 129 with ``window_chunks`` 2), and a release of
+    held completions (plus one cycle per completion). The input also waits while a QP
+    command, or the sweep after reset (``qps`` x (``mpr_max`` + 1) cycles), runs.
+
+    Raises
+    ------
+    ValueError
+        If ``qps`` is not an int in 1 .. 65536; ``mpr_max`` is not a power of two in
+        1 .. 64; ``max_wimm_dest`` is not an int in 1 .. 32; ``window_chunks`` is not 2 or
+        3 (:data:`WINDOW_CHUNKS`); or ``counter_width`` is not 0, 16 or 32.
+    """
 
     latency = 4
 

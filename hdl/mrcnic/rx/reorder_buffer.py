@@ -2,105 +2,11 @@
 :class:`ReorderBuffer` (``reorder-buffer``).
 
 For a consumer that wants a QP's packets in PSN order (an FPGA application without host
-memory); the integration puts one per consumer.
+memory); the integration puts one per consumer. Packets wait in block RAM, one slot per PSN
+of the window, and each leaves whole, exactly as it came in, once every earlier PSN has left
+or been declared lost. :mod:`mrcnic.model.rx.reorder_buffer` is the reference model.
 
-Operation
-    Storage is one block RAM of ``depth`` slots of ``max_packet`` bytes (``depth *
-    max_packet / B`` words of ``data_width`` bits, B = ``data_width / 8``); the packet of PSN
-    p goes to slot ``p mod depth``. Per slot: a valid bit (flip-flops) and, in a small
-    memory, the index of the packet's last beat and that beat's ``tkeep``. A valid slot
-    always holds the one PSN of the window ``[expected, expected + depth)`` that maps to it,
-    so no PSN tag is stored: the bit is cleared when ``expected`` passes the slot.
-
-    Write side. The first beat of a packet is accepted together with its ``s_psn`` record
-    (``s_axis_tready`` is low at a first beat until a record is there) and decides whether
-    the packet is written: p in ``[expected, expected + depth)`` (modulo 2^24) and its slot
-    empty. Every beat is accepted at one per cycle and, if the packet is written, stored; a
-    packet that is not is consumed beat by beat and discarded. At the last beat the verdict
-    is final, counted once per packet, first match wins:
-
-    1. ``bad``: ``tuser[0]`` set on the last beat (``tuser`` of other beats is ignored);
-    2. ``too_long``: more than ``max_packet`` bytes (beats past the slot are not written);
-    3. ``duplicates``: p before expected ((p - expected) mod 2^24 >= 2^23), or its slot
-       already holds p;
-    4. ``out_of_window``: p at or beyond expected + ``depth``;
-    5. otherwise the slot becomes valid: the packet is stored.
-
-    Only then is the valid bit set, so a bad, too long or dropped packet leaves no trace.
-    Where ``expected`` moves between a packet's first and last beat: a packet passed by a
-    skip meanwhile (or by a skip of its PSN taken in the cycle of its last beat) is a
-    duplicate; a packet in progress when a restart takes effect is dropped and counted in
-    ``out_of_window``.
-
-    Read side. Whenever the slot of ``expected`` is valid the packet is read out, one beat a
-    cycle, from the slot's first word; at its last beat read the valid bit is cleared and
-    ``expected`` moves on, so the next packet's first beat is read in the very next cycle:
-    no idle cycle between consecutive packets. Stages: the block RAM's read data register,
-    a plain register (the RAM output is slow), a two-entry skid buffer (registered
-    ``m_axis``); a beat is read when the plain register is empty or moves on, which depends
-    on flip-flops only, so ``m_axis_tready`` reaches no memory address or enable. Each packet leaves exactly as it
-    came in (``tdata`` of every beat, ``tkeep`` of the last; earlier beats leave with every
-    ``tkeep`` bit set, as AXI-Stream requires of them), ``tuser`` 0. Its ``m_psn`` record is
-    made when its first beat is read; a full ``m_psn`` (two records waiting) holds the next
-    packet back.
-
-    The window. Its base is the oldest PSN not yet read out of the RAM: a packet waiting on
-    ``m_axis`` backpressure still holds its slot, and PSN base + ``depth`` is out of window
-    until it has been read. The reference model (:mod:`mrcnic.model.rx.reorder_buffer`) releases at
-    once; the two agree exactly whenever the packets the model has released have been read
-    out of the RAM (:func:`mrcnic.model.rx.reorder_buffer.wait_for` says when that is needed).
-
-    Skip (``skip`` stream: "PSN declared lost"). ``skip_ready`` is high only while the
-    block has nothing it could release: no packet is being read out, the slot of
-    ``expected`` is empty and no restart is waiting; a skip is judged in the cycle it is
-    taken (no buffer), so its handshake tells the source when it took effect. It applies if
-    its PSN equals ``expected``: ``expected`` moves on by one, nothing is released for it,
-    ``skipped`` counts it. A skip for any other PSN is ignored (not remembered) and counted
-    in ``skip_ignored``: a skip ahead of ``expected`` must be sent again once ``expected``
-    reaches it. A packet that arrives after its PSN was skipped is a duplicate. A skip never
-    releases anything, so it cannot make the output go out of order.
-
-    Restart. Writing the ``restart`` bit of ``control`` empties the buffer and makes the
-    ``expected`` register the next PSN to release. It takes effect once no packet is being
-    read out of the RAM (a packet already started leaves whole; none is started meanwhile),
-    at the earliest in the cycle after the write. Counters are kept (``clear`` zeroes
-    them); ``occupancy`` lags the valid bits by one cycle.
-
-Parameters
-    ``data_width``: 64 .. 1024, a power of two (default 64). ``depth``: slots, a power of two
-    2 .. 1024 (default 32). ``max_packet``: bytes per slot, 64 .. 16384, a multiple of
-    B (default 2048); it need not be a power of two (a slot's base address is then a
-    constant multiply, done as shifts and adds). ``expected_reset``: the PSN expected after
-    reset (default 0; not a Verilog parameter: the ``expected`` register and ``restart``
-    set it at run time).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``s_axis`` (in) and ``m_axis`` (out): AXI-Stream. ``s_psn`` (in): one record
-    (:data:`PSN_META`) per packet, taken with the packet's first beat or before it.
-    ``m_psn`` (out): one record per released packet. ``skip`` (in): PSNs declared lost.
-    ``s_axil``: registers :data:`REORDER_REGS`. No ready or valid towards a port depends on
-    an input in the same cycle: ``s_psn`` has a two-entry skid buffer, ``s_axis_tready``
-    and ``skip_ready`` come from flip-flops, ``m_axis`` and ``m_psn`` from skid buffers.
-
-Latency
-    4 cycles from a packet's last input beat to its first output beat when its PSN is the
-    expected one and nothing is being read out (valid bit, read, plain register, skid
-    buffer); its ``m_psn`` record is valid 2 cycles before that beat. A packet is stored whole before it
-    leaves (its verdict is on its last beat). Measured in ``sim/rx/test_reorder_buffer.py``
-    and ``cocotb_tests/rx/tb_reorder_buffer.py``.
-
-Throughput
-    Input: one beat per cycle, packets back to back, whatever their fate. Output: one beat
-    per cycle while the consumer is ready, with no idle cycle between consecutive packets
-    in the buffer: k packets of n beats leave in k*n cycles (asserted in the tests).
-
-Resources
-    The data RAM (``depth * max_packet * 8`` bits) in block RAM, the per-slot table in
-    distributed RAM. ECP5 (LFE5U-85F-6, Yosys 0.70, nextpnr 0.11.1): 1575 LUT4, 1047 FF,
-    32 DP16KD, 107.9 MHz at the defaults; 2459 LUT4, 3536 FF, 29 DP16KD, 106.1 MHz at
-    ``data_width`` 512, ``depth`` 16, ``max_packet`` 4096 (``docs/blocks/reorder-buffer.md``).
+Operation, decisions and measured figures: docs/blocks/reorder-buffer.md.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -108,7 +14,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.proto import PSN_BITS
 from mrcnic.base.stream import AxiStreamSignature, MetaSkidBuffer, check_data_width, meta_stream, skid_buffer
@@ -177,7 +83,97 @@ def _times(value, k):
 
 
 class ReorderBuffer(wiring.Component):
-    """See the module docstring: the reorder buffer, ``reorder-buffer``."""
+    """Reorder buffer: one flow's packets in, in any PSN order; out in PSN order, each
+    whole and exactly as it came in.
+
+    The packet of PSN p is written to slot ``p mod depth`` of a block RAM of ``depth``
+    slots of ``max_packet`` bytes when p is in the window ``[expected, expected + depth)``
+    (modulo 2^24) and its slot is empty. At its last beat the verdict is final, first match
+    wins: ``bad`` (``tuser[0]`` on the last beat), ``too_long`` (more than ``max_packet``
+    bytes), ``duplicates`` (p before ``expected``, or its slot already holds p),
+    ``out_of_window`` (p at or beyond ``expected`` + ``depth``), otherwise stored; a dropped
+    packet leaves no trace. Whenever the slot of ``expected`` holds its packet, the packet
+    is read out and ``expected`` moves on. A ``skip`` record declares a PSN lost: taken only
+    while the block has nothing it could release, it applies when its PSN is ``expected``
+    (``expected`` moves on, nothing is released) and is ignored otherwise. Writing
+    ``control.restart`` empties the buffer and makes the ``expected`` register the next PSN
+    to release, once no packet is being read out. The window's base is the oldest PSN not
+    yet read out of the RAM, so a packet waiting on ``m_axis`` backpressure still holds its
+    slot.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits (B = ``data_width`` / 8 bytes), one of 64, 128, 256, 512, 1024.
+        Default 64.
+    depth : int
+        Slots, the PSNs held at once (the window), a power of two in 2 .. 1024
+        (:data:`DEPTH_RANGE`). Default 32.
+    max_packet : int
+        Bytes per slot, 64 .. 16384 (:data:`MAX_PACKET_RANGE`), a multiple of B; it need
+        not be a power of two. A longer packet is dropped. Default 2048.
+    expected_reset : int
+        The PSN expected after reset, 0 .. 2^24 - 1 (not a Verilog parameter: the
+        ``expected`` register and ``control.restart`` set it at run time). Default 0.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Packets, in any PSN order; ``tuser[0]`` on a packet's last beat drops it.
+        ``s_axis.tready`` comes from flip-flops; it is low at a first beat until its
+        ``s_psn`` record is there.
+    s_psn : stream of :data:`PSN_META`, in
+        The PSN of each packet, one record per packet, with or before its first beat
+        (two-entry skid buffer).
+    skip : stream of :data:`PSN_META`, in
+        PSNs declared lost. Judged in the cycle it is taken, so its handshake says when it
+        took effect; ``skip.ready`` comes from flip-flops, high only while the block has
+        nothing to release.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit, always 0), out
+        The packets in PSN order: ``tdata`` of every beat and ``tkeep`` of the last as they
+        came in; earlier beats with every ``tkeep`` bit set. Registered.
+    m_psn : stream of :data:`PSN_META`, out
+        The PSN of each released packet, in release order (two-entry skid buffer); two
+        records not taken hold the next packet back.
+    s_axil : AXI4-Lite, in
+        Registers, :attr:`regmap` (:data:`REORDER_REGS` with ``expected`` reset to
+        ``expected_reset``).
+    regmap : :class:`~mrcnic.base.csr.regs.RegisterMap`
+        The register map.
+    latency : int
+        Cycles from the last input beat of the expected packet to its first output beat.
+    release_event, skip_event, event_psn : Signal
+        For the formal checks: a release starts, or a skip applies, for PSN ``event_psn``.
+
+    No ready or valid towards a port depends on an input in the same cycle.
+
+    Latency
+    -------
+    :attr:`latency` = 4 cycles from a packet's last input beat to its first output beat
+    when its PSN is the expected one and nothing is being read out (valid bit, read, plain
+    register, skid buffer); its ``m_psn`` record is valid 2 cycles before that beat. A
+    packet is stored whole before it leaves (its verdict comes with its last beat).
+
+    Throughput
+    ----------
+    Input: one beat per cycle, packets back to back, whatever their fate, as long as the
+    ``s_psn`` records keep up. Output: one beat per cycle while the consumer is ready, with
+    no idle cycle between consecutive packets in the buffer: k packets of n beats leave in
+    k*n cycles.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width``, ``depth`` or ``max_packet`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 1024; ``depth`` is not a power of
+        two in 2 .. 1024; ``max_packet`` is outside 64 .. 16384 or not a multiple of B;
+        ``expected_reset`` is not an int that fits 24 bits; or ``counter_width`` is not 0,
+        16 or 32.
+    """
 
     # The memory class (lib.memory.Memory or a subclass with the same ports). The formal
     # checks use one built of flip-flops: the solver handles that far faster than an array.

@@ -1,115 +1,12 @@
 """RoCEv2/MRC receive parser and payload buffer: :class:`RoceRx` (``roce-rx``).
 
-Operation
-    One instance per plane, after :class:`~mrcnic.rx.srv6_decap.Srv6Decap`. Each frame
-    (Ethernet | inner IPv6 | UDP | BTH | ... | ICRC) comes with its ``DECAP_META`` record.
-    The block parses and checks it while it streams, and at its end emits one record:
+The receive parser of one plane, in :class:`~mrcnic.rx.mrc_rx.MrcRx` after the plane's
+:class:`~mrcnic.rx.srv6_decap.Srv6Decap`: it checks each RoCEv2/MRC frame as it streams and
+turns it into one record (a packet for the PSN tracker, a received SACK or NACK, an AETH
+NAK, a port status update); a data packet's payload waits in a block-RAM buffer until its
+verdict comes back, and is then placed or dropped. :class:`HeaderCheck` is its stage B.
 
-    * a data packet (WRITE_*), a probe (``timestamp`` from its PETH) or a trimmed packet: a
-      ``pkt`` record (:data:`RX_PKT`: the PSN tracker's :data:`~mrcnic.rx.psn_tracker.PKT_IN`
-      fields plus the RETH and ``slot``). A data packet's payload is held in the payload
-      buffer; its record has ``slot`` = 1 and a ``tag`` (a 16-bit count of slot records) that
-      its verdict must quote;
-    * a SACK (0xDC) or NACK (0xDD): an ``ack`` record (:data:`~mrcnic.base.records.ACK_DESC`);
-    * an ACK (0xD1) with a non-zero AETH syndrome (a NAK): a ``nak`` record (:data:`NAK`);
-      an ACK with syndrome 0 is counted (``acks``) and dropped;
-    * a port status update (an endpoint request 0xD8 to QP ``ENDPOINT_QP`` whose body is
-      :data:`~mrcnic.base.proto.PORT_STATUS`): a ``peer`` record
-      (:data:`~mrcnic.base.records.PEER_STATUS`: the receiver's QP ``dst_id`` and the
-      sender's port mask). Another endpoint request type, or one to another QP, is an
-      ``opcode`` drop.
-
-    Verdicts (:data:`VERDICT_IN`, one per slot record, in order) release the held payloads in
-    order: ``place`` = 1 gives one ``place`` record (:data:`PLACE`) and, unless the payload is
-    empty, the payload alone on ``m_axis`` (byte 0 of the payload in byte 0 of the first beat,
-    pad and ICRC removed); ``place`` = 0 drops it. A consumer pairs them in order: each
-    ``place`` record with ``length`` > 0 belongs to the next frame on ``m_axis``; a record
-    with ``length`` = 0 has none. A verdict whose tag is not the head packet's drops the head
-    packet (``verdict_tag``); a verdict that comes while no packet is held waits.
-
-    Trimmed packets: DSCP equal to the ``trim_dscp`` or ``trim_lasthop_dscp`` register (the
-    outer header's, from ``meta``, in the SRv6 modes; the inner header's in PASS mode) and a
-    WRITE opcode. They are recognised after ``in_bad``, ``not_roce`` and a frame shorter than
-    its RETH, before any other check: their lengths and ICRC are not checked. They give a
-    ``pkt`` record with ``trimmed`` = 1, ``lasthop`` from the codepoint, ``length`` 0,
-    ``slot`` 0, ``imm`` 0. A frame with a trimmed codepoint that is not a WRITE is an
-    ``opcode`` drop (switches trim data packets only). ECN CE (from the same header as the
-    DSCP) sets ``ce``.
-
-    Checks (a dropped frame gives no record and is counted under the first that fails):
-    ``in_bad`` (``tuser[0]`` on any beat, or ``meta.bad``); ``not_roce`` (on the bytes the
-    frame has: Ethernet type not IPv6, version not 6, next header not UDP, UDP destination
-    port not ``udp_dport``); ``truncated`` (shorter than Ethernet to BTH, than a trimmed
-    frame's RETH, or than its headers and ICRC); ``opcode`` (not WRITE_*, ACK, SACK, NACK,
-    probe or port status); ``length`` (IPv6 payload length + 54 or UDP length not the frame's length;
-    payload + pad not a multiple of 4 or smaller than pad; bytes or a pad count after the
-    headers of a control packet); ``icrc`` (``CrcStream.residue_ok`` false); ``too_long``
-    (payload longer than ``min(pmtu, pmtu_max)``); ``no_room`` (the payload buffer or the
-    held-packet queue is full: the frame is dropped and counted, never overrun). Reserved
-    bits, tver, P_Key, TSETH type and pad byte values are not checked: the ICRC covers them.
-    :mod:`mrcnic.model.rx.roce_rx` is the reference.
-
-    Stages. The input (after a skid buffer) is parsed as it streams: a
-    :class:`~mrcnic.base.stream.FrameCursor` keeps header bytes 12-21 and 54-109, the ICRC runs
-    in a :class:`~mrcnic.base.crc.CrcStream`, and the payload is written into the buffer. The
-    cycle after the last beat (stage B) works out every check but the ICRC and the record
-    from the kept bytes and pushes a summary into a small FIFO; when the ICRC result comes
-    out of the CRC pipeline (:attr:`crc_latency` cycles after the last beat), the summary is
-    popped and registered with it, and in the next cycle (stage D) the verdict of the checks
-    is taken and the record written into the ``pkt``, ``ack`` or ``nak`` FIFO. The last beat
-    of a frame waits until the record FIFOs are sure to have room for every frame in flight
-    (a registered credit check), so stage D never waits.
-
-    Payload buffer. Block RAM of ``buffer_bytes / B`` words. The payload starts at byte
-    P = 94, 98 or 102 of the frame (TSETH and ImmDt present or not): it is written already
-    realigned, each word being bytes P + jB .. P + jB + B - 1, made from the previous beat and
-    the current one (a two-beat window and one 3:1 mux per byte lane, since P mod B takes at
-    most three values). The last word, the tail of the last beat, is written in the cycle
-    after it, which never meets a write of the next frame: a frame's first write needs its
-    second beat. So reading out is a plain sequence of words, one output beat per word, with
-    no shifter on the output. A frame's words are committed when stage D accepts it; when it
-    drops it, the write pointer goes back to the frame's first word if nothing was written
-    since, and otherwise the words become a "hole" entry in the held queue that the reader
-    skips. Every data frame reserves one held-queue entry at its first write (or at its end
-    if it writes nothing), so the queue never overflows. Space is checked word by word
-    against the reader's free pointer.
-
-    Reader. The head of the held queue waits for its verdict; a place verdict issues the
-    first block RAM read in the same cycle, then one word a cycle while the output has room;
-    the head is popped at once, so the next verdict is taken in the cycle after the last
-    word's read: no idle cycle between placed payloads.
-
-Parameters
-    ``data_width``: 64 .. 2048, a power of two (default 512). ``buffer_bytes``: the payload
-    buffer, a power of two, at least 2 x (``pmtu_max`` + 110) and 2 x (the words of a
-    ``pmtu_max`` frame + 1) x B (default 16384). ``pmtu_max``: largest payload the ``pmtu``
-    register can allow, 256 .. 16384 (default 4096). ``max_held``: data packets held at
-    once (waiting for or under a verdict), a power of two 4 .. 1024 (default 64).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``s_axis`` (AXI-Stream in, ``tuser[0]`` = bad), ``meta`` (in,
-    :data:`~mrcnic.rx.srv6_decap.DECAP_META`, one per frame, taken with the frame's last beat),
-    ``verdict`` (in, :data:`VERDICT_IN`), ``pkt`` (out, :data:`RX_PKT`), ``ack`` (out,
-    :data:`~mrcnic.base.records.ACK_DESC`), ``nak`` (out, :data:`NAK`), ``peer`` (out,
-    :data:`PEER_STATUS`), ``m_axis`` (out, payloads),
-    ``place`` (out, :data:`PLACE`), ``s_axil`` (:data:`ROCE_RX_REGS`). Skid buffers on
-    ``s_axis``, ``m_axis``, ``meta`` and ``verdict``; the record outputs come from FIFOs.
-
-Latency, throughput
-    From a frame's last input beat (handshake on ``s_axis``) to its ``pkt``/``ack``/``nak``/
-    ``peer`` record valid: :attr:`record_latency` = ``crc_latency`` + 4 cycles (9 at 64 and 128 bits,
-    10 at 256 and 512, 11 at 1024 and 2048). From a verdict's handshake to the first payload
-    beat valid on ``m_axis``: :attr:`place_latency` = 3 cycles (with the held packet at the
-    head of the queue). Both measured in ``sim/rx/test_roce_rx.py``.
-    One input beat per cycle sustained, frames of any kind back to back, as long as the
-    record outputs are read; one output beat per cycle while ``m_axis`` is ready, no idle
-    cycle between payloads whose verdicts are there.
-
-Resources
-    ECP5 LFE5U-85F-6 at ``data_width`` 64 and the other defaults: 5049 LUT4, 4077 FF, 14
-    DP16KD, 86.5 MHz placed (``docs/blocks/roce-rx.md``).
+Operation, decisions and measured figures: docs/blocks/roce-rx.md.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -121,10 +18,9 @@ from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
 
-from mrcnic.base.records import (
-    ACK_DESC, NAK, PLACE, RX_PKT, VERDICT_IN, PEER_STATUS, PKT_IN, DECAP_META)
+from mrcnic.base.records import ACK_DESC, NAK, PLACE, RX_PKT, VERDICT_IN, PEER_STATUS, DECAP_META
 from mrcnic.base.crc import CrcStream
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.proto import (AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH,
                     TSETH,
@@ -202,7 +98,90 @@ ROCE_RX_REGS = RegisterMap("roce_rx", [
 
 
 class RoceRx(wiring.Component):
-    """See the module docstring: RoCEv2/MRC receive parser and payload buffer, ``roce-rx``."""
+    """RoCEv2/MRC receive parser and payload buffer of one plane: one record per frame, the
+    payloads held until their verdicts.
+
+    Each frame (as decapsulated, with its ``meta`` record) gives at most one record: a data
+    packet, a probe or a trimmed packet (its DSCP one of the trim registers) a ``pkt``
+    record; a SACK or NACK an ``ack`` record; an AETH NAK a ``nak`` record; a port status
+    update a ``peer`` record. A frame that fails a check gives no record and is counted. A
+    data packet's payload is held until its ``verdict`` places it (``place`` record and
+    payload on ``m_axis``) or drops it. The checks and their order: docs/blocks/roce-rx.md.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits (B = ``data_width`` / 8 bytes), one of 64, 128, 256, 512, 1024,
+        2048. Default 512.
+    buffer_bytes : int
+        Payload buffer in bytes, a power of two, at least 2 x (``pmtu_max`` + 110) and at
+        least 2 x (the words of a ``pmtu_max`` frame + 1) x B. Default 16384.
+    pmtu_max : int
+        Largest payload the ``pmtu`` register can allow, 256 .. 16384. Default 4096.
+    max_held : int
+        Data packets held at once (waiting for or under a verdict), a power of two
+        4 .. 1024. Default 64.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames from :class:`~mrcnic.rx.srv6_decap.Srv6Decap`; ``tuser[0]`` marks a bad one.
+    meta : stream of :data:`~mrcnic.base.records.DECAP_META`, in
+        One record per frame, in order, taken with the frame's last beat.
+    verdict : stream of :data:`~mrcnic.base.records.VERDICT_IN`, in
+        One {``tag``, ``place``} per ``pkt`` record with ``slot`` = 1, in order.
+    pkt : stream of :data:`~mrcnic.base.records.RX_PKT`, out
+        Data packets, probes and trimmed packets: the
+        :data:`~mrcnic.base.records.PKT_IN` fields, then the RETH (``va``, ``rkey``,
+        ``dma_length``) and ``slot``. ``tag`` counts the ``slot`` = 1 records (16 bits,
+        wrapping); it is 0 on the others.
+    ack : stream of :data:`~mrcnic.base.records.ACK_DESC`, out
+        The SACKs and NACKs received.
+    nak : stream of :data:`~mrcnic.base.records.NAK`, out
+        The AETH NAKs received: ``qp``, BTH ``psn``, ``syndrome``.
+    peer : stream of :data:`~mrcnic.base.records.PEER_STATUS`, out
+        The port status updates received (QP = the body's ``dst_id``, the port mask).
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit, always 0), out
+        Placed payloads, each alone as one frame: payload byte 0 in byte 0 of the first
+        beat, pad and ICRC removed.
+    place : stream of :data:`~mrcnic.base.records.PLACE`, out
+        One per place verdict; with ``length`` > 0 it belongs to the next ``m_axis`` frame.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`ROCE_RX_REGS`.
+    crc_latency, record_latency, place_latency : int
+        Cycles of the ICRC pipeline (:class:`~mrcnic.base.crc.CrcStream`), from a frame's
+        last input beat to its record, and from a verdict to its payload's first beat.
+
+    ``s_axis``, ``m_axis``, ``meta`` and ``verdict`` have skid buffers (registered ready);
+    the record outputs come from FIFOs.
+
+    Latency
+    -------
+    :attr:`record_latency` = :attr:`crc_latency` + 4 cycles from a frame's last input beat
+    to its record valid: 9 at 64 and 128 bits, 10 at 256 and 512, 11 at 1024 and 2048.
+    :attr:`place_latency` = 3 cycles from a verdict to the first payload beat valid on
+    ``m_axis``, the held packet at the head of the queue.
+
+    Throughput
+    ----------
+    One input beat per cycle sustained, frames of any kind back to back, as long as the
+    record outputs are read; one output beat per cycle while ``m_axis`` is ready, no idle
+    cycle between payloads whose verdicts are there. A frame's last beat waits only when a
+    record FIFO could overflow or its ``meta`` record has not come.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width``, ``buffer_bytes``, ``pmtu_max`` or ``max_held`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048; ``pmtu_max`` is outside
+        256 .. 16384; ``buffer_bytes`` is not a power of two or is smaller than the bound
+        above; ``max_held`` is not a power of two in 4 .. 1024; or ``counter_width`` is not
+        0, 16 or 32.
+    """
 
     def __init__(self, data_width=512, buffer_bytes=16384, pmtu_max=4096, max_held=64,
                  counter_width=32):
@@ -594,9 +573,60 @@ class RoceRx(wiring.Component):
 
 
 class HeaderCheck(wiring.Component):
-    """Stage B of :class:`RoceRx`: every check but the ICRC, and the record, from the header
-    bytes kept by the cursor (``bus``, byte i at bits 8i..8i+7), the frame length ``n``, the
-    sticky bad flag and the frame's ``DECAP_META``. Combinational."""
+    """Stage B of :class:`RoceRx`: every check but the ICRC, and the frame's record, from its
+    header bytes, its length, its sticky bad flag and its ``DECAP_META``. Combinational.
+
+    The checks are those of :class:`RoceRx` in its order (``in_bad``, ``not_roce``,
+    ``truncated``, ``opcode``, ``length``; ``too_long`` apart, since the ICRC comes before
+    it). The lengths a frame may have are subtracted from ``n`` in parallel and then
+    selected by the opcode, so that no subtraction waits for the opcode's decoding.
+
+    Parameters
+    ----------
+    pmtu_max : int
+        :class:`RoceRx`'s ``pmtu_max``, which checks it; ``pmtu`` comes in already limited
+        to it.
+
+    Attributes
+    ----------
+    bus : Signal(880), in
+        Header bytes 0 .. 109 of the frame, byte i at bits 8i .. 8i + 7 (those the
+        :class:`~mrcnic.base.stream.FrameCursor` keeps; the others 0).
+    n : Signal(17), in
+        The frame's length in bytes.
+    bad : Signal(1), in
+        ``tuser[0]`` on some beat of the frame, or ``meta.bad``.
+    meta : Signal(:data:`~mrcnic.base.records.DECAP_META`), in
+        The frame's record from :class:`~mrcnic.rx.srv6_decap.Srv6Decap`.
+    udp_dport, pmtu : Signal(16), in
+        The registers of those names (``pmtu`` at most ``pmtu_max``).
+    trim_dscp, trim_lasthop_dscp : Signal(6), in
+        The trimmed codepoints, the registers of those names.
+    cause : Signal(3), out
+        The first failing check: 0 none, 1 ``in_bad``, 2 ``not_roce``, 3 ``truncated``, 4
+        ``opcode``, 5 ``length``.
+    check_icrc : Signal(1), out
+        The ICRC is to be checked (the frame is not trimmed).
+    too_long : Signal(1), out
+        A WRITE, not trimmed, whose payload is longer than ``pmtu``.
+    kind : Signal(3), out
+        The record's kind: data, trimmed, probe, SACK, NACK, AETH ACK, AETH NAK, port
+        status (0 .. 7).
+    data_frame : Signal(1), out
+        A WRITE at least as long as Ethernet to BTH.
+    body : Signal(union of ``pkt``, ``ack``, ``nak``, ``peer``), out
+        The record, as :data:`~mrcnic.base.records.RX_PKT`,
+        :data:`~mrcnic.base.records.ACK_DESC`, :data:`~mrcnic.base.records.NAK` or
+        :data:`~mrcnic.base.records.PEER_STATUS` by ``kind``.
+
+    Latency
+    -------
+    None: combinational (:class:`RoceRx` registers its outputs).
+
+    Throughput
+    ----------
+    One frame per cycle.
+    """
 
     def __init__(self, pmtu_max):
         self.pmtu_max = pmtu_max         # ``pmtu`` comes in already limited to it
@@ -758,6 +788,7 @@ class HeaderCheck(wiring.Component):
                      self.too_long.eq(too_long), self.kind.eq(kind),
                      self.data_frame.eq(is_write & ~short)]
         return m
+
 
 def proto_stev(udp_src_port, flow_label):
     """Gateware :func:`mrcnic.base.proto.stev_join`: EV[15:0] from the port, EV[31:16] from the

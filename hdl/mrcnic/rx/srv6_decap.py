@@ -1,51 +1,12 @@
 """SRv6 decapsulation on receive: :class:`Srv6Decap` (``srv6-decap``).
 
-Operation
-    A frame whose Ethernet type is IPv6 and whose outer Next Header is 41 (IPv6-in-IPv6) or
-    43 (Routing: the one-segment SRH of MRC) loses the outer header (40 bytes) or outer header
-    and SRH (64 bytes); the rest, Ethernet header first, leaves on ``m_axis``. Every other
-    frame leaves unchanged. One record per frame leaves on ``meta`` (:data:`DECAP_META`), in
-    frame order, no later than the frame's last beat: mode (PASS, SRV6, SRV6_SRH), the outer
-    DSCP, ECN, flow label and hop limit, whether an SRH was there, the outer destination
-    address (the uSID residue, spec §2.4) and whether the frame is bad.
+The first block of each plane in :class:`~mrcnic.rx.mrc_rx.MrcRx`, before
+:class:`~mrcnic.rx.roce_rx.RoceRx`: it removes the outer IPv6 header (and SRH) of an SRv6
+frame and reports what the frame's first IPv6 header carried, encapsulated or not. Two
+stages, each a component of this file: :class:`OuterParse` (reads and checks the outer
+headers) and :class:`HeaderRemove` (removes them).
 
-    Two stages: :class:`OuterParse`, a stall-all pipeline of ``20 // B + 3`` registers that
-    reads the outer headers and checks them while the frame passes (so that the removal
-    length is known before the frame's first beat leaves it), and :class:`HeaderRemove`,
-    which shifts the rest of the frame down by 40 or 64 bytes in 8-byte lanes: it sees two
-    input beats at once, so that it makes an output beat every cycle it consumes one and
-    never needs an extra cycle at the end of a frame.
-
-Checks (stripped frames; the frame leaves with ``tuser[0]`` set on its last beat and its
-``meta.bad`` set, and is counted per cause):
-
-* ``version``: an Ethernet type of IPv6 with an outer version other than 6 (the frame is then
-  passed, not stripped);
-* ``length``: the frame's length is not 14 + 40 + the outer payload length;
-* ``srh``: with Next Header 43, an SRH that is not routing type 4, header length 2 (one
-  segment), segments left 0 (or 1 with the ``srh_any_left`` register set), last entry 0
-  and Next Header 41;
-* ``inner``: the inner header's version is not 6;
-* ``truncated``: the frame ends before the end of the inner IPv6 header;
-* ``too_long``: the frame is longer than the ``max_frame`` register (any frame);
-* ``in_bad``: ``tuser[0]`` set on input (any frame).
-
-Parameters
-    ``data_width``: 64 .. 2048, a power of two.
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``s_axis``, ``m_axis`` (AXI-Stream), ``meta`` (metadata stream, :data:`DECAP_META`; a
-    frame's last beat waits for room for its record), ``s_axil`` (:data:`DECAP_REGS`).
-
-Latency, throughput
-    From a frame's first input beat to its first output beat: ``20 // B + 9 + q`` cycles for
-    a frame of more than one beat, where q = H // B beats are removed whole (11, 16, 19 for
-    PASS, SRV6, SRV6_SRH at 64 bits; 9, 9, 10 at 512 bits), one less for a one-beat frame
-    (:attr:`Srv6Decap.latency` is the PASS figure; measured in ``sim/rx/test_srv6_decap.py``).
-    One input beat per cycle sustained, frames back to back; a frame of L bytes leaves in
-    ceil((L - H)/B) beats.
+Operation, decisions and measured figures: docs/blocks/srv6.md.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -54,9 +15,9 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.base import proto
 
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
-from mrcnic.base.proto import ETH, IPV6, SRH, EvMode
+from mrcnic.base.proto import ETH, IPV6, EvMode
 from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, check_data_width, const_lt, drive_axis,
                      keep_count, length_countdown, meta_stream, register_stages, skid_chain,
                      stream_fifo)
@@ -103,10 +64,54 @@ POS_SRH = IP + IPV6.size
 class OuterParse(wiring.Component):
     """Stage 1 of :class:`Srv6Decap`: reads and checks the outer headers as the frame passes.
 
-    ``rec`` (``h``: index into :data:`REMOVE_CHOICES`) is written once per frame at the beat
-    that carries the outer Next Header (or at the last beat if earlier); ``meta`` at the
-    frame's last beat. On ``m_axis`` the frame is unchanged but for ``tuser[0]`` on its last
-    beat, which carries the verdict. Both record streams must have room or the input waits.
+    The frame goes through a stall-all pipeline of :attr:`depth` registers, so that what to
+    remove is known before its first beat leaves. ``rec`` (``h``: index into
+    :data:`REMOVE_CHOICES`) is written once per frame at the beat that carries the outer
+    Next Header (or at the last beat if the frame ends before it); ``meta`` at the frame's
+    last beat. On ``m_axis`` the frame is unchanged but for ``tuser[0]`` on its last beat,
+    which carries the verdict of the checks.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, one of 64, 128, 256, 512, 1024, 2048.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames; ``tuser[0]`` marks a bad one.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The same frames, ``tuser[0]`` on the last beat set when the frame is bad.
+    rec : stream of {``h``: 2 bits}, out
+        What to remove from each frame: 0, 40 or 64 bytes after the Ethernet header.
+    meta : stream of :data:`~mrcnic.base.records.DECAP_META`, out
+        One record per frame, written at its last beat.
+    stats : Signal(one bit per counter of ``DECAP_COUNTERS``), out
+        One-cycle pulses at each frame's last beat, for the event counters: ``frames``,
+        ``stripped`` and each cause.
+    srh_any_left : Signal(1), in
+        The ``config.srh_any_left`` register.
+    max_frame : Signal(16), in
+        The ``max_frame`` register.
+    depth : int
+        Pipeline registers: ``20 // B + 3`` on a B-byte bus.
+
+    Latency
+    -------
+    :attr:`depth` cycles from ``s_axis`` to ``m_axis``; ``rec`` and ``meta`` are valid in
+    the cycle their beat is taken.
+
+    Throughput
+    ----------
+    One beat per cycle. The input waits while ``m_axis`` holds a beat not taken, or while
+    ``rec`` or ``meta`` has no room for the record of the beat at the input.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048.
     """
 
     def __init__(self, data_width):
@@ -259,8 +264,41 @@ class HeaderRemove(wiring.Component):
     ``0..s-1`` of input beat j + q + 1, with the Ethernet header in front. The input sits in a
     two-entry window so that both beats are visible: each cycle that the output can move, the
     block consumes one input beat (two when the frame's last beat fits entirely into the
-    current output beat) and makes at most one output beat. ``rec`` gives H per frame.
-    Output registered.
+    current output beat) and makes at most one output beat. ``rec`` gives H per frame. A
+    frame that ends inside the removed bytes leaves as its Ethernet header alone. Output
+    registered.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, one of 64, 128, 256, 512, 1024, 2048.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames, from :class:`OuterParse`.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The frames with H bytes removed after the Ethernet header; ``tuser[0]`` of the last
+        input beat goes to the last output beat.
+    rec : stream of {``h``: 2 bits}, in
+        One per frame, taken at its first beat: H = :data:`REMOVE_CHOICES` [``h``].
+
+    Latency
+    -------
+    3 + q cycles from a frame's first input beat to its first output beat (2 + q for a
+    one-beat frame), q = H // B the input beats removed whole.
+
+    Throughput
+    ----------
+    One input beat per cycle sustained, frames back to back, with no extra cycle at the end
+    of a frame: a frame of L bytes leaves in ceil((L - H) / B) beats.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048.
     """
 
     def __init__(self, data_width):
@@ -399,7 +437,65 @@ class HeaderRemove(wiring.Component):
 
 
 class Srv6Decap(wiring.Component):
-    """See the module docstring: SRv6 decapsulation, ``srv6-decap``."""
+    """SRv6 decapsulation: removes a frame's outer IPv6 header (and SRH) and reports what
+    the frame's first IPv6 header carried.
+
+    A frame of Ethernet type IPv6, outer version 6 and outer Next Header 41 (IPv6-in-IPv6)
+    or 43 (Routing: MRC's one-segment SRH) loses the 40 bytes of its outer header, or the 64
+    of outer header and SRH, after its Ethernet header; any other frame leaves unchanged.
+    Checks: ``version`` (Ethernet type IPv6, outer version not 6: passed, not stripped);
+    on a stripped frame ``length`` (not 54 + the outer payload length), ``srh`` (not
+    routing type 4, header length 2, segments left 0, or 1 with the ``srh_any_left``
+    register, last entry 0, Next Header 41), ``inner`` (inner version not 6) and
+    ``truncated`` (ends inside the inner IPv6 header); on any frame ``too_long`` (longer
+    than the ``max_frame`` register) and ``in_bad`` (``tuser[0]`` on input). A bad frame
+    still leaves, with ``tuser[0]`` on its last beat and ``meta.bad`` set, and is counted
+    by cause; the next frame is unaffected.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, one of 64, 128, 256, 512, 1024, 2048. Default 512.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames from the network; ``tuser[0]`` marks a bad one.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The frames, decapsulated; ``tuser[0]`` on the last beat of a bad one.
+    meta : stream of :data:`~mrcnic.base.records.DECAP_META`, out
+        One record per frame, in order, no later than the frame's last beat: ``mode``
+        (PASS, SRV6, SRV6_SRH), the first IPv6 header's ``dscp``, ``ecn``, ``flow_label``,
+        ``hop_limit`` and destination (``residue``, the uSID residue, spec §2.4), ``srh``,
+        ``bad``. A frame's last beat waits for room for its record.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`DECAP_REGS`.
+    latency : int
+        Cycles from a frame's first input beat to its first output beat in PASS mode.
+
+    Latency
+    -------
+    ``20 // B + 9 + q`` cycles from a frame's first input beat to its first output beat on a
+    B-byte bus, for a frame of more than one beat, where q = H // B beats are removed whole
+    (11, 16, 19 for PASS, SRV6, SRV6_SRH at 64 bits; 9, 9, 10 at 512 bits); one less for a
+    one-beat frame. :attr:`latency` is the PASS figure.
+
+    Throughput
+    ----------
+    One input beat per cycle sustained, frames back to back; a frame of L bytes leaves in
+    ceil((L - H) / B) beats.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048, or ``counter_width`` is not
+        0, 16 or 32.
+    """
 
     def __init__(self, data_width=512, counter_width=32):
         self.counter_width = check_counter_width(counter_width)

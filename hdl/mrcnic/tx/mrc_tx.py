@@ -1,99 +1,17 @@
 """The transmit half of the NIC: :class:`MrcTx` (``mrc-tx``).
 
-Operation
-    Work requests (``wr``, :data:`~mrcnic.tx.segmenter.WR`) are cut into packets by a
-    :class:`~mrcnic.tx.segmenter.TxSegmenter`. Each packet then passes:
+The transmit half of :class:`~mrcnic.nic.MrcNic`, assembled from the transmit blocks: a
+:class:`~mrcnic.tx.segmenter.TxSegmenter` cuts work requests into packets, a send gate asks
+the :class:`~mrcnic.tx.retransmit_tracker.RetransmitTracker` for credit, the
+:class:`~mrcnic.tx.path_selector.PathSelector` gives each packet an EV,
+:class:`~mrcnic.tx.roce_tx.RoceTx` builds the frame with the payload the host returns for a
+payload request, and :class:`~mrcnic.tx.srv6_encap.Srv6Encap` puts it on its EV's path; each
+frame leaves whole on the port of its plane.
 
-    1. **The send gate.** A new packet (``rtx`` = 0) goes only when the
-       :class:`~mrcnic.tx.retransmit_tracker.RetransmitTracker` gives its QP credit
-       (receive window, outstanding PSNs, congestion window). **Decision**
-       (:data:`CREDIT_RULE`, docs/architecture.md): at most one packet per QP is between
-       the credit check and its ``sent`` record, so that the tracker's answer is always
-       about the PSN the packet carries. The gate asks (``credit_qp``) in one cycle and
-       decides in the next: a new packet every two cycles at most. A retransmission needs
-       no credit. A packet of a QP in error (the tracker's ``qp_error``) is dropped and
-       counted (``dropped_error``) until ``qp_command.clear_error``. The gate serves the
-       segmenter's packets in order: a QP without credit holds back the packets behind it
-       (the segmenter emits whole messages one after the other).
-    2. **The path selector.** A :class:`~mrcnic.tx.path_selector.PathSelector` request
-       (QP, PSN, rtx, the EV to avoid) per packet; the packet waits in a FIFO beside the
-       selector for its response. A response ``none`` (no usable EV now: every EV bad or
-       every port down or without credit) sends the packet round again: it is requested
-       anew, after the packets requested before it (counted, ``no_path``). **Decision:**
-       at most :data:`LOOP_PACKETS` packets are in the request loop (the FIFO and the
-       packet waiting to be requested again); so the selector's request port, ready while
-       its response FIFO holds at most three, always takes a packet sent round again, and
-       the loop cannot lock.
-       A response for a port that has gone down since the selector made it goes round
-       again too (:data:`STALE_PORT`, counted, ``port_down``).
-    3. **The fork.** A packet with its EV goes, in one cycle, to: the
-       :class:`~mrcnic.tx.roce_tx.RoceTx` descriptor (entropy = the selector's ``entropy``:
-       the EV's index in SRv6 modes); the payload request ``preq`` (:data:`PAYLOAD_REQ`,
-       packets with a payload only); the :class:`~mrcnic.tx.srv6_encap.Srv6Encap` descriptor
-       (``mode`` register, the expanded EV, the outer source address and hop limit
-       registers, DSCP :data:`~mrcnic.base.proto.DSCP_DATA` or
-       :data:`~mrcnic.base.proto.DSCP_RTX` for retransmissions, ECT(0)); the plane FIFO; and
-       the tracker's ``sent`` record (QP, PSN, EV, ``now``, the segmenter's tag, rtx).
-       Each branch but RoceTx's has a FIFO; the fork waits until all have room. RoceTx
-       holds :data:`DESC_LOOKAHEAD` descriptors besides the frame it sends: the frames
-       decided ahead of the wire.
-    4. **The frame.** RoceTx builds the frame with the payload that answers ``preq``
-       (``s_axis``, one payload frame per request, in request order); Srv6Encap puts it on
-       its EV's path; each frame leaves whole on the port of its plane, ``m{p}_axis``.
-
-    The tracker's retransmit requests and releases go back to the segmenter (which
-    rebuilds a packet from its message, and gives send completions on ``done`` as
-    messages are acknowledged); its feedback goes to the selector. SACKs and NACKs from
-    the peer (``ack``, :data:`~mrcnic.base.records.ACK_DESC`: the receive half's ``ack``)
-    feed the tracker. The selector's EV state changes leave on ``event``.
-
-    Time base: ``now``, in ticks of 1.024 us (:data:`~mrcnic.base.records.TICK_NS`), advances
-    every ``tick.cycles`` cycles (256 at 250 MHz); the tracker's send times and timeouts
-    use it.
-
-    Path feedback to the selector, merged round robin: the tracker's (SACK M, NACK reason,
-    timeouts); each retransmission the tracker asks for a SACK hole, as TIMEOUT for the EV
-    that lost the packet (:data:`LOSS_FEEDBACK`); and each SACK with pr = 1 from the peer,
-    as the answer to a probe (PROBE_GOOD, PROBE_SKIP, PROBE_BAD by its M; the selector
-    matches it to its probe by the echoed entropy); and each port status update from a peer
-    (``peer``, :data:`~mrcnic.base.records.PEER_STATUS`: the receive half's ``peer``) as
-    PEER_PORTS for the QP it names (the selector then leaves the planes whose port is down
-    at the peer, for every QP of that QP's profile).
-
-    Probes: the selector's probe records become probe frames (BTH 0xDE, PETH probe id =
-    a running count, carried in the descriptor's ``msn``) on the probed EV, through RoceTx
-    and Srv6Encap like data, ahead of the next data packet; no PSN, no sent record. Its
-    announce records (this NIC's ports changed) become port status updates the same way
-    (an EP_REQUEST descriptor, the port mask in ``imm``): the peer's receive half hands
-    them to its selector, which leaves the planes whose port is down here.
-
-    Registers: one AXI4-Lite port, ``s_axil``, a :class:`~mrcnic.base.csr.bus.CsrBus` over:
-    this block's own registers (:data:`MRC_TX_REGS`), the segmenter, the path selector,
-    the retransmit tracker, RoceTx and Srv6Encap (the directory names them).
-
-Parameters
-    ``planes`` 1, 2, 4 or 8 (default 4); ``data_width`` 64 .. 2048 (default 64); ``qps``
-    1 .. 1024 (default 8); ``msgs`` messages in flight per QP (default 16); ``ev_count``
-    EVs per profile (default 32); ``profiles`` (default 2); ``ev_bits`` 128 (SRv6) or
-    256 (SRv6 + SRH) (default 128); ``outstanding`` PSNs per QP (default 1024);
-    ``pending`` entries of the retransmit tracker's pending table (default 16);
-    ``counter_width`` of every block's counters, 32, 16 or 0 (none; default 32).
-
-Ports
-    ``wr`` in, ``done`` out (:data:`~mrcnic.tx.segmenter.WR_DONE`); ``preq`` out,
-    ``s_axis`` in (payloads); ``m{p}_axis`` out (frames, one port per plane); ``ack`` in;
-    ``peer`` in (port status updates from peers);
-    ``cwnd`` in (:data:`~mrcnic.tx.retransmit_tracker.CWND_IN`, to the tracker); ``port_up``
-    and ``credit`` in (``planes`` bits, to the selector: a plane's port is up, and can
-    take another frame); ``event`` out (:data:`~mrcnic.tx.path_selector.EVENT`); ``s_axil``.
-
-Latency, throughput
-    One beat a cycle out of RoceTx and Srv6Encap (all planes together); at most one new
-    packet every two cycles through the gate and :data:`LOOP_PACKETS` packets per
-    selector round trip (measured in ``sim/tx/test_mrc_tx.py``).
+Operation, decisions and measured figures: docs/blocks/mrc-tx.md.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -101,9 +19,9 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.base import proto
 
 from mrcnic.base.records import (
-    ACK_DESC, QP_INDEX_BITS, PAYLOAD_REQ, EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS,
-    FeedbackKind, CWND_IN, RtxCause, TIME_BITS, TX_DESC, sent_layout, SEG_PKT, WR, WR_DONE)
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    ACK_DESC, PAYLOAD_REQ, EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS, FeedbackKind, CWND_IN,
+    RtxCause, TIME_BITS, TX_DESC, sent_layout, SEG_PKT, WR, WR_DONE)
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters, ipv6_registers, ipv6_value)
 from mrcnic.base.csr.bus import CsrBus
 from mrcnic.tx.path_selector import EVENT, SELECTOR_REGS, PathSelector
@@ -183,7 +101,106 @@ MRC_TX_REGS = RegisterMap("mrc_tx", [
 
 
 class MrcTx(wiring.Component):
-    """See the module docstring: the transmit half, ``mrc-tx``."""
+    """The transmit half of the NIC: work requests in, frames on every plane out.
+
+    Work requests are cut into packets by a :class:`~mrcnic.tx.segmenter.TxSegmenter`.
+    Each packet then passes: the send gate (a new packet goes only when the
+    :class:`~mrcnic.tx.retransmit_tracker.RetransmitTracker` gives its QP credit, at most
+    one per QP between the credit check and its ``sent`` record, :data:`CREDIT_RULE`; a
+    packet of a QP in error is dropped); a request to the
+    :class:`~mrcnic.tx.path_selector.PathSelector` (a response without a usable EV, or for
+    a port gone down since, :data:`STALE_PORT`, sends the packet round again, at most
+    :data:`LOOP_PACKETS` in the loop); the fork, in one cycle, to the
+    :class:`~mrcnic.tx.roce_tx.RoceTx` descriptor, the payload request ``preq``, the
+    :class:`~mrcnic.tx.srv6_encap.Srv6Encap` descriptor, the plane FIFO and the tracker's
+    ``sent`` record; then RoceTx builds the frame with the payload from ``s_axis``,
+    Srv6Encap puts it on its EV's path and it leaves whole on ``m{p}_axis``, p its EV's
+    plane. The tracker's retransmit requests and releases go back to the segmenter; its
+    feedback, the SACK holes it requests (as TIMEOUT, :data:`LOSS_FEEDBACK`), the peer's
+    probe answers and the peer's port status updates go to the selector. The selector's
+    probes and port status announcements go out as frames ahead of the next data packet.
+
+    Parameters
+    ----------
+    planes : int
+        Planes (ports), one of 1, 2, 4, 8. Default 4.
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048 (RoceTx's and Srv6Encap's check).
+        Default 64.
+    qps : int
+        Queue pairs, 1 .. 1024. Default 8.
+    msgs : int
+        Messages in flight per QP, a power of two 2 .. 256 (the segmenter's). Default 16.
+    ev_count : int
+        EVs per profile, a power of two 2 .. 256, at least ``planes`` (the selector's).
+        Default 32.
+    profiles : int
+        EV profiles, 1 .. 16 (the selector's). Default 2.
+    ev_bits : int
+        Bits of the expanded EV: 128 (SRv6) or 256 (SRv6 + SRH). Default 128.
+    outstanding : int
+        PSNs outstanding per QP, a power of two 128 .. 16384 (the tracker's). Default 1024.
+    pending : int
+        Entries of the retransmit tracker's pending table, 1 .. 64. Default 16.
+    counter_width : int
+        Width of every block's event counters: 32, 16 or 0 (no counters; they read 0).
+        Default 32.
+
+    Attributes
+    ----------
+    wr : stream of :data:`~mrcnic.base.records.WR`, in
+        Work requests.
+    done : stream of :data:`~mrcnic.base.records.WR_DONE`, out
+        Send completions, as messages are acknowledged.
+    preq : stream of :data:`~mrcnic.base.records.PAYLOAD_REQ`, out
+        Payload requests (``qp``, ``wr_id``, ``offset``, ``length``), one per packet with a
+        payload.
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Payloads: one frame per payload request, in request order.
+    m{p}_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        Frames of plane p, one port per plane.
+    ack : stream of :data:`~mrcnic.base.records.ACK_DESC`, in
+        The peer's SACKs and NACKs (the receive half's ``ack``).
+    peer : stream of :data:`~mrcnic.base.records.PEER_STATUS`, in
+        The peer's port status updates (the receive half's ``peer``).
+    cwnd : stream of :data:`~mrcnic.base.records.CWND_IN`, in
+        Congestion window per QP, to the tracker; unlimited if never written.
+    port_up : Signal(planes), in
+        Per plane: the port's link is up.
+    credit : Signal(planes), in
+        Per plane: the port can take another frame.
+    event : stream of :data:`~mrcnic.tx.path_selector.EVENT`, out
+        The selector's EV state changes.
+    s_axil : AXI4-Lite, in
+        Registers: a :class:`~mrcnic.base.csr.bus.CsrBus` over this block's own
+        (:data:`MRC_TX_REGS`), the segmenter's, the path selector's, the retransmit
+        tracker's, RoceTx's and Srv6Encap's; the directory names them.
+
+    Latency
+    -------
+    Not stated end to end: a packet passes the segmenter, the send gate (a new packet: ask
+    in one cycle, decide in the next), the selector
+    (:attr:`~mrcnic.tx.path_selector.PathSelector.latency`), the fork, then RoceTx and
+    Srv6Encap (their ``latency`` attributes). After a port goes down, at most
+    :data:`DESC_LOOKAHEAD` frames already forked to it still start, besides the frame
+    under way.
+
+    Throughput
+    ----------
+    One beat a cycle out of RoceTx and Srv6Encap, all planes together; at most one new
+    packet every two cycles through the gate, and :data:`LOOP_PACKETS` packets per
+    selector round trip.
+
+    Raises
+    ------
+    ValueError
+        If ``planes`` is not one of 1, 2, 4, 8; ``qps`` is not an int in 1 .. 1024;
+        ``ev_bits`` is not 128 or 256; or a block refuses its parameter (``data_width``,
+        ``msgs``, ``ev_count``, ``profiles``, ``outstanding``, ``pending``,
+        ``counter_width``: the ranges above).
+    TypeError
+        If ``data_width`` is not an int.
+    """
 
     def __init__(self, planes=4, data_width=64, qps=8, msgs=16, ev_count=32, profiles=2,
                  ev_bits=128, outstanding=1024, pending=16, counter_width=32):

@@ -3,147 +3,11 @@
 For every packet of every QP the block picks an entropy value (EV, a path): the next EV in
 the QP's pseudo-random scan order that is GOOD and whose plane port is enabled and has
 credit. It applies the EV state transitions of §4 to path feedback, reports state changes
-as events, sends probes on ASSUMED_BAD EVs, and expands raw EVs (§3) in gateware.
+as events, sends probes on ASSUMED_BAD EVs, and expands raw EVs (§3) in gateware. It sits in
+:class:`~mrcnic.tx.mrc_tx.MrcTx` between the send gate, which asks for an EV per packet, and
+the frame builders, which take the expanded EV it returns.
 
-Operation
-    *State.* EV state belongs to the EV *profile* (:data:`PROFILES_DEFAULT` profiles): QPs
-    that share a profile share what is known about its paths. Per profile and EV the block
-    holds, in flip-flops, the state (:class:`~mrcnic.base.proto.EvState`), ``loaded`` (an
-    expanded EV was written to the slot) and ``active`` (a working EV rather than a
-    backup). Per QP: its profile, its scan seed, its scan pointer and its outstanding probe.
-    The plane (port) of EV ``e`` is ``e mod planes`` (``plane_of`` in
-    :mod:`mrcnic.model.tx.path_selector`, which holds the policy functions), so an EV profile
-    whose EVs are listed plane after plane is spread evenly over the planes.
-
-    *Usable.* An EV is usable when loaded, active, GOOD, and its port is enabled
-    (``ports.admin``), up (``port_up``) and has credit (``credit``), and the profile's peer
-    has that port up (``peer_ports``); the three port inputs are registered once
-    (``port_ok``).
-
-    *Peer ports* (§4 "Ports": the peers are told with a port status update). A PEER_PORTS
-    feedback record of a QP carries the peer's port mask in ``entropy`` (bit p = port p up)
-    and sets the mask of the QP's profile: the profile's EVs on a port down at the far end
-    are not used, nor probed, from the third cycle after the record is accepted (as for any
-    feedback), until a record with the port up comes. Reset and ``clear_profile`` set the
-    mask to all ports up; ``peer_ports`` reads it for ``select.profile``.
-
-    *Selection pipeline*, a request accepted in cycle t:
-
-    * S1 (t+1): the QP's profile and seed are read; the usable vector of the profile is
-      formed from the state flip-flops and ``port_ok`` (the snapshot the decision uses);
-    * S2 (t+2): the vector is put in the QP's scan order, position ``j`` holding EV
-      ``j XOR seed`` (:data:`SCAN_ORDER`: a butterfly of log2(ev_count) 2:1 mux stages). A
-      retransmission's ``avoid`` EV is removed first;
-    * S3 (t+3): the first usable position at or after the QP's scan pointer, wrapping
-      (two priority encoders and a mux). The pointer moves past it. The pointer array is
-      read and written in this one stage, so back-to-back requests of one QP see each
-      other's pointer without a bubble. When the scan wraps (the search passed the last
-      position, or the chosen one is the last), the rotation ends: the QP is reseeded
-      (``reseed`` in the model, unless ``reseed.stride`` = 0) and the profile's SKIP EVs
-      return to GOOD in the next cycle (:data:`SKIP_CLEARED_BY`);
-    * S4 (t+4): the expanded EV is read from block RAM; the chosen EV is checked against
-      the state flip-flops and ``port_ok`` *of this cycle* and, if it is no longer usable
-      (feedback or a port went down since S1), the decision is revoked: the response says
-      ``none``. So an EV is never emitted in a cycle in which it is DENIED, ASSUMED_BAD,
-      SKIP, a backup, unloaded, or on a disabled, down or credit-less port.
-    * The response is written into an 8-entry FIFO. A request whose QP has no usable EV,
-      or whose QP is out of range, gets a response with ``none = 1``: the QP stalls (the
-      scheduler retries it later), ``error.stalled`` is set, ``stalled.qp`` names it, and
-      a counter counts it. ``req.ready`` is high while the FIFO has room for everything in
-      flight, so an accepted request never stalls in the pipeline.
-
-    *Feedback pipeline* (:data:`~mrcnic.base.records.EV_FEEDBACK`), a record accepted in
-    cycle f: F1 (f+1) checks the QP, EV and kind (out of range: ``bad_feedback``), finds
-    the probe a PROBE_* record answers (no probe outstanding or another entropy:
-    ``stale_probe``); F2 (f+2) reads the EV's state, applies §4 and
-    writes it. The new state is visible to decisions from cycle f+3. Controller commands
-    (force a state, load an expanded EV, clear a profile) take the F2 slot; ``fb.ready``
-    drops for that one cycle.
-
-    *Transitions* (``transition`` in the model): SKIP_ONCE and TRIMMED: GOOD -> SKIP;
-    ALWAYS_SKIP and TIMEOUT: GOOD or SKIP -> ASSUMED_BAD; ACKED, TRIMMED_LASTHOP and
-    RESOURCE: none;
-    PROBE_GOOD -> GOOD, PROBE_SKIP -> SKIP, PROBE_BAD -> ASSUMED_BAD; PEER_PORTS changes no
-    EV state (see *Peer ports*). DENIED changes only by a controller force. Feedback for an unloaded EV is counted as bad and ignored.
-
-    *min_active and backups* (:data:`BACKUP_RULE`). An EV loaded at an index below the
-    profile's ``active`` count is active; the others are backups. The block counts the
-    *healthy* EVs of each profile (loaded, active, GOOD or SKIP). When feedback turns an
-    active healthy EV ASSUMED_BAD and the healthy count would fall below
-    ``ev_min_active``, the lowest-index healthy backup of the same plane becomes active and
-    the failed EV becomes a backup (it may come back GOOD through a probe, as a backup).
-
-    *Events.* A state change by feedback or by a controller force whose new state is in
-    the profile's ``event_mask`` goes into a 16-entry FIFO as (profile, EV, state,
-    dropped). When the FIFO is full the event is dropped and counted; ``dropped`` in the
-    next event says how many were lost before it. The return of SKIP EVs to GOOD at the
-    end of a rotation is the expiry of a temporary state and is not reported.
-
-    *Probes.* Every ``probe_interval`` cycles (0: never) the block looks for the next QP,
-    round robin, whose profile has an ASSUMED_BAD EV on a port enabled and up at both ends,
-    and sends one probe for the first such EV after the one the profile last probed (a
-    port that is down would only lose the probe): (QP, EV, plane, entropy,
-    expanded EV) on ``probe``. A QP has at most one probe outstanding; a newer probe
-    replaces it, so a lost answer never blocks probing.
-
-    *Announcements* (:data:`ANNOUNCE_RULE`; the other half of §4 "Ports"). When this
-    NIC's live ports (``ports.admin`` & ``port_up``, registered) change and
-    ``announce.enable`` is set, a round visits every QP, one a cycle: a QP whose profile has
-    a usable EV gets one record on ``probe`` with ``announce`` = 1, ``ports`` = the live
-    mask and the first usable EV (QP, EV, plane, entropy, expanded EV: the path its data
-    takes now), which the transmit half sends as a port status update to the QP's peer; a
-    QP without one is passed over. A new change restarts the round. The probe round waits
-    while it runs; an announce record sets no outstanding probe. The ports count as up at
-    reset, so inputs that are up from the first cycle announce nothing.
-
-    *Entropy* (``entropy_of`` in the model): the 32-bit value the packet carries and the feedback
-    echoes: the first 32 bits of the expanded EV in STEV mode, the first 16 in UDP mode,
-    the EV index in SRv6 modes (§2.3).
-
-    *Expansion engine.* Writing a raw EV (``raw0``..``raw7``, 32 bytes, byte 0 first) or
-    starting generation runs a bit-serial engine: it first checks the profile (the rules
-    of §3 that span fields: widths sum within the mode's EV, EV fields <= format fields),
-    then produces the expanded EV one bit per cycle, most significant first (``ev_bits``
-    cycles plus three per format field), writes it into the block RAM of the profile and
-    loads the slot (GOOD). Generation first clears the profile, then enumerates the raw
-    EVs from ``min_val`` to ``max_val`` of every field, last field fastest, into slots
-    0, 1, ... until the enumeration or the slots end (``status.generated``).
-    ``status.busy`` is high meanwhile; commands are refused (``error.busy``). Chosen over
-    a per-packet expander because it keeps a field shifter as wide as the EV (256 bits) out
-    of the packet path.
-
-    *Configuration rules.* A profile, field or command that breaks a rule of §3
-    (``mrcnic.model.ev``) or names something out of range is refused and not applied:
-    ``error.bad_config`` / ``error.bad_index`` / ``error.busy`` and the ``refused``
-    counter.
-
-Parameters
-    ``qps`` 1 .. 65536 (default 64); ``ev_count`` EVs per profile, a power of two 2 .. 256
-    (default 256); ``planes`` 1, 2, 4 or 8 (default 8), at most ``ev_count``; ``profiles``
-    1 .. 16 (default 4); ``ev_bits`` the expanded EV carried, 32 (STEV, UDP), 128 (SRv6) or
-    256 (SRv6 + SRH) (default 256).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``req`` in (:data:`REQUEST`), ``rsp`` out (:func:`response_layout`), ``fb`` in
-    (:data:`~mrcnic.base.records.EV_FEEDBACK`), ``event`` out (:data:`EVENT`), ``probe``
-    out (:func:`probe_layout`), ``port_up`` and ``credit`` in (``planes`` bits each),
-    ``s_axil`` (:data:`SELECTOR_REGS`).
-
-Latency, throughput
-    A request accepted in cycle t is written into the response FIFO at the end of cycle
-    t+4 and is on ``rsp`` from cycle t+6 (:attr:`PathSelector.latency`, 6 cycles; the FIFO
-    registers its output). One request per
-    cycle, any mix of QPs, one QP back-to-back included; at the same time one feedback
-    record per cycle (minus one cycle per controller command). Measured in
-    ``sim/tx/test_path_selector.py``.
-
-Resources
-    ``qps=8 ev_count=32 planes=4 profiles=2 ev_bits=32`` on an LFE5U-85F-6: 7550 LUT4,
-    2879 FF, 2 DP16KD (block alone, Yosys), 64.7 MHz placed (nextpnr, ``mrcnic report``). Defaults, block
-    alone, an earlier revision: 43345 LUT4, 9337 FF, 30 DP16KD, not placed
-    (``docs/blocks/path-selector.md``).
+Operation, decisions and measured figures: docs/blocks/path-selector.md.
 """
 
 import enum
@@ -161,11 +25,12 @@ from mrcnic.base import proto
 from mrcnic.base.records import (
     QP_INDEX_BITS, REQUEST, probe_layout, response_layout, EV_FEEDBACK, EV_INDEX_BITS,
     PROBE_KINDS, FeedbackKind)
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.gates import first_set_of
-from mrcnic.model.ev import MAX_FIELD_WIDTH, MAX_FORMAT_FIELDS
+from mrcnic.base.proto import MAX_FIELD_WIDTH, MAX_FORMAT_FIELDS
 from mrcnic.base.proto import EvMode, EvState
+from mrcnic.base.rules import EVENT_MASK_DEFAULT, RESEED_MULT
 from mrcnic.base.stream import meta_stream
 
 __all__ = ["PathSelector", "EVENT", "SELECTOR_REGS", "COUNTERS", "Cmd", "PROFILES_DEFAULT", "EV_BITS_CHOICES",
@@ -190,8 +55,6 @@ BACKUP_RULE = "lowest-index healthy backup of the same plane"
 # Decision: a change of this NIC's live ports (enabled and up) is announced once to the peer
 # of every QP, on the QP's profile's first usable EV; a QP with none is passed over.
 ANNOUNCE_RULE = "one round over the QPs per change, first usable EV, none: passed over"
-EVENT_MASK_DEFAULT = (1 << EvState.GOOD) | (1 << EvState.ASSUMED_BAD)
-RESEED_MULT = 5                # seed' = 5 x seed + stride: full period for an odd stride
 
 
 def at_or_after(ptr, n):
@@ -337,7 +200,91 @@ SELECTOR_REGS = RegisterMap("path_selector", [
 
 
 class PathSelector(wiring.Component):
-    """See the module docstring: the transmit path selector, ``path-selector``."""
+    """The transmit path selector: one EV (a path) per packet, path feedback, probes.
+
+    For each request (QP, PSN, rtx, the EV to avoid) the selector answers with the next EV
+    in the QP's scan order (position ``j`` holds EV ``j XOR seed``, :data:`SCAN_ORDER`) that
+    is *usable*: loaded, active, GOOD, on a port (plane ``ev mod planes``) that is enabled
+    (``ports.admin``), up (``port_up``), has credit (``credit``) and is up at the profile's
+    peer; a retransmission never gets its ``avoid`` EV. With no usable EV, or a QP not below
+    ``qps``, the response has ``none`` = 1 and the QP stalls. EV state (GOOD, SKIP,
+    ASSUMED_BAD, DENIED) is kept per EV profile; ``fb`` records change it by the transitions
+    of spec §4, a PEER_PORTS record sets the profile's peer port mask, and state changes in
+    the profile's ``event_mask`` are reported on ``event``. The block probes ASSUMED_BAD EVs
+    every ``probe_interval`` cycles, announces changes of its own live ports to the peer of
+    every QP (``probe`` with ``announce`` = 1), keeps ``ev_min_active`` healthy EVs by
+    promoting backups (:data:`BACKUP_RULE`), and expands raw EVs written through the
+    registers (spec §3) into a block RAM, off the packet path.
+
+    Parameters
+    ----------
+    qps : int
+        Queue pairs, 1 .. 65536. Default 64.
+    ev_count : int
+        EV slots per profile, a power of two 2 .. 256. Default 256.
+    planes : int
+        Planes (ports), one of 1, 2, 4, 8 (:data:`PLANE_CHOICES`), at most ``ev_count``.
+        Default 8.
+    profiles : int
+        EV profiles, 1 .. 16. Default 4 (:data:`PROFILES_DEFAULT`).
+    ev_bits : int
+        Bits of the expanded EV carried, one of 32 (STEV, UDP), 128 (SRv6) or 256
+        (SRv6 + SRH) (:data:`EV_BITS_CHOICES`). Default 256.
+    counter_width : int
+        Keyword only. Width of the event counters: 32, 16 or 0 (no counters; they read 0,
+        see :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+    formal : bool
+        Keyword only. Add the safety assertions of the formal proof (no response carries an
+        EV that is DENIED, ASSUMED_BAD, avoided, or on a port down, disabled, without credit
+        or down at the peer) and let every EV start in any state. Default False.
+
+    Attributes
+    ----------
+    req : stream of :data:`~mrcnic.base.records.REQUEST`, in
+        One request per packet: ``qp``, ``psn``, ``rtx``, ``avoid``. Ready is a function of
+        the response FIFO's level only; an accepted request never stalls.
+    rsp : stream of :func:`~mrcnic.base.records.response_layout` (``ev_bits``), out
+        The request's fields, then ``none``, ``ev``, ``plane``, ``entropy`` (what the packet
+        carries and the peer echoes) and ``expanded`` (first wire bit most significant).
+    fb : stream of :data:`~mrcnic.base.records.EV_FEEDBACK`, in
+        Path feedback (SACK M, NACK reasons, timeouts, probe answers, PEER_PORTS). Out of
+        range or for an unloaded EV: ignored and counted (``bad_feedback``).
+    event : stream of :data:`EVENT`, out
+        EV state changes: ``profile``, ``ev``, ``state``, and ``dropped``, the events lost
+        for lack of room just before this one.
+    probe : stream of :func:`~mrcnic.base.records.probe_layout` (``ev_bits``), out
+        Probes to send (QP, EV, plane, entropy, expanded EV), and with ``announce`` = 1 the
+        port status updates for the peer of each QP (``ports``: this NIC's live ports).
+    port_up : Signal(planes), in
+        Per plane: the port's link is up.
+    credit : Signal(planes), in
+        Per plane: the port can take another frame.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`SELECTOR_REGS`: configuration, profiles, raw EVs, commands,
+        counters.
+
+    Latency
+    -------
+    :attr:`latency` = 6 cycles: a request accepted in cycle t is written into the response
+    FIFO at the end of cycle t+4 (stages S1..S4) and is on ``rsp`` from cycle t+6. A
+    feedback record accepted in cycle f changes the state that decisions see from cycle
+    f+3; decisions already made are checked again at S4, so no EV is written into the
+    response FIFO in a cycle in which it is not usable.
+
+    Throughput
+    ----------
+    One request per cycle, any mix of QPs, one QP back to back included, without a bubble;
+    at the same time one feedback record per cycle, minus one cycle per controller command.
+    The expansion engine takes about ``ev_bits`` + 3 per format field + 5 cycles per EV.
+
+    Raises
+    ------
+    ValueError
+        If ``qps`` is not an int in 1 .. 65536; ``ev_count`` is not a power of two in
+        2 .. 256; ``planes`` is not one of 1, 2, 4, 8 or is above ``ev_count``;
+        ``profiles`` is not an int in 1 .. 16; ``ev_bits`` is not one of 32, 128, 256; or
+        ``counter_width`` is not 0, 16 or 32.
+    """
 
     latency = 6
 

@@ -1,184 +1,14 @@
 """Sender reliability (spec §4): :class:`RetransmitTracker` (``retransmit-tracker``).
 
-Operation
-    Three input streams and a time base:
+The sender's half of MRC's reliability, in :class:`~mrcnic.tx.mrc_tx.MrcTx`: it records
+every packet put on the wire, takes the peer's SACKs and NACKs, and decides what to
+retransmit (SACK holes past a reorder guard, NACKs, timeouts), what to tell the path
+selector about each EV, which descriptors the sender may free, and whether a QP may send
+its next PSN (send credit).
 
-    * ``sent`` (:func:`sent_layout`): one record per packet put on the wire: QP, PSN, EV
-      index, send time (in ticks of ``now``), descriptor ``tag`` (message id and offset, the
-      sender's to define) and ``rtx``. A record with ``rtx`` = 0 must carry the QP's next
-      PSN; it is refused (counter ``sent_ring_full``) when the QP already has
-      ``outstanding`` PSNs unacknowledged. A record with ``rtx`` = 1 must name an
-      outstanding PSN (after CACK, before the next PSN); it updates that PSN's EV and send
-      time. Anything else is ignored and counted (``sent_bad``, ``sent_acked`` for a
-      retransmission of a PSN at or before CACK, ``no_qp``, ``in_error``). A new PSN sent
-      without credit (below) is recorded anyway and counted (``sent_over_credit``).
-    * ``ack`` (:data:`mrcnic.base.records.ACK_DESC`, the receive side's SACK/NACK record; the
-      fields used are ``nack``, ``qp``, ``cack``, ``ack_psn_offset``, ``sack_offset``,
-      ``bitmap``, ``m``, ``pr``, ``mpr``, ``reason``, ``psn``, ``entropy``).
-    * ``cwnd`` (:data:`CWND_IN`): the congestion window of a QP in bytes, from congestion
-      control; unlimited (2^32 - 1) after reset or open.
-    * ``now``: a free-running time base counting ticks of 1.024 us (:data:`TICK_NS`),
-      :data:`TIME_BITS` wide, wrapping. Send times are in the same ticks.
-
-    A SACK (one per cycle, with its 64-bit bitmap) is taken in two stages. A: the bitmap
-    block RAM is read at the two 64-PSN words that SACK_BASE = CACK + sack_offset and the
-    63 PSNs after it straddle (one word from an even bank, one from an odd bank), the
-    record rings at the trigger PSN (CACK + ack_psn_offset: its EV) and at CACK (its tag).
-    E: with the QP context read the same cycle, the SACK is checked and applied:
-
-    1. QP index >= ``qps``: ``no_qp``; QP in error: ``in_error``; CACK before the stored
-       CACK (a stale SACK, CACK moving backwards): ``sack_stale``; CACK at or after the
-       next PSN to send, or a bitmap bit set for a PSN not yet sent: ``sack_unsent``. Each
-       is ignored whole: no state changes, no output.
-    2. Otherwise the bitmap bits for PSNs after CACK are ORed into the QP's acked bitmap
-       (bits at or before CACK say nothing new and are dropped); CACK advances; MPR is
-       taken; the highest acknowledged PSN (``hi``) moves up.
-    3. A SACK that acknowledges nothing new (no CACK advance, no new bit) is a duplicate:
-       counted (``sack_duplicate``), no output. Otherwise, unless it answers a probe
-       (pr = 1: the probe's feedback is the receive side's), one feedback record
-       (:data:`mrcnic.base.records.EV_FEEDBACK`): kind from M (:func:`sack_kind`, M = 3
-       reads as NONE), EV = the EV recorded when the trigger PSN was last sent, when that
-       PSN is among the last ``outstanding`` sent (otherwise no feedback).
-    4. A CACK advance gives one ``release`` record: first PSN, last PSN (the new CACK) and
-       the tag of the last, so that the sender can free the descriptors of the whole range.
-       PSNs SACKed above CACK are not released until CACK passes them (the receiver may
-       still lose them to a reset; releasing by CACK only is the safe choice).
-    5. Loss by SACK: a PSN after CACK, not acknowledged, at least ``reorder_guard`` before
-       ``hi`` (hi - psn >= reorder_guard), and not before the QP's ``mark`` is a hole; the
-       holes inside the two words of this SACK are requested oldest first (cause HOLE) and
-       ``mark`` moves past the last PSN that was eligible. So a hole is requested once by
-       SACK evidence (:data:`HOLE_RULE`); after that only its timeout requests it again
-       (or a NACK). A hole whose retransmission is pending (below) is not requested.
-       Time guard (:data:`TIME_RULE`, register ``reorder_time``, 0 = off): a hole also
-       counts as lost only when it was sent at least ``reorder_time`` ticks before the
-       trigger PSN (whose arrival made this SACK: a packet sent that much later has
-       arrived, so reordering no longer explains the hole; as TCP RACK). A hole sent later
-       than that (a resend, or a packet only delayed by less than the guard), or any hole
-       when the trigger PSN is not among the last ``outstanding`` sent, is counted
-       ``hole_young`` and not requested, and the first such hole becomes the QP's ``mark``
-       (the hole engine writes it back), so the next SACK judges it again; older holes
-       after it are still requested. The count guard alone cannot fit a fabric whose
-       planes queue unevenly: the skew a late frame collects is a time, and how many PSNs
-       overtake it grows with the load.
-       The hole engine sends one request per cycle and holds the ``ack`` input meanwhile
-       (a SACK that opens k holes costs k + 1 cycles).
-
-    A NACK: reason 0x19 (UNEXPECTED_EVENT) puts the QP in error (``qp_error`` record, cause
-    NACK_FATAL). TRIMMED, TRIMMED_LASTHOP and the resource reasons
-    (:data:`~mrcnic.base.records.RESOURCE_NACKS`): if the NACK PSN is outstanding and not
-    acknowledged, a retransmit request (cause NACK) at once and a feedback record of the
-    reason's kind with the EV recorded for that PSN; a NACK for a PSN at or before CACK or
-    SACKed: ``nack_acked``; not sent yet: ``nack_unsent``; another reason:
-    ``nack_unknown``. The CACK of a NACK record is not used. A NACK for a PSN whose
-    retransmission is pending gives its feedback record but no request (below).
-
-    Pending retransmissions (:data:`PENDING_RULE`). **Decision**: one table of
-    ``pending`` entries, shared by all QPs, holds the (QP, PSN) of every retransmit request
-    made (any cause) until a ``sent`` record with rtx = 1 for that PSN is taken (recorded,
-    ``sent_rtx``). A hole or NACK request whose (QP, PSN) is in the table is not made and
-    is counted ``rtx_pending_skip``; a skipped NACK still gives its feedback record and
-    counts in ``nacks`` (not ``rtx_nack``), a skipped hole still moves ``mark``. So one
-    loss gives one request, however many NACKs and SACK holes report it before the resend;
-    evidence that comes after the resend is taken requests again (a NACK of the resend, or
-    a hole that ``mark`` has not passed yet). The timer consults the table too: a PSN whose
-    resend is pending does not time out (it is not marked fired either), so a hole or NACK
-    request made shortly before the first transmission's timeout is not doubled by it; once
-    the resend is taken its own send time restarts the timeout. (The sender must answer
-    every request: a request left unanswered holds off that PSN's timeout and retry count
-    for as long as its entry stays.) Entries also leave when
-    CACK passes their PSN (a PSN SACKed above CACK, which the sender need not resend, keeps
-    its entry until then), and every entry of a QP when the QP is opened or goes to error.
-    When the table is full the request is made anyway and not remembered
-    (``pending_full``): nothing waits for room, and that PSN may be requested once more
-    before its resend, as without the table. Entries live in flip-flops (valid, QP index,
-    PSN); one lookup per cycle serves the three requesters, which never request in the same
-    cycle: the hole engine in the cycle it writes a request (a skipped hole still takes its
-    cycle), stage E for a NACK, the timer for an expired PSN. Exactness: the model applies an
-    ack record whole, holes included, before the sent records taken after it; so a
-    retransmission on another QP taken while a SACK's holes are still being requested
-    frees its slot for later ack records only (the slot stays taken, "zombie", until the
-    next ack record goes through stage E), and the table-full decisions match the model.
-
-    Timers. The scan engine walks the outstanding PSNs of one QP after another, round
-    robin, one PSN per cycle, on second read ports of the block RAMs, so it never takes a
-    cycle from the SACK or sent path; it yields the output FIFOs to them (then retries the
-    PSN). A PSN times out when it is not acknowledged and ``now`` - its send time >=
-    1.024 us x 2^t x backoff: t is the register ``timeout_exp``; backoff is 1 while the
-    QP's retry count r <= ``retry_linear`` (linear: retransmissions at a constant
-    interval), then 2^(r - retry_linear) (exponential); the exponent is capped at
-    :data:`MAX_TIMEOUT_EXP`. A timeout gives a retransmit request (cause TIMEOUT) and a
-    TIMEOUT feedback record, once per transmission of the PSN. The retry count is per QP:
-    it grows when the oldest outstanding PSN (CACK + 1) times out and returns to 0 when
-    CACK advances; when the oldest PSN times out with r = ``retry_max`` (and
-    ``retry_max`` < 25: 25 means retry without end), the QP goes to error (``qp_error``,
-    cause RETRIES) instead. A QP in error ignores every input until it is opened again.
-    Bound: a full round-robin pass takes at most sum over QPs of (outstanding PSNs + 3)
-    cycles, ``qps`` x (``outstanding`` + 3) at most, plus the cycles it yields; a timeout is
-    seen at most one pass after it expires (measured in the tests).
-
-    Send credit. ``credit_qp`` in, ``credit_ready`` out one cycle later (registered):
-    QP ``credit_qp`` may send its next PSN n: n <= CACK + MPR x 128, fewer than
-    ``outstanding`` PSNs outstanding, (n - CACK) x 2^``pmtu_log2`` <= cwnd (bytes in flight
-    counted as outstanding PSNs x PMTU, :data:`CREDIT_RULE`), not in error. It reflects
-    the records taken up to the cycle before the question.
-
-    Storage. Per QP: CACK, hi, mark and MPR in one distributed-RAM context, the next PSN
-    in another (each has one writer), cwnd in a third; error, retry count in flip-flops.
-    Per PSN, in rings of ``outstanding`` entries per QP in block RAM: EV, send time and rtx
-    (:data:`REC`), the tag, and what the timer last fired for. The acked bitmap is a ring
-    of 2 x ``outstanding`` bits per QP in 64-bit words, split in an even and an odd bank so
-    that the two words a SACK touches are read and written in one cycle; each word carries
-    the lap of the PSNs it holds (PSN >> log2(2 x ``outstanding``)) and reads as all-zero
-    when its lap is not the current one, so bits never need clearing as CACK passes them.
-    The ring is twice the window so that one word never holds two laps at once.
-    Each word also carries the QP's open epoch (:data:`EPOCH_BITS`), so an open starts
-    from an empty bitmap. Known limit: a word no SACK rewrites for 2^24 PSNs of its QP (or
-    over 16 opens) could read stale bits as acknowledged; such a PSN is neither requested
-    nor timed out until a SACK rewrites its word, and is never released (releases follow
-    CACK only). Globally: the pending table, ``pending`` x (valid, zombie, QP index, PSN)
-    in flip-flops.
-
-    After reset a sweep opens every QP at PSN 0 (``qps`` cycles, inputs held). Opening a
-    QP (``qp_select``, ``qp_start``, ``qp_command.open``) sets CACK to start - 1, clears
-    its error and retry count, MPR to ``initial_mpr``, cwnd to unlimited.
-
-Parameters
-    ``qps``: 1 .. 65536 (default 64). ``outstanding``: PSNs outstanding per QP, a power of
-    two 128 .. 16384 (default 1024). ``tag_width``: descriptor tag bits, 1 .. 64 (default
-    32). ``pending``: entries of the pending-retransmission table, 1 .. 64 (default 16;
-    any count, not only powers of two).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``sent``, ``ack``, ``cwnd`` in; ``now``, ``credit_qp`` in; ``credit_ready`` out; ``rtx``
-    (:func:`rtx_layout`), ``feedback`` (EV_FEEDBACK), ``release`` (:func:`release_layout`),
-    ``qp_error`` (:data:`QP_ERROR`) out, each from a FIFO; ``s_axil`` (:data:`RT_REGS`).
-
-Latency, throughput
-    One ``sent`` record and one ``ack`` record per cycle, sustained, together; the ``ack``
-    input pauses only while the hole engine sends requests (one cycle per hole, requested or
-    skipped as pending) or an output FIFO is full. The pending table adds no cycle and no
-    pause. A NACK taken in cycle t has its retransmit request out of the FIFO in
-    cycle t + 3 (:attr:`nack_latency`); a SACK's release and feedback too
-    (:attr:`sack_latency`), its first hole request in t + 5, then one per cycle.
-    A retransmission record waits while a SACK of its QP is in stage E or in the hole
-    engine (so that hole requests name the EV of the transmission found lost).
-
-    Timing. Stage E is one deep cycle: the bitmap alignment, the checks, the highest
-    acknowledged PSN and the hole search (at ``qps=8, outstanding=128``: 50 to 56 LUTs on
-    the worst placed path, 26 MHz on an ECP5-85F -6). It is kept in one stage on purpose:
-    a hole found by one SACK must be requested before the next SACK is applied, or the
-    next one could acknowledge it first (the formal check below catches exactly that when
-    the search is moved a stage later without holding the next SACK).
-
-Resources
-    At ``qps=8, outstanding=128, tag_width=32, pending=16``, block alone (``synth_ecp5``):
-    11085 LUT4, 2762 FF, 12 DP16KD; the pending table is about 1,770 LUT4 and 531 FF of
-    that (docs/blocks/retransmit-tracker.md).
+Operation, decisions and measured figures: docs/blocks/retransmit-tracker.md.
 """
 
-import enum
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
@@ -191,12 +21,14 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import (
     ACK_DESC, QP_INDEX_BITS, CWND_IN, ErrorCause, QP_ERROR, RtxCause, EV_FEEDBACK,
-    EV_INDEX_BITS, RESOURCE_NACKS, FeedbackKind, TICK_NS, TIME_BITS, release_layout,
-    rtx_layout, sent_layout)
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    EV_INDEX_BITS, RESOURCE_NACKS, FeedbackKind, TIME_BITS, release_layout, rtx_layout,
+    sent_layout)
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.gates import assign
 from mrcnic.base.proto import NackCode, SackMode
+from mrcnic.base.rules import (MAX_TIMEOUT_EXP, RETRANSMIT_COUNTER_NAMES, RETRANSMIT_COUNTERS,
+                               RETRY_FOREVER, timeout_ticks)
 from mrcnic.base.stream import meta_stream
 
 __all__ = ["RetransmitTracker", "RT_REGS", "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "timeout_ticks", "COUNTERS", "MAX_PENDING",
@@ -204,8 +36,6 @@ __all__ = ["RetransmitTracker", "RT_REGS", "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "
 
 PSN = proto.PSN_BITS
 HALF = 1 << (PSN - 1)
-MAX_TIMEOUT_EXP = TIME_BITS - 2     # backoff stops doubling at 2^30 ticks
-RETRY_FOREVER = 25          # retry_max = 25: retransmit without end (§4)
 WORD = 64                   # PSNs per bitmap word; a SACK's 64 bits straddle two
 BITMAP_BITS = 64
 FIFO_DEPTH = 16
@@ -229,42 +59,8 @@ PENDING_RULE = ("a hole, NACK or timeout request for a PSN whose retransmission 
 
 REC = data.StructLayout({"ev": EV_INDEX_BITS, "time": TIME_BITS, "rtx": 1})
 
-COUNTERS = [
-    ("sent_new", "New PSNs recorded"),
-    ("sent_rtx", "Retransmissions recorded"),
-    ("sent_bad", "Sent records neither the next PSN nor an outstanding one: ignored"),
-    ("sent_acked", "Retransmissions of a PSN at or before CACK: ignored"),
-    ("sent_ring_full", "New PSNs refused: outstanding PSNs of the QP at the limit"),
-    ("sent_over_credit", "New PSNs recorded although the QP had no credit"),
-    ("sacks", "SACKs applied (not ignored)"),
-    ("sack_stale", "SACKs with CACK before the stored CACK (stale, moving backwards): "
-                   "ignored"),
-    ("sack_unsent", "SACKs acknowledging a PSN never sent: ignored"),
-    ("sack_duplicate", "SACKs that acknowledged nothing new"),
-    ("nacks", "NACKs for an outstanding PSN: a request made (rtx_nack) or skipped as "
-              "pending (rtx_pending_skip)"),
-    ("nack_acked", "NACKs for a PSN already acknowledged: ignored"),
-    ("nack_unsent", "NACKs for a PSN never sent: ignored"),
-    ("nack_unknown", "NACKs with an unknown reason: ignored"),
-    ("nack_fatal", "NACKs 0x19 (QP to error)"),
-    ("no_qp", "Records (sent, ack, cwnd) for a QP index >= qps: ignored"),
-    ("in_error", "Sent and ack records for a QP in error: ignored"),
-    ("releases", "Release records"),
-    ("feedback", "Feedback records"),
-    ("rtx_nack", "Retransmit requests from NACKs"),
-    ("rtx_hole", "Retransmit requests from SACK holes"),
-    ("rtx_timeout", "Retransmit requests from timeouts"),
-    ("retries_exhausted", "QPs put in error by retry exhaustion"),
-    ("scan_visits", "QP visits of the timer scan"),
-    ("scan_yields", "Cycles the timer scan gave up to the SACK path or a full FIFO"),
-    ("rtx_pending_skip", "Hole and NACK requests not made: the PSN's retransmission is "
-                         "already requested and not yet resent"),
-    ("pending_full", "Retransmit requests made but not remembered as pending: the "
-                     "pending table was full"),
-    ("hole_young", "Holes past the reorder guard not requested yet: sent less than "
-                   "reorder_time before the SACK's trigger PSN"),
-]
-COUNTER_NAMES = [name for name, _ in COUNTERS]
+COUNTERS = RETRANSMIT_COUNTERS
+COUNTER_NAMES = RETRANSMIT_COUNTER_NAMES
 
 RT_REGS = RegisterMap("retransmit_tracker", [
     Register("config", [
@@ -296,13 +92,6 @@ RT_REGS = RegisterMap("retransmit_tracker", [
     Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
     *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in COUNTERS],
 ])
-
-
-def timeout_ticks(t, retries, retry_linear):
-    """The timeout after ``retries`` timeouts of a QP's oldest PSN, in ticks (the model's
-    and the docs' formula; the gateware computes the same)."""
-    exp = t + max(0, retries - retry_linear)
-    return 1 << min(exp, MAX_TIMEOUT_EXP)
 
 
 def _clamp(diff):
@@ -351,7 +140,98 @@ def lt_mask(pos, n):
 
 
 class RetransmitTracker(wiring.Component):
-    """See the module docstring: the sender's reliability block, ``retransmit-tracker``."""
+    """The sender's reliability: records sent packets, takes SACKs and NACKs, asks for
+    retransmissions, gives path feedback, releases and send credit.
+
+    Every packet put on the wire is recorded per QP and PSN (EV, send time, descriptor tag)
+    in a ring of ``outstanding`` entries. A SACK is checked (stale, unsent, duplicate: ignored
+    and counted), ORed into the QP's acked bitmap and advances CACK; a CACK advance gives one
+    ``release`` record, the SACK's M one ``feedback`` record for the EV of its trigger PSN
+    (none for a probe answer, pr = 1). A PSN at least ``reorder_guard`` PSNs before the
+    highest acknowledged one, not acknowledged (and, with ``reorder_time``, sent that long
+    before the trigger PSN) is a hole and is requested once (:data:`HOLE_RULE`,
+    :data:`TIME_RULE`); a TRIMMED, TRIMMED_LASTHOP or resource NACK requests its PSN at once;
+    a timer scan requests PSNs that time out (2^``timeout_exp`` ticks, linear then
+    exponential backoff per QP). A PSN whose retransmission is requested and not yet resent
+    is not requested again (:data:`PENDING_RULE`, a table of ``pending`` entries). Retries
+    exhausted or a NACK 0x19 put the QP in error (``qp_error``); it ignores every input
+    until opened again. ``credit_ready`` says whether ``credit_qp`` may send its next PSN
+    (receive window CACK + MPR x 128, ``outstanding``, ``cwnd``: :data:`CREDIT_RULE`). After
+    reset a sweep opens every QP at PSN 0 (``qps`` cycles, inputs held).
+
+    Parameters
+    ----------
+    qps : int
+        Queue pairs, 1 .. 65536. Default 64.
+    outstanding : int
+        PSNs outstanding per QP (the ring size), a power of two 128 .. 16384. Default 1024.
+    tag_width : int
+        Bits of the descriptor tag recorded per PSN (the sender's to define), 1 .. 64.
+        Default 32.
+    pending : int
+        Entries of the pending-retransmission table, shared by all QPs, any count 1 .. 64
+        (:data:`MAX_PENDING`). Default 16.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    sent : stream of :func:`~mrcnic.base.records.sent_layout` (``tag_width``), in
+        One record per packet put on the wire: ``qp``, ``psn``, ``ev``, ``time`` (ticks of
+        ``now``), ``tag``, ``rtx``. A new PSN (``rtx`` = 0) must be the QP's next PSN; a
+        retransmission must name an outstanding PSN. Anything else is ignored and counted.
+    ack : stream of :data:`~mrcnic.base.records.ACK_DESC`, in
+        The peer's SACKs and NACKs, from the receive half.
+    cwnd : stream of :data:`~mrcnic.base.records.CWND_IN`, in
+        Congestion window of a QP in bytes; unlimited (2^32 - 1) after reset or an open.
+    now : Signal(:data:`~mrcnic.base.records.TIME_BITS`), in
+        Free-running time base in ticks of 1.024 us
+        (:data:`~mrcnic.base.records.TICK_NS`), wrapping.
+    credit_qp : Signal(:data:`~mrcnic.base.records.QP_INDEX_BITS`), in
+        The QP asked about.
+    credit_ready : Signal(1), out
+        QP ``credit_qp`` may send its next PSN; registered, one cycle after the question.
+    rtx : stream of :func:`~mrcnic.base.records.rtx_layout` (``tag_width``), out
+        Retransmit requests: ``qp``, ``psn``, ``tag``, ``ev`` (the EV that failed: avoid
+        it), ``cause`` (:class:`~mrcnic.base.records.RtxCause`: NACK, HOLE, TIMEOUT).
+    feedback : stream of :data:`~mrcnic.base.records.EV_FEEDBACK`, out
+        Path feedback for the path selector.
+    release : stream of :func:`~mrcnic.base.records.release_layout` (``tag_width``), out
+        PSNs ``first`` .. ``last`` acknowledged (CACK passed them), with the tag of ``last``.
+    qp_error : stream of :data:`~mrcnic.base.records.QP_ERROR`, out
+        A QP put in error (:class:`~mrcnic.base.records.ErrorCause`: NACK_FATAL, RETRIES).
+    s_axil : AXI4-Lite, in
+        Registers, :data:`RT_REGS`.
+
+    Every output comes from a 16-entry FIFO; the inputs wait when one lacks room, so no
+    output is ever dropped.
+
+    Latency
+    -------
+    A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 3
+    (:attr:`nack_latency`); a SACK's release and feedback too (:attr:`sack_latency`), its
+    first hole request in t + 5, then one per cycle. A timeout is seen at most one timer
+    pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 3) cycles,
+    at most ``qps`` x (``outstanding`` + 3), plus the cycles it yields to the output FIFOs.
+
+    Throughput
+    ----------
+    One ``sent`` record and one ``ack`` record per cycle, sustained, together. The ``ack``
+    input pauses only while the hole engine sends requests (one cycle per hole, requested
+    or skipped as pending: a SACK that opens k holes costs k + 1 cycles) or an output FIFO
+    is full; a retransmission record waits while a SACK of its QP is in stage E or in the
+    hole engine. The pending table adds no cycle and no pause. Stage E (bitmap alignment,
+    checks, highest acknowledged PSN, hole search) is one cycle on purpose: a hole found by
+    one SACK must be requested before the next SACK is applied.
+
+    Raises
+    ------
+    ValueError
+        If ``qps`` is not an int in 1 .. 65536; ``outstanding`` is not a power of two in
+        128 .. 16384; ``tag_width`` is not an int in 1 .. 64; ``pending`` is not an int in
+        1 .. 64; or ``counter_width`` is not 0, 16 or 32.
+    """
 
     nack_latency = 3
     sack_latency = 3

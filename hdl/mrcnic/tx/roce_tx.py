@@ -1,87 +1,12 @@
 """RoCEv2/MRC data and probe frames from packet descriptors and payloads: :class:`RoceTx`
 (``roce-tx``).
 
-Operation
-    Each record on ``desc`` (:data:`mrcnic.base.records.TX_DESC`) becomes one frame on ``m_axis``:
+The transmit frame builder of :class:`~mrcnic.tx.mrc_tx.MrcTx`: each packet descriptor and its
+payload become one complete RoCEv2 WRITE frame, METH and RETH included, its ICRC computed in
+line; a PROBE descriptor becomes an MRC probe frame and an EP_REQUEST descriptor a port status
+update, neither with a payload. The frames go on to :class:`~mrcnic.tx.srv6_encap.Srv6Encap`.
 
-        Eth | IPv6 | UDP | BTH | METH | RETH | [ImmDt] | payload | pad | ICRC
-
-    94 header bytes, 98 with the ImmDt of WRITE_LAST_IMM / WRITE_ONLY_IMM; ``length``
-    payload bytes taken from ``s_axis`` (one payload frame per descriptor with a non-zero
-    length; a descriptor of length 0 takes none); BTH pad = (-length) mod 4 zero bytes; the
-    ICRC (spec §2.1), computed while the frame streams (:class:`mrcnic.base.crc.CrcStream`) and
-    written into its last 4 bytes. No FCS.
-
-    Where each field comes from: the descriptor (opcode, A, rtx, PSN, METH, RETH, ImmDt, the
-    STEV ``entropy`` in the flow label and UDP source port); the QP's context (a table
-    written through the registers: Ethernet and IPv6 destination, remote QP number for BTH
-    dest_qp); the registers (:data:`TX_REGS`: sources, UDP port, P_Key, DSCP of first
-    transmissions and of retransmissions, ECN, hop limit); constants for the rest.
-
-    A descriptor with opcode PROBE (0xDE, spec §2.2) becomes a probe frame:
-
-        Eth | IPv6 | UDP | BTH | PETH | ICRC
-
-    94 bytes, 90 of headers; IPv6 payload length and UDP length 40 (UDP, BTH, PETH, ICRC).
-    It takes no payload from ``s_axis``. BTH: opcode 0xDE, the descriptor's PSN, A = 0,
-    rtx = 0 and pad 0 whatever the descriptor says (a probe consumes no PSN and is never
-    retransmitted), dest_qp from the context; IPv6 DSCP ``dscp_data``; the STEV, addresses,
-    ports, P_Key, ECN and hop limit as for a data frame. **Decision** (PETH from TX_DESC,
-    whose layout stays as it is): probe_id = ``msn``, src_id = ``qp`` (the local QP index),
-    dst_id = the context's remote QP number, bits 15:0, timestamp = ``rqmsn`` (the sender's
-    16-bit send time, 128 ns units as every MRC timestamp; the SACK that answers the probe
-    echoes it). The METH fields have no use on a probe, so the sender's two 16-bit numbers
-    travel in them and no descriptor field is added. The DSCP is the data class's, so that
-    the probe meets the queues (and the ECN marks) of the data it stands in for.
-
-    A descriptor with opcode EP_REQUEST (0xD8) becomes a port status update
-    (:data:`~mrcnic.base.proto.PORT_STATUS`, spec §4 "Ports"), a frame of the probe's shape:
-    Eth | IPv6 | UDP | BTH | PORT_STATUS | ICRC, 94 bytes, no payload, A = 0, rtx = 0, BTH
-    dest_qp ``ENDPOINT_QP``; PORT_STATUS type ``EP_PORT_STATUS``, ports = ``imm`` (this
-    NIC's port mask), src_id = ``qp``, dst_id = the context's remote QP number, bits 15:0
-    (the peer's QP the update is for). DSCP, STEV and addresses as a probe's.
-
-    Pipeline: ``desc`` -> :class:`~mrcnic.base.stream.MetaSkidBuffer` (its output addresses the
-    context table) -> S1 (descriptor and context) -> G, the beat generator, which holds one
-    frame's header and counters and makes one beat a cycle: header bytes from a register
-    that shifts down a beat at a time, payload bytes from the current and the previous
-    payload beat (the header ends mid-beat, at 94 or 98 mod B: one 2:1 choice per lane),
-    zeros past the payload. Then :class:`~mrcnic.base.crc.CrcStream` and, beside it, a delay line
-    of the same length, at whose end the ICRC is written into the frame's last bytes (which
-    may straddle two beats), then a :class:`~mrcnic.base.stream.SkidBuffer` to ``m_axis``.
-    Everything after S1 is one stall-all pipeline that moves when the output slice has
-    room; G loads the next frame in the cycle it makes the last beat of the one before.
-
-Bad input (the frame still leaves, with ``tuser[0]`` on its last beat, and is counted; the
-frames after it are not affected):
-
-* ``bad_qp``: ``qp`` not below ``qps`` (sent with a zero context);
-* ``bad_opcode``: neither a WRITE opcode nor PROBE nor EP_REQUEST (sent as given, with METH
-  and RETH);
-* ``too_long``: ``length`` above :data:`~mrcnic.base.records.MAX_PAYLOAD` (sent as given), or a
-  probe with ``length`` other than 0 (sent as a probe; it takes no payload frame, so the
-  payload stream stays in step);
-* ``payload``: the payload frame is shorter or longer than ``length``, or arrived with
-  ``tuser[0]``: missing bytes are sent as zeros, extra beats are dropped up to the
-  payload frame's ``tlast``.
-
-Parameters
-    ``data_width``: 64 .. 2048, a power of two (default 512). ``qps``: 1 .. 65536 contexts
-    (default 64).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``desc`` (in, :data:`~mrcnic.base.records.TX_DESC`), ``s_axis`` (in, payload frames),
-    ``m_axis`` (out, frames), ``s_axil`` (:data:`TX_REGS`). Every ready is a register.
-
-Latency, throughput
-    :attr:`RoceTx.latency` cycles from a descriptor's handshake to the frame's first beat
-    when idle and the payload is there (10 at 64 bits, 11 at 512, 12 at 2048: S1, G, the
-    CRC's length, the output slice; measured in ``sim/tx/test_roce_tx.py``), the same for a
-    probe. One beat a cycle with no idle cycle between frames, probes included: a frame of
-    ``n`` bytes takes ceil(n / B) beats (a probe 12 beats at 64 bits, 2 at 512, 1 from
-    1024).
+Operation, decisions and measured figures: docs/blocks/roce-tx.md.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -93,7 +18,7 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import QP_INDEX_BITS, MAX_PAYLOAD, TX_DESC
 from mrcnic.base.crc import CrcStream
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters, ipv6_registers, mac_registers)
 from mrcnic.base.proto import BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, UDP, Opcode
 from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
@@ -158,8 +83,74 @@ _CTX = data.StructLayout({"mac": 48, "ip": 128, "remote_qp": 24})
 
 
 class RoceTx(wiring.Component):
-    """Data frames from descriptors and payloads (module docstring: operation, ports,
-    latency)."""
+    """RoCEv2 WRITE frames from descriptors and payloads; probe and port status frames.
+
+    Each ``desc`` record becomes one frame on ``m_axis``, no FCS::
+
+        Eth | IPv6 | UDP | BTH | METH | RETH | [ImmDt] | payload | pad | ICRC
+
+    94 header bytes, 98 with the ImmDt of WRITE_LAST_IMM / WRITE_ONLY_IMM; ``length``
+    payload bytes from one ``s_axis`` frame (none for length 0); BTH pad = (-length) mod 4
+    zero bytes; the ICRC (spec §2.1) computed while the frame streams. The descriptor gives
+    the BTH, METH, RETH and ImmDt fields and the STEV ``entropy`` (flow label and UDP source
+    port); the QP's context, a table written through the registers, gives the Ethernet and
+    IPv6 destinations and the remote QP number; registers give the rest (sources, UDP port,
+    P_Key, DSCP of first transmissions and of retransmissions, ECN, hop limit). A PROBE
+    (0xDE) descriptor becomes a 94-byte probe frame, Eth | IPv6 | UDP | BTH | PETH | ICRC,
+    and an EP_REQUEST (0xD8) one a port status update of the same shape
+    (:data:`~mrcnic.base.proto.PORT_STATUS`); neither takes a payload. A bad descriptor or
+    payload (QP not below ``qps``, unknown opcode, too long, payload shorter or longer than
+    ``length``) still gives its frame, marked with ``tuser[0]`` on its last beat and
+    counted; the frames after it are not affected.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048. Default 512.
+    qps : int
+        QP contexts, 1 .. 65536. Default 64.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    desc : stream of :data:`~mrcnic.base.records.TX_DESC`, in
+        One descriptor per frame.
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Payloads: one frame per WRITE descriptor with ``length`` > 0, in descriptor order;
+        ``tuser[0]`` marks a bad payload.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        Frames; ``tuser[0]`` on the last beat of a bad one.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`TX_REGS`: sources, UDP port, P_Key, DSCP, ECN, hop limit, the
+        context table, counters.
+    latency : int
+        Cycles from a descriptor's handshake to its frame's first beat.
+
+    Every ready is a register (skid buffers on ``desc``, ``s_axis`` and ``m_axis``).
+
+    Latency
+    -------
+    :attr:`latency` = 5 + the CRC's latency cycles from a descriptor's handshake to the
+    frame's first beat, when idle and the payload is there (descriptor slice, S1, the beat
+    generator, the CRC's stages, the output slice): 10 at 64 and 128 bits, 11 at 256 and
+    512, 12 at 1024 and 2048. The same for a probe.
+
+    Throughput
+    ----------
+    One beat a cycle with no idle cycle between frames, probes included: a frame of ``n``
+    bytes takes ceil(n / B) beats on a B-byte bus (a probe 12 beats at 64 bits, 2 at 512,
+    1 from 1024).
+
+    Raises
+    ------
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048, ``qps`` is not an int in
+        1 .. 65536, or ``counter_width`` is not 0, 16 or 32.
+    TypeError
+        If ``data_width`` is not an int.
+    """
 
     def __init__(self, data_width=512, qps=64, counter_width=32):
         self.counter_width = check_counter_width(counter_width)

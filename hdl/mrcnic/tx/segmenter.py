@@ -1,58 +1,12 @@
 """Work requests to packets, and packets again on request: :class:`TxSegmenter`
 (``tx-segmenter``).
 
-Operation
-    Three inputs, served one operation at a time, in this order of priority:
+The transmit side's work-request engine, at the head of :class:`~mrcnic.tx.mrc_tx.MrcTx`:
+it cuts WRITE work requests into packets, rebuilds a packet for each retransmit request of
+the :class:`~mrcnic.tx.retransmit_tracker.RetransmitTracker`, and retires the messages the
+tracker's releases acknowledge, giving their send completions.
 
-    * ``release`` (:func:`mrcnic.tx.retransmit_tracker.release_layout`): PSNs up to ``last``
-      are acknowledged for QP ``qp``. Every message of the QP whose last PSN is at or
-      before ``last`` is retired, oldest first, and leaves a ``done`` record
-      (:data:`WR_DONE`: the send completion, ``qp`` and ``wr_id``).
-    * ``rtx`` (:func:`~mrcnic.tx.retransmit_tracker.rtx_layout`): a retransmit request. The
-      packet is rebuilt from its message's entry, found by the request's ``tag``
-      (:data:`TAG_SLOT_BITS`), and leaves on ``pkt`` with ``rtx`` = 1 and ``avoid`` = the EV that
-      failed. A tag naming no message in flight, or a PSN outside its message, is
-      dropped and counted (``rtx_bad``).
-    * ``wr`` (:data:`WR`): a WRITE (``with_imm`` = 0) or WRITE-with-immediate of ``length``
-      bytes (0 .. 2^32 - 1) at remote address ``va``. It takes the QP's next message slot
-      and next PSNs and leaves as ceil(length / PMTU) packets (one for length 0) on
-      ``pkt``: WRITE_ONLY[_IMM], or WRITE_FIRST, WRITE_MIDDLE..., WRITE_LAST[_IMM]; each
-      with its own RETH address (``va`` + k x PMTU), the whole length as DMA length, and
-      METH ``rqmsn``/``msn`` of the message; BTH A on the message's last packet
-      (:data:`ACK_REQ_RULE`). A WR waits while its QP has ``msgs`` messages not yet
-      acknowledged.
-
-    Each ``pkt`` record (:data:`SEG_PKT`) is a :data:`~mrcnic.base.records.TX_DESC` without the
-    entropy (the path selector's to give), plus ``tag``, ``wr_id`` and ``offset`` (the
-    payload's byte offset in its message: what the payload request asks the host for) and
-    ``avoid``. The stream's consumer decides when a packet may go (send credit).
-
-    Per QP (a context in distributed RAM): next PSN, RQMSN (WRITE-with-immediate messages),
-    MSN (messages), and a ring of ``msgs`` message entries in block RAM (``wr_id``, ``va``,
-    R_Key, length, immediate, first and last PSN, RQMSN, MSN; written when the message's last
-    packet is cut). After reset a sweep opens every QP at
-    PSN 0 (``qps`` cycles, inputs held); ``qp_command.open`` opens one at ``qp_start``,
-    forgetting its messages.
-
-Parameters
-    ``qps``: 1 .. 65536 (default 64). ``msgs``: messages in flight per QP, a power of two
-    2 .. 256 (default 16).
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``wr``, ``rtx``, ``release`` in; ``pkt`` (:data:`SEG_PKT`), ``done`` (:data:`WR_DONE`)
-    out; ``s_axil`` (:data:`SEG_REGS`). Every input ready is a register output of a skid
-    buffer; ``pkt`` and ``done`` come from FIFOs.
-
-Latency, throughput
-    A WR's first packet leaves ``pkt`` 5 cycles after the WR's handshake (input slice, the
-    IDLE state, the FIFO), then one packet per cycle (measured in
-    ``sim/tx/test_segmenter.py``). A retransmit request takes 5 cycles in the block (read
-    the message, its register, check, the payload offset, emit) and a release 3 cycles per
-    message retired, one operation at a
-    time: a message of one packet costs 2 cycles of the block (IDLE, SEG), so very short
-    messages do not reach one packet per cycle.
+Operation, decisions and measured figures: docs/blocks/tx-segmenter.md.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -62,9 +16,8 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.base import proto
 
-from mrcnic.base.records import (
-    QP_INDEX_BITS, SEG_PKT, WR, WR_DONE, EV_INDEX_BITS, TX_DESC, release_layout, rtx_layout)
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.records import QP_INDEX_BITS, SEG_PKT, WR, WR_DONE, release_layout, rtx_layout
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.proto import Opcode
 from mrcnic.base.stream import MetaSkidBuffer, meta_stream, stream_fifo
@@ -119,7 +72,75 @@ SEG_REGS = RegisterMap("tx_segmenter", [
 
 
 class TxSegmenter(wiring.Component):
-    """Work requests to packets (module docstring: operation, ports, latency)."""
+    """Work requests to packets, retransmit requests to packets again, releases to send
+    completions.
+
+    One operation at a time, in this order of priority. A ``release`` retires, oldest
+    first, every message of its QP whose last PSN is at or before ``last``, one ``done``
+    record each. An ``rtx`` request rebuilds the packet it names (the message by the tag's
+    slot and lap, :data:`TAG_SLOT_BITS`; the packet by its PSN) from the message's stored
+    entry and emits it with ``rtx`` = 1 and ``avoid`` = the EV that failed; a tag naming no
+    message in flight, or a PSN outside it, is dropped and counted (``rtx_bad``). A ``wr``
+    takes the QP's next message slot and next PSNs and leaves as ceil(length / PMTU) packets
+    (one for length 0): WRITE_ONLY[_IMM], or WRITE_FIRST, WRITE_MIDDLE..., WRITE_LAST[_IMM],
+    each with its own RETH address (``va`` + k x PMTU), the whole length as DMA length, the
+    message's METH ``rqmsn``/``msn``, and BTH A on the last packet (:data:`ACK_REQ_RULE`).
+    A work request waits while its QP has ``msgs`` messages not yet acknowledged. The PMTU
+    is the register ``config.pmtu_log2`` (2^8 .. 2^14 bytes). After reset a sweep opens
+    every QP at PSN 0 (``qps`` cycles, inputs held); ``qp_command.open`` opens one QP at
+    ``qp_start``, forgetting its messages.
+
+    Parameters
+    ----------
+    qps : int
+        Queue pairs, 1 .. 65536. Default 64.
+    msgs : int
+        Messages in flight per QP, a power of two 2 .. 256. Default 16.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    wr : stream of :data:`~mrcnic.base.records.WR`, in
+        Work requests: a WRITE (``with_imm`` = 0) or WRITE-with-immediate of ``length``
+        bytes (0 .. 2^32 - 1) at remote address ``va``. A request for a QP not below
+        ``qps`` is refused and counted (``wr_bad``).
+    rtx : stream of :func:`~mrcnic.base.records.rtx_layout` (32-bit tag), in
+        Retransmit requests from the retransmit tracker.
+    release : stream of :func:`~mrcnic.base.records.release_layout` (32-bit tag), in
+        PSNs up to ``last`` acknowledged for QP ``qp``, from the retransmit tracker.
+    pkt : stream of :data:`~mrcnic.base.records.SEG_PKT`, out
+        Packets: a :data:`~mrcnic.base.records.TX_DESC` without the entropy (the path
+        selector gives it), plus ``tag``, ``wr_id``, ``offset`` (the payload's byte offset
+        in its message, what the payload request asks the host for) and ``avoid``. The
+        consumer decides when a packet may go (send credit).
+    done : stream of :data:`~mrcnic.base.records.WR_DONE`, out
+        Send completions (``qp``, ``wr_id``), one per message retired.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`SEG_REGS`.
+
+    Every input ready is a register (skid buffers); ``pkt`` and ``done`` come from FIFOs.
+
+    Latency
+    -------
+    A work request's first packet leaves ``pkt`` 5 cycles after the request's handshake
+    (input slice, the IDLE state, the FIFO). A retransmit request takes 5 cycles of the
+    block (read the message, its register, check, the payload offset, emit); a release
+    3 cycles per message retired.
+
+    Throughput
+    ----------
+    One packet per cycle within a message, one operation at a time: a message of one
+    packet costs 2 cycles of the block (IDLE, SEG), so very short messages do not reach one
+    packet per cycle.
+
+    Raises
+    ------
+    ValueError
+        If ``qps`` is not an int in 1 .. 65536, ``msgs`` is not a power of two in
+        2 .. 256, or ``counter_width`` is not 0, 16 or 32.
+    """
 
     def __init__(self, qps=64, msgs=16, counter_width=32):
         self.counter_width = check_counter_width(counter_width)

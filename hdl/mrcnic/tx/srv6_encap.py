@@ -1,66 +1,13 @@
 """SRv6 and entropy encapsulation on transmit: :class:`Srv6Encap` (``srv6-encap``).
 
-Operation
-    Each frame on ``s_axis`` (Ethernet, inner IPv6, UDP, BTH, ..., ICRC; no FCS) takes one
-    descriptor from ``desc`` (:data:`ENCAP_DESC`) and leaves on ``m_axis``:
+The last stage of :class:`~mrcnic.tx.mrc_tx.MrcTx` before the plane's port: each frame from
+:class:`~mrcnic.tx.roce_tx.RoceTx` gets its path, the 32-bit entropy value in the inner flow
+label and UDP source port (STEV, UDP modes), or an outer IPv6 header whose destination is the
+SRv6 uSID path, with a one-segment SRH for 256-bit EVs (SRv6 modes, spec §2.1-2.4). Two
+stages, each a component of this file: :class:`EntropyRewrite` (in-place rewrite, ICRC patch,
+checks) and :class:`HeaderInsert` (the outer headers).
 
-    ============ =========================================================================
-    mode         what happens to the frame (spec §2.3)
-    ============ =========================================================================
-    PASS         nothing
-    STEV         inner flow label = {0, E[31:16]}, UDP source port = E[15:0], E = ev[255:224]
-    UDP          UDP source port = ev[255:240]
-    SRV6         as STEV with E = ``entropy`` (the EV's index), then an outer IPv6 header is
-                 inserted after Ethernet: destination ev[255:128], source ``outer_src``,
-                 traffic class ``dscp``/``ecn``, flow label {0, E[31:16]}, hop limit
-                 ``hop_limit``, next header 41, payload length = inner one + 40
-    SRV6_SRH     as SRV6, with next header 43 and a one-segment SRH (segment ev[127:0],
-                 segments left 1, next header 41); payload length = inner one + 64
-    ============ =========================================================================
-
-    ``stev_swap`` (register) swaps the halves of E (port from E[31:16]). Rewriting the UDP
-    source port changes bytes the ICRC covers, so the ICRC is patched in flight: CRC-32 is
-    affine, and the patch is the CRC of the XOR of old and new port advanced over the bytes
-    that follow it (:mod:`mrcnic.base.crc`): advanced one beat per cycle as the frame streams,
-    then by the part of a beat left, in ``ceil(log2(B)/2)`` pipeline stages. An ICRC that was
-    wrong on input stays exactly as wrong on output.
-
-    Two stages, each a component of this file:
-
-    1. :class:`EntropyRewrite`: rewrites in place and patches the ICRC; a stall-all pipeline.
-       It reads the descriptor, parses the inner headers, checks the frame, and hands the
-       inserter a per-frame record (the inserted bytes) through a FIFO.
-    2. :class:`HeaderInsert`: inserts 0, 40 or 64 bytes after the Ethernet header. Because
-       those lengths are multiples of 8, the output is the input shifted by a whole number of
-       8-byte lanes: each output lane picks from at most three lanes of the current and
-       previous input beats (one mux per offset the widths allow), whatever the bus width.
-
-Bad input (non-PASS modes; every frame still leaves, marked bad with ``tuser[0]`` on its last
-beat, and the next frame is unaffected; each cause has a counter):
-
-* ``in_bad``: ``tuser[0]`` set on input (in PASS mode too);
-* ``not_roce``: not Ethernet/IPv6/UDP to the ``udp_dport`` register;
-* ``truncated``: shorter than the smallest RoCEv2 frame (78 bytes);
-* ``length``: the frame's length disagrees with its IPv6 payload length;
-* ``too_long``: the IPv6 payload length says more than the ``max_frame`` register.
-
-A frame waits for its descriptor (counted in ``desc_wait`` cycles); nothing else stalls.
-
-Parameters
-    ``data_width``: 64, 128, 256, 512, 1024 or 2048.
-    ``counter_width``: 32 (default), 16 or 0 (no counters, they read 0; see
-    :func:`mrcnic.base.csr.regs.event_counters`).
-
-Ports
-    ``s_axis``/``m_axis`` (AXI-Stream, ``user_width`` 1), ``desc`` (metadata stream of
-    :data:`ENCAP_DESC`), ``s_axil`` (registers :data:`ENCAP_REGS`).
-
-Latency, throughput
-    ``ceil(log2(B)/2) + 6`` cycles from ``s_axis`` to ``m_axis`` on a B-byte bus (8 at
-    64 bits, 9 at 512, 10 at 2048: :attr:`Srv6Encap.latency`, measured in the tests). One
-    beat per cycle on the output with no idle cycle between frames: a
-    frame of L bytes with H inserted takes ceil((L+H)/B) output beats on a B-byte bus
-    (measured in ``sim/tx/test_srv6_encap.py`` and ``cocotb_tests/tx/tb_srv6_encap.py``).
+Operation, decisions and measured figures: docs/blocks/srv6.md.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -70,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.base import crc, proto
 
 
-from mrcnic.base.csr.regs import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
                   event_counters)
 from mrcnic.base.proto import ETH, IPV6, SRH, UDP, EvMode
 from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer,
@@ -142,10 +89,56 @@ def _prefix_layout():
 class EntropyRewrite(wiring.Component):
     """Stage 1 of :class:`Srv6Encap`: in-place rewrite, ICRC patch, checks.
 
-    A stall-all pipeline of :attr:`depth` registers: every stage moves when the last one is
-    empty or ``m_axis`` takes it. ``ins`` carries, per frame, the bytes :class:`HeaderInsert`
-    puts in (written when the frame's IPv6 payload length has been seen; the FIFO it feeds
-    must have room, or the input waits). ``stats`` pulses once per counted event.
+    Each frame takes one ``desc`` record with its first beat. By the record's ``mode`` the
+    inner flow label and UDP source port are rewritten in place (STEV, SRV6, SRV6_SRH: the
+    entropy E in both; UDP: the port only; PASS: nothing) and the ICRC is patched in flight
+    (the CRC of old XOR new port, advanced over the bytes after it one beat per cycle, then
+    by the part of a beat left in ``ceil(log2(B)/2)`` stages), so that an ICRC wrong on
+    input stays exactly as wrong. The inner headers are parsed and checked (not RoCEv2,
+    truncated, length, too long: the frame leaves marked with ``tuser[0]``). The bytes
+    :class:`HeaderInsert` puts in go to ``ins``, one record per frame.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames: Ethernet, IPv6, UDP, BTH, ..., ICRC; no FCS.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The same frames rewritten; ``tuser[0]`` on the last beat of a bad one.
+    desc : stream of :data:`ENCAP_DESC`, in
+        One descriptor per frame, taken with its first beat.
+    ins : stream of ``h`` (2 bits, index into :data:`INSERT_CHOICES`) and ``prefix`` (the
+        output's first 78 bytes), out
+        Per frame, what :class:`HeaderInsert` puts in: written when the frame's IPv6
+        payload length has been seen; the FIFO it feeds must have room, or the input waits.
+    udp_dport, stev_swap, max_frame_reg : Signal(16), Signal(1), Signal(16), in
+        The register values: the RoCEv2 UDP destination port a frame must carry; swap the
+        halves of E; the largest IPv6 payload length taken as good.
+    stats : Signal, out
+        One bit per counted event of ``ENCAP_COUNTERS``, pulsed once per event, and
+        ``bytes`` (16 bits), the bytes of each beat, counted once per beat.
+    depth : int
+        Pipeline registers, ``ceil(log2(B)/2)`` + 2.
+
+    Latency
+    -------
+    :attr:`depth` register stages, a stall-all pipeline: every stage moves when the last
+    one is empty or ``m_axis`` takes it.
+
+    Throughput
+    ----------
+    One beat per cycle; a frame waits only for its descriptor.
+
+    Raises
+    ------
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048.
+    TypeError
+        If ``data_width`` is not an int.
     """
 
     def __init__(self, data_width):
@@ -399,9 +392,39 @@ class HeaderInsert(wiring.Component):
     H = q*B + s on a B-byte bus, output beat j takes lanes ``l >= s`` from input beat j - q
     (the beat it consumes) and lanes ``l < s`` from the beat before (kept in a register); the
     prefix lanes of the first beats come from a shift register. The possible ``s`` are few (at
-    most 3 per width), so each output lane is a small mux. Output is registered; 1 cycle
-    latency; one output beat per cycle, the first beat of a frame right after the last of the
-    one before.
+    most 3 per width), so each output lane is a small mux. A frame starts only once its
+    first data beat is there too, so that frames leave without holes.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames from :class:`EntropyRewrite`.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The frames with H bytes inserted after the Ethernet header; registered.
+    ins : stream of ``h`` (2 bits, index into :data:`INSERT_CHOICES`) and ``prefix`` (the
+        output's first 78 bytes), in
+        One record per frame.
+
+    Latency
+    -------
+    1 cycle (the output register).
+
+    Throughput
+    ----------
+    One output beat per cycle, the first beat of a frame right after the last of the one
+    before: a frame of L bytes takes ceil((L + H) / B) beats.
+
+    Raises
+    ------
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048.
+    TypeError
+        If ``data_width`` is not an int.
     """
 
     def __init__(self, data_width):
@@ -505,7 +528,76 @@ class HeaderInsert(wiring.Component):
 
 
 class Srv6Encap(wiring.Component):
-    """See the module docstring: SRv6/STEV/UDP entropy encapsulation, ``srv6-encap``."""
+    """SRv6, STEV and UDP entropy encapsulation: each frame is put on its EV's path.
+
+    Each frame on ``s_axis`` (Ethernet, inner IPv6, UDP, BTH, ..., ICRC; no FCS) takes one
+    ``desc`` record and leaves on ``m_axis``, by the record's ``mode``
+    (:class:`~mrcnic.base.proto.EvMode`, spec §2.3):
+
+    ============ =========================================================================
+    mode         what happens to the frame
+    ============ =========================================================================
+    PASS         nothing
+    STEV         inner flow label = {0, E[31:16]}, UDP source port = E[15:0], E = ev[255:224]
+    UDP          UDP source port = ev[255:240]
+    SRV6         as STEV with E = ``entropy`` (the EV's index), then an outer IPv6 header is
+                 inserted after Ethernet: destination ev[255:128], source ``outer_src``,
+                 traffic class ``dscp``/``ecn``, flow label {0, E[31:16]}, hop limit
+                 ``hop_limit``, next header 41, payload length = inner one + 40
+    SRV6_SRH     as SRV6, with next header 43 and a one-segment SRH (segment ev[127:0],
+                 segments left 1, next header 41); payload length = inner one + 64
+    ============ =========================================================================
+
+    The register ``config.stev_swap`` swaps the halves of E. The ICRC, which covers the UDP
+    source port, is patched in flight; an ICRC wrong on input stays exactly as wrong. In
+    the non-PASS modes a frame that is not RoCEv2 (Ethernet, IPv6, UDP to
+    ``config.udp_dport``), shorter than 78 bytes, whose length disagrees with its IPv6
+    payload length, or longer than ``max_frame``, and in every mode a frame that arrives with
+    ``tuser[0]``, leaves marked with ``tuser[0]`` on its last beat and is counted; the next
+    frame is unaffected.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, one of 64, 128, 256, 512, 1024, 2048. Default 512.
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames; ``tuser[0]`` marks a bad one.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        Frames on their path; ``tuser[0]`` on the last beat of a bad one.
+    desc : stream of :data:`ENCAP_DESC`, in
+        One descriptor per frame, taken with its first beat: ``mode``, ``ev`` (the expanded
+        EV, first field most significant), ``entropy``, ``outer_src``, ``dscp``, ``ecn``,
+        ``hop_limit``.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`ENCAP_REGS`.
+    latency : int
+        Cycles from a frame's first input beat to its first output beat.
+
+    Latency
+    -------
+    :attr:`latency` = ``ceil(log2(B)/2)`` + 6 cycles from ``s_axis`` to ``m_axis`` on a
+    B-byte bus, in every mode: 8 at 64 bits, 9 at 512, 10 at 2048.
+
+    Throughput
+    ----------
+    One output beat per cycle with no idle cycle between frames: a frame of L bytes with
+    H inserted takes ceil((L + H) / B) beats. A frame waits for its descriptor (the
+    ``desc_wait`` counter counts those cycles); nothing else stalls.
+
+    Raises
+    ------
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048, or ``counter_width`` is not
+        0, 16 or 32.
+    TypeError
+        If ``data_width`` is not an int.
+    """
 
     def __init__(self, data_width=512, counter_width=32):
         self.counter_width = check_counter_width(counter_width)

@@ -41,11 +41,12 @@ Latency
     (taken, forwarded, block's B, returned); a read likewise.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.base.csr.regs import RESP_OKAY, RESP_SLVERR, AxiLiteSignature, CsrError
+from mrcnic.base.csr.gateware import AxiLiteSignature
+from mrcnic.base.csr.regs import RESP_OKAY, RESP_SLVERR, CsrError
 
 __all__ = ["CsrBus", "BLOCK_TYPES", "MAGIC", "MAP_VERSION", "directory"]
 

@@ -9,7 +9,7 @@ releases, in order.
 
 from mrcnic.base import proto
 from mrcnic.base.proto import NackCode, Opcode, SackMode, psn_add, psn_diff
-from mrcnic.rx.psn_tracker import BITMAP_BITS, SACK_OFFSET
+from mrcnic.base.rules import SACK_BITMAP_BITS as BITMAP_BITS, SACK_OFFSET
 from mrcnic.base.records import Verdict, ack_desc_fields
 
 __all__ = ["PsnTrackerModel"]

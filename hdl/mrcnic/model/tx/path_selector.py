@@ -28,7 +28,7 @@ written here without reference to the gateware.
 from collections import defaultdict
 
 from mrcnic.base.records import PROBE_KINDS, FeedbackKind
-from mrcnic.tx.path_selector import EVENT_MASK_DEFAULT, RESEED_MULT
+from mrcnic.base.rules import EVENT_MASK_DEFAULT, RESEED_MULT
 from mrcnic.base.proto import EvMode, EvState
 from mrcnic.model import ev as evm
 

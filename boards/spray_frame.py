@@ -1,6 +1,8 @@
-"""Reference model of the frames of :class:`mrcnic.boards.spraytest.SprayTest`: what its
-generator sends for frame ``seq`` of QP ``qp``, and what its checker must find after the
-SRv6 header went in and came out again.
+"""The frames of :class:`mrcnic.boards.spraytest.SprayTest`, declared once: what its
+generator sends for frame ``seq`` of QP ``qp`` (the generator's header template is built
+from :func:`frame`), and what its checker and the tests must find after the SRv6 header went
+in and came out again. Like :mod:`mrcnic.base.proto` for the NIC's frames, it is a format,
+not a model of the gateware.
 
 A spray frame has the shape of a RoCEv2 packet (Ethernet, IPv6, UDP, BTH, ``payload``
 bytes, ICRC; the SRv6 blocks look no further than the UDP header):
