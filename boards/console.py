@@ -1,26 +1,6 @@
 """The operator's side of a board self-test: :class:`Console`, the UART commands and
 buttons that fail planes and set the loss, the status line every report period, and the
-LEDs.
-
-Operation
-    * Commands on ``rx`` (115200 8N1 on a board): ``0`` .. ``7`` fail or restore that
-      plane (``fail``), ``l`` the next loss setting (:data:`LOSS_LEVELS`: none, 1/64,
-      1/16 of the frames; ``loss``), ``p`` pause or resume the traffic (``pause``), ``s``
-      a status line now. A rising edge on ``buttons[p]`` (sampled every 10 ms, so
-      debounced) does as ``p``'s digit.
-    * The status line (:class:`~mrcnic.base.uart.StatusLine`) leaves on ``tx`` every
-      ``1 / report_hz`` seconds and on ``s``: ``prefix``, the top's ``items`` (the top drives
-      their ``v_<name>`` inputs of ``console.line``), then the items every self-test shows,
-      driven here: ``fail`` (the planes failed, a bit each), ``loss`` (the loss setting),
-      ``script`` (the bring-up operations done, input ``script``; ``err`` = input
-      ``script_error``), and per plane ``f<p>`` (input ``frames[p]``: frames into the
-      plane) and ``l<p>`` (input ``lost[p]``: frames it lost or dropped while failed).
-    * ``leds``: 0 changes state at each report while ``progress`` moved and ``bad`` is low;
-      1 = ``bad``; 2 = ``up``; 3 on while loss is on; 4 .. 7 = ``ports_up``.
-
-Parameters
-    ``planes`` (1 .. 4), ``items``, ``prefix``, ``clk_hz``, ``baud``, ``report_hz`` (a line
-    must take at most half a report period: checked).
+LEDs. Commands, line and LEDs: the class docstring.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -35,7 +15,84 @@ LOSS_LEVELS = (0, 1024, 4096)        # PlaneLoop loss: none, 1/64, 1/16
 
 
 class Console(wiring.Component):
-    """See the module docstring."""
+    """The operator's side of a self-test: UART commands, buttons, status line and LEDs.
+
+    * Commands on ``rx`` (8N1 at ``baud``): ``0`` .. ``planes - 1`` fail or restore that
+      plane (``fail``), ``l`` the next loss setting (:data:`LOSS_LEVELS`: none, 1/64,
+      1/16 of the frames; ``loss``), ``p`` pause or resume the traffic (``pause``), ``s``
+      a status line now. A rising edge on ``buttons[p]`` (sampled every 10 ms, so
+      debounced) does as ``p``'s digit.
+    * The status line (:class:`~mrcnic.base.uart.StatusLine`) leaves on ``tx`` every
+      ``1 / report_hz`` seconds and on ``s``: ``prefix``, the top's ``items`` (the top drives
+      their ``v_<name>`` inputs of :attr:`line`), then the items every self-test shows,
+      driven here: ``fail`` (the planes failed, a bit each), ``loss`` (the loss setting),
+      ``script`` (the bring-up operations done, input ``script``; ``err`` = input
+      ``script_error``), and per plane ``f<p>`` (input ``frames[p]``: frames into the
+      plane) and ``l<p>`` (input ``lost[p]``: frames it lost or dropped while failed).
+    * ``leds``: 0 changes state at each report while ``progress`` moved and ``bad`` is low;
+      1 = ``bad``; 2 = ``up``; 3 on while loss is on; from 4 up, ``ports_up``, one a plane.
+
+    Parameters
+    ----------
+    planes : int
+        Planes, 1 .. 4.
+    items : list of (str, int)
+        The top's own ``(name, width)`` items, first on the line (names identifiers, widths
+        1 .. 64, as :class:`~mrcnic.base.uart.StatusLine` takes them).
+    prefix : str
+        The line's first characters.
+    clk_hz : int
+        The clock, in Hz.
+    baud : int
+        The UART's baud rate; ``clk_hz`` must make it within 2 % with at least 4 cycles a
+        bit (:func:`~mrcnic.base.uart.divisor_for`). Default 115200.
+    report_hz : int or float
+        Status lines per second, > 0; a line must take at most half a report period.
+        Default 1.
+
+    Attributes
+    ----------
+    rx : Signal(1), in
+        The UART's receive line (commands), idle high.
+    tx : Signal(1), out
+        The UART's transmit line (status lines), idle high.
+    buttons : Signal(planes), in
+        One button a plane: a press fails or restores it.
+    fail : Signal(planes), out
+        The planes failed, a bit each.
+    loss : Signal(16), out
+        The loss setting for :class:`~mrcnic.boards.plane_loop.PlaneLoop`, one of
+        :data:`LOSS_LEVELS` (``loss / 65536`` of the frames).
+    pause : Signal(1), out
+        Start no new traffic.
+    progress : Signal(32), in
+        A count that moves while the traffic goes well (LED 0 blinks while it does).
+    bad : Signal(1), in
+        Something is wrong (LED 1).
+    up : Signal(1), in
+        The device under test is up (LED 2).
+    ports_up : Signal(planes), in
+        The planes' links (LEDs 4 ..).
+    leds : Signal(8), out
+        The LEDs, as above; the bits above ``ports_up`` are 0.
+    script : Signal(16), in
+        The bring-up operations done, for the line's ``script``.
+    script_error : Signal(1), in
+        An operation of the bring-up was refused, for the line's ``err``.
+    frames, lost : array of ``planes`` Signal(32), in
+        Per plane, frames into it and frames it lost or dropped while failed.
+    line : StatusLine
+        The status line; the top drives the ``v_<name>`` inputs of its own ``items``.
+    divisor : int
+        The UART's clock cycles per bit.
+
+    Raises
+    ------
+    ValueError
+        If ``planes`` is outside 1 .. 4; ``clk_hz`` cannot make ``baud`` (see above);
+        ``report_hz`` is not positive or reports more often than every two lines' time; or
+        an item's name or width is refused by the status line.
+    """
 
     def __init__(self, planes, items, prefix, clk_hz, baud=115200, report_hz=1):
         if not 1 <= planes <= 4:

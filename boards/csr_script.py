@@ -14,16 +14,6 @@ Operations (:data:`OP_WRITE`, :data:`OP_POLL`): ``(OP_WRITE, addr, data)`` write
 what does not depend on the hardware's state: a read of anything but the directories,
 rw fields and the read-only values it was given is an error, so a script never depends
 on a value guessed at elaboration.
-
-Ports
-    ``m_axil`` (out, AXI4-Lite master, ``addr_width`` bits, 32-bit data); ``done`` (out,
-    high once the last operation completed); ``error`` (out, sticky: a response was not
-    OKAY); ``step`` (out, the index of the operation under way, for a status display).
-
-Timing
-    One operation at a time: a write takes its AW/W handshake and its B response; a poll
-    its AR handshake and its R response, again until clear. At most one transaction is
-    outstanding, so any AXI4-Lite slave works.
 """
 
 from amaranth.hdl import Module, Signal
@@ -144,9 +134,48 @@ def record(buses, coroutine_fn, ro=None):
 
 
 class CsrScript(wiring.Component):
-    """Plays a recorded script on an AXI4-Lite master port after reset (module docstring).
+    """Plays a recorded script of register accesses on an AXI4-Lite master port after reset.
 
-    Parameters: ``ops`` (a list of ``(op, addr, word)``), ``addr_width`` of the port."""
+    The operations (:func:`record` makes them; module docstring) are held in a ROM and
+    played in order, one at a time: ``(OP_WRITE, addr, data)`` writes ``data`` to
+    ``addr`` (all four byte strobes); ``(OP_POLL, addr, mask)`` reads ``addr`` again and
+    again until ``word & mask`` is 0. A response other than OKAY sets ``error`` and the
+    script goes on with the next operation (a poll never waits on an error).
+
+    Parameters
+    ----------
+    ops : list of (int, int, int)
+        ``(op, addr, word)`` per operation: ``op`` :data:`OP_WRITE` or :data:`OP_POLL`;
+        ``addr`` a byte address, a multiple of 4, below ``2^addr_width``; ``word`` (the
+        data, or the poll's mask) 32 bits. May be empty.
+    addr_width : int
+        Address width of the port, >= 1.
+
+    Attributes
+    ----------
+    m_axil : AXI4-Lite (``addr_width``, 32-bit data), out
+        The master port; ``wiring.connect`` it to the bus's ``s_axil``.
+    done : Signal(1), out
+        High once the last operation has completed.
+    error : Signal(1), out
+        Sticky: a response was not OKAY.
+    step : Signal(range(len(ops) + 1)), out
+        The index of the operation under way (``len(ops)`` when done), for a status
+        display.
+
+    Throughput
+    ----------
+    One operation at a time: a write takes its AW/W handshake and its B response; a poll
+    its AR handshake and its R response, again until clear. At most one transaction is
+    outstanding, so any AXI4-Lite slave works.
+
+    Raises
+    ------
+    CsrError
+        A ``ValueError``: if an operation is neither :data:`OP_WRITE` nor :data:`OP_POLL`,
+        an address does not fit ``addr_width`` bits or is not word aligned, a word is not
+        in 0 .. 2^32 - 1, or ``addr_width`` is below 1.
+    """
 
     def __init__(self, ops, addr_width):
         ops = [tuple(int(x) for x in op) for op in ops]

@@ -1,25 +1,6 @@
 """One plane of the on-chip fabric of a self-test top: :class:`PlaneLoop` takes the frames
-a NIC sends on a plane and gives them back to it, losing some on purpose.
-
-Operation
-    Frames from ``s_axis`` (the NIC's ``m{p}_axis``) go whole into a FIFO of
-    ``depth`` beats and leave on ``m_axis`` (the NIC's ``s{p}_axis``) in order. A frame is
-    dropped whole, at its first beat, when the plane is failed (``fail``: every frame,
-    and ``port_up`` is low, as a NIC's PHY would see a dead link) or when a 16-bit LFSR,
-    moved 16 steps per frame, is below ``loss`` (``loss`` / 65536 of the frames). ``credit``
-    is high while the FIFO (``level`` beats in it) has room for a frame of
-    ``frame_beats`` beats: what a NIC's transmit FIFO tells the path selector.
-
-    Counters (32 bits, wrapping): ``frames`` taken, ``lost`` (random loss), ``failed``
-    (dropped while failed).
-
-Parameters
-    ``data_width`` (64 .. 2048, power of two), ``depth`` beats of FIFO (>= 2 x
-    ``frame_beats``), ``frame_beats`` (the largest frame, in beats), ``seed`` (non-zero
-    16-bit LFSR seed; give each plane its own).
-
-Latency, throughput
-    One beat a cycle in and out; a beat leaves 2 cycles after it entered an empty FIFO.
+a NIC sends on a plane and gives them back to it, losing some on purpose (a failed plane,
+random loss). Ports and timing: the class docstring.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -46,7 +27,64 @@ def lfsr16_next(state, steps=16):
 
 
 class PlaneLoop(wiring.Component):
-    """See the module docstring."""
+    """One plane of an on-chip fabric: a NIC's frames back to it, some lost on purpose.
+
+    Frames from ``s_axis`` (the NIC's ``m{p}_axis``) go into a FIFO of ``depth`` beats and
+    leave on ``m_axis`` (the NIC's ``s{p}_axis``) in order. A frame is dropped whole,
+    decided at its first beat, when the plane is failed (``fail``: every frame, and
+    ``port_up`` is low, as a NIC's PHY would see a dead link) or when a 16-bit LFSR, moved
+    16 steps per frame (:func:`lfsr16_next` is its software twin), is below ``loss``
+    (``loss`` / 65536 of the frames). ``tuser`` is not carried: it is 0 on ``m_axis``.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048. Default 64.
+    depth : int
+        Beats of FIFO, at least 2 x ``frame_beats``. Default 512.
+    frame_beats : int
+        The largest frame, in beats, >= 1 (sets ``credit``). Default 160.
+    seed : int
+        The LFSR's seed, non-zero, 16 bits; give each plane its own. Default 1.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        Frames from the NIC. Always ready while a frame is being dropped.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The frames kept, in order.
+    fail : Signal(1), in
+        The plane is failed: drop every frame from its first beat on.
+    loss : Signal(16), in
+        Drop ``loss`` / 65536 of the frames at random.
+    port_up : Signal(1), out
+        ``~fail``: the link as the NIC's PHY would see it.
+    credit : Signal(1), out
+        The FIFO has room for a frame of ``frame_beats`` beats: what a NIC's transmit FIFO
+        tells the path selector.
+    level : Signal(range(depth + 1)), out
+        Beats in the FIFO.
+    frames, lost, failed : Signal(32), out
+        Counters, wrapping: frames taken (kept or dropped), frames dropped by the random
+        loss, frames dropped while failed.
+
+    Latency
+    -------
+    A beat leaves 2 cycles after it entered an empty FIFO.
+
+    Throughput
+    ----------
+    One beat a cycle in and out.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048, ``frame_beats`` is not a
+        positive int, ``depth`` is not an int of at least 2 x ``frame_beats``, or ``seed``
+        is not an int in 1 .. 65535.
+    """
 
     def __init__(self, data_width=64, depth=512, frame_beats=160, seed=1):
         check_data_width(data_width, minimum=64, maximum=2048, power_of_two=True)

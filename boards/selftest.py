@@ -1,40 +1,6 @@
 """The self-test of a board: :class:`SelfTest` (``selftest``), an MrcNic looped back to
-itself through an on-chip fabric, with its traffic, its checker and a UART.
-
-Operation
-    1. After reset a :class:`~mrcnic.boards.csr_script.CsrScript` brings the NIC up: the
-       register accesses of :func:`mrcnic.host.bringup.bring_up_tx` and ``bring_up_rx`` for a
-       NIC whose peer is itself (:func:`bring_up`), recorded at elaboration.
-    2. Then :class:`~mrcnic.boards.traffic.TrafficGen` writes runs of ``msgs`` messages of
-       ``2^msg_log2`` bytes over ``qps`` QPs; each plane's frames come back to the NIC
-       through a :class:`~mrcnic.boards.plane_loop.PlaneLoop` (random loss, plane failure); the
-       NIC places the payloads, and :class:`~mrcnic.boards.traffic.DataChecker` checks every
-       byte and that every chunk of a run is placed once.
-    3. A status line leaves on the UART every ``1 / report_hz`` seconds (and on the
-       command ``s``): ``MRC`` then ``runs`` (runs completed), ``bytes`` (placed, wraps),
-       ``data`` (beats not the pattern), ``dup`` (chunks placed twice in a run),
-       ``stray`` (placements outside the run's chunks): all 0 when all is well; ``ev``
-       (the path selector's EV state changes), ``fail`` (the planes failed, a bit each),
-       ``loss`` (the loss setting), ``script`` (operations done of the bring-up; ``err`` 1
-       if one was refused), and per plane ``f<p>`` frames and ``l<p>`` frames lost or
-       failed.
-    4. The operator's side is a :class:`~mrcnic.boards.console.Console`: commands on the UART
-       (``0`` .. ``3`` fail or restore that plane, ``l`` the next loss setting, ``p`` pause
-       or resume: no new run starts, ``s`` a status line now), the ``buttons`` (as the
-       digits) and the ``leds`` (0 changes state at each report while runs complete and
-       nothing is bad, 1 on when something is bad: ``data``, ``dup`` or ``stray`` > 0, or
-       the script failed; 2 once the NIC is up; 3 while loss is on; 4 .. 7 planes 0 .. 3
-       up).
-
-Parameters
-    ``planes`` (1, 2, 4; default 2), ``data_width`` (default 64), ``qps`` (2), ``ev_count``
-    (8), ``pmtu_log2`` (10), ``msg_log2`` (13), ``msgs`` (8), ``outstanding`` (128),
-    ``clk_hz`` (25 MHz), ``baud`` (115200), ``report_hz`` (1).
-
-Ports
-    ``tx`` (out, UART), ``rx`` (in, UART), ``buttons`` (in, ``planes`` bits), ``leds``
-    (out, 8 bits), ``bad``, ``up`` and ``runs`` (out: what the LEDs and line show, for
-    a testbench).
+itself through an on-chip fabric, with its traffic, its checker and a UART. How it runs,
+its parameters and ports: the class docstring.
 """
 
 from amaranth.hdl import Cat, Module, Signal
@@ -101,7 +67,96 @@ def bring_up(nic, planes, qps, ev_count, pmtu_log2, clk_hz):
 
 
 class SelfTest(wiring.Component):
-    """See the module docstring."""
+    """A board's self-test: an MrcNic looped back to itself through an on-chip fabric, with
+    its traffic, its checker and a UART console.
+
+    1. After reset a :class:`~mrcnic.boards.csr_script.CsrScript` brings the NIC up: the
+       register accesses of :func:`mrcnic.host.bringup.bring_up_tx` and ``bring_up_rx`` for a
+       NIC whose peer is itself (:func:`bring_up`), recorded at elaboration.
+    2. Then :class:`~mrcnic.boards.traffic.TrafficGen` writes runs of ``msgs`` messages of
+       ``2^msg_log2`` bytes over ``qps`` QPs; each plane's frames come back to the NIC
+       through a :class:`~mrcnic.boards.plane_loop.PlaneLoop` (random loss, plane failure);
+       the NIC places the payloads, and :class:`~mrcnic.boards.traffic.DataChecker` checks
+       every byte and that every chunk of a run is placed once.
+    3. A status line leaves on the UART every ``1 / report_hz`` seconds (and on the
+       command ``s``): ``MRC`` then ``runs`` (runs completed), ``bytes`` (placed, wraps),
+       ``data`` (beats not the pattern), ``dup`` (chunks placed twice in a run),
+       ``stray`` (placements outside the run's chunks): all 0 when all is well; ``ev``
+       (the path selector's EV state changes), ``fail`` (the planes failed, a bit each),
+       ``loss`` (the loss setting), ``script`` (operations done of the bring-up; ``err`` 1
+       if one was refused), and per plane ``f<p>`` frames and ``l<p>`` frames lost or
+       failed.
+    4. The operator's side is a :class:`~mrcnic.boards.console.Console`: commands on the
+       UART (``0`` .. ``planes - 1`` fail or restore that plane, ``l`` the next loss
+       setting, ``p`` pause or resume, ``s`` a status line now), the ``buttons`` (as the
+       digits) and the ``leds``. ``p`` drives the generator's ``start``, which
+       :class:`~mrcnic.boards.traffic.TrafficGen` looks at only before its first run.
+
+    Parameters
+    ----------
+    planes : int
+        Planes, 1, 2 or 4. Default 2.
+    data_width : int
+        The NIC's bus width in bits, a power of two 64 .. 2048. Default 64.
+    qps : int
+        QPs, 1 .. 1024. Default 2.
+    ev_count : int
+        EVs of the path selector, a power of two 2 .. 256, at least ``planes``. Default 8.
+    pmtu_log2 : int
+        The PMTU, ``2^pmtu_log2`` bytes, 8 .. ``msg_log2``; the NIC receives payloads of at
+        most 4096 bytes. Default 10.
+    msg_log2 : int
+        Message size, ``2^msg_log2`` bytes, ``pmtu_log2`` .. 31. Default 13.
+    msgs : int
+        Messages a run, 1 .. 256; the NIC is built for ``max(4, msgs)`` messages in
+        flight, which must be a power of two. Default 8.
+    outstanding : int
+        PSNs outstanding per QP, a power of two 128 .. 16384. Default 128.
+    clk_hz : int
+        The clock in Hz: sets the UART's divisor and the NIC's timers. Default 25 MHz.
+    baud : int
+        The UART's baud rate, reachable within 2 % at ``clk_hz``. Default 115200.
+    report_hz : int or float
+        Status lines per second; a line must take at most half a report period.
+        Default 1.
+
+    Attributes
+    ----------
+    tx : Signal(1), out
+        UART transmit line (status lines), idle high.
+    rx : Signal(1), in
+        UART receive line (commands), idle high.
+    buttons : Signal(planes), in
+        Button p fails or restores plane p.
+    leds : Signal(8), out
+        0 changes state at each report while runs complete and nothing is bad; 1 ``bad``;
+        2 once the NIC is up (the script done without error); 3 while loss is on; from 4
+        up, a plane's link up, one a plane.
+    bad : Signal(1), out
+        Something is bad: ``data``, ``dup`` or ``stray`` > 0, or the script failed.
+    up : Signal(1), out
+        The bring-up script has finished (with or without error: see ``bad``).
+    runs : Signal(32), out
+        Runs completed.
+    nic : MrcNic
+        The NIC under test (:func:`nic_params`).
+    ops : list
+        The bring-up script's operations.
+    console : Console
+        The operator's side.
+    divisor : int
+        The UART's clock cycles per bit.
+
+    Raises
+    ------
+    ValueError
+        If ``planes`` is not 1, 2 or 4; ``clk_hz`` cannot make ``baud`` or ``report_hz``
+        is too high for a line (:class:`~mrcnic.boards.console.Console`); or MrcNic
+        refuses a parameter. ``pmtu_log2``, ``msg_log2`` and ``msgs`` are also checked
+        when the top elaborates (:class:`~mrcnic.boards.traffic.TrafficGen`).
+    TypeError
+        If ``data_width`` is not an int.
+    """
 
     def __init__(self, planes=2, data_width=64, qps=2, ev_count=8, pmtu_log2=10,
                  msg_log2=13, msgs=8, outstanding=128, clk_hz=25_000_000, baud=115200,

@@ -1,53 +1,7 @@
 """The self-test of the smaller boards: :class:`SprayTest`, the transmit
 path selector spraying frames over an on-chip fabric through the SRv6 header inserter and
-remover, every byte checked.
-
-Operation
-    1. After reset a :class:`~mrcnic.boards.csr_script.CsrScript` loads the path selector: one
-       SRv6 profile of ``ev_count`` EVs (EV ``e`` is the address
-       :func:`~mrcnic.boards.spray_frame.ev_address`, on plane ``e mod planes``), every QP on it
-       (:func:`bring_up`, the same :func:`~mrcnic.host.bringup.bring_up_selector` as the NIC's).
-    2. :class:`SprayGen` asks the path selector for a path for QP 0, 1, ... in turn, one
-       request a cycle while there is room; each answer becomes the next frame
-       (:mod:`mrcnic.boards.spray_frame`: sequence number ``seq``, the QP), sent through a
-       :class:`~mrcnic.tx.srv6_encap.Srv6Encap` in SRV6 mode with the answer's expanded EV and entropy,
-       to the plane the answer names. An answer with no usable EV (every plane failed) is
-       counted (``stall``) and makes no frame.
-    3. Each plane is a :class:`~mrcnic.boards.plane_loop.PlaneLoop` (random loss, failure: the
-       path selector sees the plane's ``port_up`` and ``credit``), then a
-       :class:`~mrcnic.rx.srv6_decap.Srv6Decap`, then a :class:`SprayCheck`: the inner frame
-       must be the frame its ``seq`` says, byte for byte but the ICRC, with the UDP source
-       port of its EV's entropy; the outer destination must be an EV of this plane; the
-       sequence numbers on a plane must rise. Frames that pass are ``good``; the others
-       ``bad``.
-    4. A :class:`~mrcnic.boards.console.Console` reports on the UART every ``1 / report_hz`` s:
-       ``SPR`` then ``sent`` (frames sent), ``good``, ``bad``, ``stall``, ``fail``
-       (planes failed, a bit each), ``loss`` (the loss setting), ``script`` (bring-up
-       operations done; ``err`` 1 if one was refused), and per plane ``f<p>`` (frames in)
-       and ``l<p>`` (frames lost or dropped while failed). When the traffic is paused
-       (``p``) and has drained, ``sent`` = ``good`` + ``bad`` + the sum of ``l<p>``.
-       Commands and LEDs as the console's: ``0`` .. ``3`` fail or restore a plane, ``l``
-       loss, ``p`` pause, ``s`` a line now; LED 0 blinks while good frames arrive and
-       nothing is bad.
-
-    What it shows: the selector spreads the frames evenly over the planes; a plane failed
-    by a button or a command stops receiving frames at once (only frames decided before
-    the failure are dropped, a few), the others carry all the traffic; the SRv6 header is
-    inserted and removed with every byte intact. (Loss is counted, not repaired: the
-    retransmit tracker belongs to the NIC self-test of the 85F boards.)
-
-Parameters
-    ``planes`` (2 or 4; default 2), ``data_width`` (64, 128, 256), ``qps`` (1 .. 16, 2),
-    ``ev_count`` (a power of two >= planes, 8), ``payload`` (bytes per frame, 0 .. 4096,
-    256), ``clk_hz`` (25 MHz), ``baud`` (115200), ``report_hz`` (1).
-
-Ports
-    ``tx`` (out, UART), ``rx`` (in, UART), ``buttons`` (in, ``planes`` bits), ``leds``
-    (out, 8 bits); for a testbench: ``up``, ``bad`` (out), ``sent``, ``good`` (out, 32).
-
-Throughput
-    One beat a cycle from the encapsulator, frames back to back: with 256 payload bytes,
-    a frame of 334 bytes is 47 beats at 64 bits with its 40-byte SRv6 header.
+remover, every byte checked; :class:`SprayGen` and :class:`SprayCheck` are its traffic
+and its checker. How it runs, what it shows, parameters and ports: the classes' docstrings.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -150,15 +104,53 @@ def _check_params(planes, data_width, qps, ev_count, payload):
 
 
 class SprayGen(wiring.Component):
-    """Path requests, and a frame for each path given (module docstring, step 2).
+    """The spray test's traffic: path requests, and a frame for each path given.
 
-    Ports: ``run`` (in: requests go out while high), ``req``/``rsp`` (the path
-    selector's), ``desc`` and ``m_axis`` (to the encapsulator), ``plane`` (out: the plane
-    of each frame, in frame order, for the demultiplexer after the encapsulator),
-    ``sent`` (frames whose last beat left), ``stalls`` (answers with no usable EV).
+    It asks the path selector for a path for QP 0, 1, ... ``qps - 1`` in turn, one
+    request a cycle while ``run`` is high. Each answer with a usable EV becomes the next
+    frame: spray frame ``seq`` (a 32-bit count of the frames decided) of the answer's QP
+    (:mod:`mrcnic.boards.spray_frame`, UDP source port 0, ICRC 0), with an encapsulator
+    descriptor in SRV6 mode carrying the answer's expanded EV and entropy, and the plane
+    the answer names. An answer with no usable EV (``none``) is counted in ``stalls`` and
+    makes no frame.
 
-    Throughput: one request a cycle; one beat a cycle, frames back to back. Three
-    frames are decided ahead of the one on ``m_axis`` (the FIFOs' depth)."""
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, 64, 128 or 256. Default 64.
+    qps : int
+        QPs, 1 .. 16 (a frame keeps 4 bits of its QP). Default 2.
+    payload : int
+        Payload bytes per frame, 0 .. 4096. Default 256.
+
+    Nothing is checked here; :class:`SprayTest` checks its parameters.
+
+    Attributes
+    ----------
+    run : Signal(1), in
+        Requests go out while high.
+    req : stream of :data:`~mrcnic.base.records.REQUEST`, out
+        To the path selector: ``qp`` only (the other fields 0).
+    rsp : stream of :func:`~mrcnic.base.records.response_layout` (128), in
+        The path selector's answers; ready while there is room for another frame.
+    desc : stream of :data:`~mrcnic.tx.srv6_encap.ENCAP_DESC`, out
+        One encapsulator descriptor a frame: SRV6 mode, the expanded EV, the entropy, outer
+        source :data:`OUTER_SRC`, ECN ECT(0), hop limit 64.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        The frames, to the encapsulator; ``tuser`` 0.
+    plane : stream of ``plane`` (3 bits), out
+        The plane of each frame, in frame order, for the demultiplexer after the
+        encapsulator.
+    sent : Signal(32), out
+        Frames whose last beat left.
+    stalls : Signal(32), out
+        Answers with no usable EV.
+
+    Throughput
+    ----------
+    One request a cycle; one beat a cycle, frames back to back. Three frames are decided
+    ahead of the one on ``m_axis`` (the FIFOs' depth).
+    """
 
     def __init__(self, data_width=64, qps=2, payload=256):
         self.data_width, self.qps, self.payload = data_width, qps, payload
@@ -225,8 +217,8 @@ class SprayGen(wiring.Component):
 
 
 class SprayCheck(wiring.Component):
-    """One plane's checker (module docstring, step 3): the decapsulator's frames and
-    records in, ``good`` and ``bad`` frame counts out, and ``last_seq``.
+    """One plane's checker of the spray test: the decapsulator's frames and records in,
+    ``good`` and ``bad`` frame counts out.
 
     A frame is bad when a byte differs from the frame its ``seq`` names (all but the UDP
     source port, the QP and the ICRC, which are checked apart or not at all), when it is
@@ -235,8 +227,40 @@ class SprayCheck(wiring.Component):
     this plane or the UDP source port is not that EV, when the QP is not below ``qps``, or
     when its ``seq`` is not above that of the plane's last good frame.
 
-    Always ready, but for a frame's last beat, which waits for the frame's record (the
-    decapsulator gives it no later)."""
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, 64, 128 or 256.
+    plane : int
+        This plane's index, 0 .. ``planes - 1``.
+    planes : int
+        Planes, 2 or 4 (EV ``e`` is on plane ``e mod planes``).
+    qps : int
+        QPs, 1 .. 16.
+    ev_count : int
+        EVs, a power of two ``planes`` .. 256.
+    payload : int
+        Payload bytes per frame, 0 .. 4096.
+
+    Nothing is checked here; :class:`SprayTest` checks its parameters.
+
+    Attributes
+    ----------
+    s_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        The decapsulator's frames.
+    meta : stream of :data:`~mrcnic.base.records.DECAP_META`, in
+        The decapsulator's record of each frame (mode, outer destination in ``residue``,
+        ``bad``).
+    good : Signal(32), out
+        Frames that passed.
+    bad : Signal(32), out
+        Frames that did not.
+
+    Throughput
+    ----------
+    One beat a cycle: always ready, but for a frame's last beat, which waits for the
+    frame's record (the decapsulator gives it no later).
+    """
 
     def __init__(self, data_width, plane, planes, qps, ev_count, payload):
         self.data_width, self.plane, self.planes = data_width, plane, planes
@@ -327,7 +351,102 @@ def bring_up(bus, qps, ev_count):
 
 
 class SprayTest(wiring.Component):
-    """See the module docstring."""
+    """The self-test of the smaller boards: the transmit path selector spraying frames over
+    an on-chip fabric through the SRv6 header inserter and remover, every byte checked.
+
+    1. After reset a :class:`~mrcnic.boards.csr_script.CsrScript` loads the path selector:
+       one SRv6 profile of ``ev_count`` EVs (EV ``e`` is the address
+       :func:`~mrcnic.boards.spray_frame.ev_address`, on plane ``e mod planes``), every QP
+       on it (:func:`bring_up`, the same :func:`~mrcnic.host.bringup.bring_up_selector` as
+       the NIC's).
+    2. :class:`SprayGen` asks the path selector for a path for QP 0, 1, ... in turn; each
+       answer becomes the next frame, sent through a
+       :class:`~mrcnic.tx.srv6_encap.Srv6Encap` in SRV6 mode to the plane the answer names.
+       An answer with no usable EV (every plane failed) is counted (``stall``) and makes
+       no frame.
+    3. Each plane is a :class:`~mrcnic.boards.plane_loop.PlaneLoop` (random loss, failure:
+       the path selector sees the plane's ``port_up`` and ``credit``), then a
+       :class:`~mrcnic.rx.srv6_decap.Srv6Decap`, then a :class:`SprayCheck`. Frames that
+       pass are ``good``; the others ``bad``.
+    4. A :class:`~mrcnic.boards.console.Console` reports on the UART every
+       ``1 / report_hz`` s: ``SPR`` then ``sent`` (frames sent), ``good``, ``bad``,
+       ``stall``, ``fail`` (planes failed, a bit each), ``loss`` (the loss setting),
+       ``script`` (bring-up operations done; ``err`` 1 if one was refused), and per plane
+       ``f<p>`` (frames in) and ``l<p>`` (frames lost or dropped while failed). When the
+       traffic is paused (``p``) and has drained, ``sent`` = ``good`` + ``bad`` + the sum
+       of ``l<p>``. Commands and LEDs as the console's: ``0`` .. ``planes - 1`` fail or
+       restore a plane, ``l`` loss, ``p`` pause, ``s`` a line now; LED 0 blinks while good
+       frames arrive and nothing is bad.
+
+    What it shows: the selector spreads the frames evenly over the planes; a plane failed
+    by a button or a command stops receiving frames at once (only frames decided before
+    the failure are dropped, a few), the others carry all the traffic; the SRv6 header is
+    inserted and removed with every byte intact. (Loss is counted, not repaired: the
+    retransmit tracker belongs to the NIC self-test of the 85F boards.)
+
+    Parameters
+    ----------
+    planes : int
+        Planes, 2 or 4. Default 2.
+    data_width : int
+        Bus width in bits: 64, 128 or 256. Default 64.
+    qps : int
+        QPs, 1 .. 16. Default 2.
+    ev_count : int
+        EVs, a power of two ``planes`` .. 256. Default 8.
+    payload : int
+        Payload bytes per frame, 0 .. 4096. Default 256.
+    clk_hz : int
+        The clock in Hz (the UART's divisor). Default 25 MHz.
+    baud : int
+        The UART's baud rate, reachable within 2 % at ``clk_hz``. Default 115200.
+    report_hz : int or float
+        Status lines per second; a line must take at most half a report period.
+        Default 1.
+
+    Attributes
+    ----------
+    tx : Signal(1), out
+        UART transmit line (status lines), idle high.
+    rx : Signal(1), in
+        UART receive line (commands), idle high.
+    buttons : Signal(planes), in
+        Button p fails or restores plane p.
+    leds : Signal(8), out
+        The console's LEDs (:class:`~mrcnic.boards.console.Console`); LED 0 blinks while
+        good frames arrive.
+    up : Signal(1), out
+        The bring-up script has finished (with or without error: see ``bad``).
+    bad : Signal(1), out
+        A bad frame on any plane, or the script failed.
+    sent : Signal(32), out
+        Frames sent.
+    good : Signal(32), out
+        Good frames, all planes.
+    bus : CsrBus
+        The register bus of the path selector, which the script plays on.
+    ops : list
+        The bring-up script's operations.
+    console : Console
+        The operator's side.
+    divisor : int
+        The UART's clock cycles per bit.
+
+    Throughput
+    ----------
+    One beat a cycle from the encapsulator, frames back to back: with 256 payload bytes,
+    a frame of 334 bytes is 47 beats at 64 bits with its 40-byte SRv6 header.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``planes`` is not 2 or 4, ``data_width`` is not 64, 128 or 256, ``qps`` is
+        outside 1 .. 16, ``ev_count`` is not a power of two ``planes`` .. 256, ``payload``
+        is outside 0 .. 4096; or ``clk_hz`` cannot make ``baud`` or ``report_hz`` is too
+        high for a line (:class:`~mrcnic.boards.console.Console`).
+    """
 
     def __init__(self, planes=2, data_width=64, qps=2, ev_count=8, payload=256,
                  clk_hz=25_000_000, baud=115200, report_hz=1):

@@ -8,10 +8,9 @@ of 8) is ``A[34:3]`` in its low half and the complement in its high half, all in
 odd runs; so every word says where it belongs, and a stale packet of the run before is
 caught. Lane ``j`` of a beat at address ``A`` holds the word of ``A + 8 j``.
 
-A run: ``msgs`` WRITEs of ``2^msg_log2`` bytes, message ``k`` on QP ``k mod qps`` at
-``base + k 2^msg_log2`` (R_Key ``rkey``); every message a whole number of PMTU packets, so
-every placement is one whole chunk of ``2^pmtu_log2`` bytes. The next run starts when
-every WRITE of the run completed (``done``) and the checker saw every chunk placed.
+A run (:class:`TrafficGen`): ``msgs`` WRITEs, every message a whole number of PMTU
+packets, so every placement is one whole chunk of ``2^pmtu_log2`` bytes; the next run
+starts when every WRITE of the run completed and the checker saw every chunk placed.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -63,14 +62,68 @@ def _check_run(data_width, qps, msg_log2, msgs, pmtu_log2, base):
 
 
 class TrafficGen(wiring.Component):
-    """Work requests and payloads (module docstring).
+    """Work requests and their payloads for a NIC looped back to itself, run after run.
 
-    Ports: ``start`` in (runs begin once it is high), ``wr`` out and ``done`` in (the
-    NIC's), ``preq`` in and ``m_axis`` out (the NIC's payload request and ``s_axis``),
-    ``run_ok`` in (the checker: every chunk of the run placed), ``odd`` out (the run's
-    parity, to the checker), ``runs`` out (runs completed), ``completions`` out.
+    A run: ``msgs`` RDMA WRITEs (no immediate) of ``2^msg_log2`` bytes, message ``k`` on
+    QP ``k mod qps`` at ``base + k 2^msg_log2`` with R_Key ``rkey`` and ``wr_id`` ``k``.
+    The NIC's payload requests are answered in order with the pattern
+    (:func:`pattern_word`, module docstring) of the bytes they name, inverted on odd runs.
+    The next run starts when every WRITE of the run has completed (``done``) and
+    ``run_ok`` is high.
 
-    Throughput: one WR a cycle; one payload beat a cycle."""
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048. Default 64.
+    qps : int
+        QPs the messages go round, 1 .. 1024. Default 2.
+    msg_log2 : int
+        Message size, ``2^msg_log2`` bytes; ``pmtu_log2`` .. 31. Default 13.
+    msgs : int
+        Messages a run, 1 .. 65536. Default 16.
+    pmtu_log2 : int
+        The PMTU, ``2^pmtu_log2`` bytes, 8 .. ``msg_log2`` (so every message is a whole
+        number of packets). Default 10.
+    base : int
+        The buffer's virtual address, a multiple of the message size, below 2^48. Default
+        0x1_0000_0000.
+    rkey : int
+        The R_Key of every WRITE, 32 bits. Default 0x1234.
+
+    Attributes
+    ----------
+    start : Signal(1), in
+        The first run begins once it is high; it is not looked at after that.
+    wr : stream of :data:`~mrcnic.base.records.WR`, out
+        The work requests, to the NIC's ``wr``.
+    done : stream of :data:`~mrcnic.base.records.WR_DONE`, in
+        The NIC's completions; always ready.
+    preq : stream of :data:`~mrcnic.base.records.PAYLOAD_REQ`, in
+        The NIC's payload requests (``wr_id``, ``offset``, ``length``), four held.
+    m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), out
+        Each request's bytes, one frame a request, to the NIC's ``s_axis``; ``tuser`` 0.
+    run_ok : Signal(1), in
+        From the checker: every chunk of the run placed once.
+    odd : Signal(1), out
+        The run's parity, to the checker.
+    runs : Signal(32), out
+        Runs completed.
+    completions : Signal(32), out
+        Completions received, all runs.
+
+    Throughput
+    ----------
+    One WR a cycle; one payload beat a cycle.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048, ``qps`` is outside
+        1 .. 1024, not ``8 <= pmtu_log2 <= msg_log2 <= 31``, ``msgs`` is outside
+        1 .. 65536, or ``base`` is not a multiple of the message size below 2^48.
+    """
 
     def __init__(self, data_width=64, qps=2, msg_log2=13, msgs=16, pmtu_log2=10,
                  base=0x1_0000_0000, rkey=0x1234):
@@ -139,15 +192,66 @@ class TrafficGen(wiring.Component):
 
 
 class DataChecker(wiring.Component):
-    """Every placed byte and chunk checked (module docstring).
+    """Checks every byte a NIC places against the pattern, and that every chunk of a run
+    is placed exactly once.
 
-    Ports: ``place{p}`` and ``pl{p}_axis`` in (the NIC's, ``planes`` of each), ``odd`` in
-    (the run's parity, from the generator), ``run_ok`` out (every chunk of the run placed
-    once), ``ready`` out (the chunk bitmap cleared after reset: start traffic then), counters out: ``bytes`` placed, ``bad_data`` (beats not the pattern),
-    ``duplicates`` (a chunk placed twice in a run), ``strays`` (a placement that is not a
-    whole chunk of the run's buffer), ``placed`` (chunks of this run).
+    The run's buffer (``msgs`` messages of ``2^msg_log2`` bytes from ``base``, as
+    :class:`TrafficGen` writes it) is cut into chunks of ``2^pmtu_log2`` bytes. A placement
+    record of a whole chunk marks it placed in this run (a bit a chunk, in a memory, holds
+    the parity of the last run that placed it); a second one in the run counts a
+    duplicate, and a placement that is not a whole chunk of the buffer counts a stray. The
+    data of each placement (after its record: the data waits for it) is compared with the
+    pattern (:func:`pattern_word`; ``odd`` selects the inverted one) 64-bit lane by lane.
 
-    Throughput: one beat a cycle on every plane; one placement record a cycle over all.
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, a power of two 64 .. 2048. Default 64.
+    planes : int
+        Planes, 1 .. 16 (more are refused at elaboration): one ``place{p}`` and
+        ``pl{p}_axis`` each. Default 2.
+    msg_log2, msgs, pmtu_log2, base : int
+        The run, as :class:`TrafficGen`'s (same ranges). Defaults 13, 16, 10,
+        0x1_0000_0000.
+
+    Attributes
+    ----------
+    place{p} : stream of :data:`~mrcnic.base.records.PLACE`, in
+        The NIC's placement records of plane p.
+    pl{p}_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit), in
+        The NIC's placed data of plane p, one frame a placement, in record order.
+    odd : Signal(1), in
+        The run's parity, from the generator.
+    run_ok : Signal(1), out
+        Every chunk of the run placed once and every placement's data checked.
+    ready : Signal(1), out
+        The chunk bitmap has been cleared after reset (``chunks`` cycles; no placement is
+        counted before): start the traffic then.
+    bytes : Signal(32), out
+        Bytes of placed data, all planes, wrapping.
+    bad_data : Signal(32), out
+        Beats of placed data not the pattern.
+    duplicates : Signal(32), out
+        Chunks placed twice in a run.
+    strays : Signal(32), out
+        Placements that are not a whole chunk of the run's buffer.
+    placed : Signal(range(chunks + 1)), out
+        Chunks placed in this run.
+    chunks : int
+        Chunks in a run's buffer, ``msgs x 2^(msg_log2 - pmtu_log2)``.
+
+    Throughput
+    ----------
+    One beat a cycle on every plane; one placement record a cycle over all.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 2048, not
+        ``8 <= pmtu_log2 <= msg_log2 <= 31``, ``msgs`` is outside 1 .. 65536, or ``base`` is
+        not a multiple of the message size below 2^48.
     """
 
     def __init__(self, data_width=64, planes=2, msg_log2=13, msgs=16, pmtu_log2=10,

@@ -15,7 +15,8 @@ from mrcnic.base.records import DECAP_META
 from mrcnic.tx.segmenter import TxSegmenter
 from testkit.simtools import run, seeded, sibling
 
-_rx, _tx, _seg = sibling("rx/test_roce_rx"), sibling("tx/test_roce_tx"), sibling("tx/test_segmenter")
+_rx, _tx = sibling("rx/test_roce_rx"), sibling("tx/test_roce_tx")
+_seg = sibling("tx/test_segmenter")
 RxRun, unpack, run_tx = _rx.Run, _rx.unpack, _tx.run_tx
 run_encap = sibling("tx/test_srv6_encap").run_encap
 run_decap = sibling("rx/test_srv6_decap").run_decap

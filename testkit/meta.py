@@ -62,8 +62,10 @@ class _CocotbPort:
 
 class MetaSource:
     """Offers ``records`` in order, one a handshake, pausing between records as its pauses
-    say (never while a record waits for ``ready``). ``sent`` counts the records taken and
-    ``cycles`` holds the cycle of each handshake."""
+    say (never while a record waits for ``ready``); a ``None`` among the records is one idle
+    cycle, and nothing is offered while ``hold`` is set. ``sent`` counts the records taken,
+    ``cycles`` holds the cycle of each handshake (counted from the start, holds included),
+    and ``done`` is set when the Amaranth ``run`` has sent them all."""
 
     def __init__(self, port, records=(), *, rng=None, idle=0.0):
         self.port = port
@@ -72,6 +74,8 @@ class MetaSource:
         self.pauses = _Pauses(self.rng, idle)
         self.sent = 0
         self.cycles = []
+        self.hold = False
+        self.done = False
 
     @classmethod
     def cocotb(cls, dut, prefix, fields, clk):
@@ -92,8 +96,13 @@ class MetaSource:
 
     def _offer(self):
         """The record to put on the stream in a cycle where none waits: the next one, unless
-        there is none or this cycle pauses."""
-        if self.queue and not self.pauses():
+        there is none, the source is held, the next is an idle cycle or this cycle pauses."""
+        if self.hold or not self.queue:
+            return None
+        if self.queue[0] is None:
+            self.queue.popleft()
+            return None
+        if not self.pauses():
             return self.queue[0]
         return None
 
@@ -131,6 +140,7 @@ class MetaSource:
                     break
             self._taken(cycle - 1)
         self._idle(ctx)
+        self.done = True
 
     # cocotb.
 

@@ -17,4 +17,5 @@ def test_selftest(simulator):
     top = SelfTest(**CONFIG)
     params = dict(CONFIG, divisor=top.divisor, ops=len(top.ops),
                   run_bytes=top.msgs << top.msg_log2)
-    run_cocotb_component("mrcnic_selftest", top, params, "cocotb_tests.boards.tb_selftest", simulator)
+    run_cocotb_component("mrcnic_selftest", top, params,
+                         "cocotb_tests.boards.tb_selftest", simulator)

@@ -15,4 +15,5 @@ CONFIG = {"planes": 2, "data_width": 64, "qps": 2, "ev_count": 8, "payload": 256
 def test_spraytest(simulator):
     top = SprayTest(**CONFIG)
     params = dict(CONFIG, divisor=top.divisor, ops=len(top.ops), frame_beats=top.frame_beats)
-    run_cocotb_component("mrcnic_spraytest", top, params, "cocotb_tests.boards.tb_spraytest", simulator)
+    run_cocotb_component("mrcnic_spraytest", top, params,
+                         "cocotb_tests.boards.tb_spraytest", simulator)

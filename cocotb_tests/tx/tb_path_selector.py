@@ -43,7 +43,8 @@ class SelectorTB(TB):
         self.nprof, self.ev_bits = p["profiles"], p["ev_bits"]
         self.req = MetaSource.cocotb(dut, "req", [n for n, _ in REQUEST], dut.clk)
         self.fb = MetaSource.cocotb(dut, "fb", [n for n, _ in EV_FEEDBACK], dut.clk)
-        self.rsp = MetaSink.cocotb(dut, "rsp", [n for n, _ in response_layout(self.ev_bits)], dut.clk)
+        self.rsp = MetaSink.cocotb(dut, "rsp", [n for n, _ in response_layout(self.ev_bits)],
+                                   dut.clk)
         self.event = MetaSink.cocotb(dut, "event", [n for n, _ in EVENT], dut.clk)
         self.probe = MetaSink.cocotb(dut, "probe", [n for n, _ in probe_layout(self.ev_bits)],
                               dut.clk)

@@ -14,4 +14,5 @@ def test_srv6_encap_more_widths(data_width):
     """The other widths on Verilator, the faster simulator for long traffic runs."""
     if "verilator" not in SIMULATORS:
         pytest.skip("Verilator not selected (COCOTB_SIMS)")
-    run_cocotb("srv6-encap", {"data_width": data_width}, "cocotb_tests.tx.tb_srv6_encap", "verilator")
+    run_cocotb("srv6-encap", {"data_width": data_width},
+               "cocotb_tests.tx.tb_srv6_encap", "verilator")

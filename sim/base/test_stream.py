@@ -3,7 +3,8 @@
 import pytest
 from amaranth.lib import data
 
-from mrcnic.base.stream import AxiStreamSignature, MetaArbiter, MetaSkidBuffer, SkidBuffer, meta_stream
+from mrcnic.base.stream import (
+    AxiStreamSignature, MetaArbiter, MetaSkidBuffer, SkidBuffer, meta_stream)
 from testkit.simtools import run, seeded, soak
 from testkit.streams import AxisSink, AxisSource
 from testkit.meta import MetaSource, MetaSink

@@ -120,7 +120,8 @@ def test_pip_install_gives_a_working_command(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "skid-buffer" in proc.stdout
-    for args, expect in ((["build", "--list-boards"], "ulx3s-85f"), (["demo", "--help"], "--planes")):
+    for args, expect in ((["build", "--list-boards"], "ulx3s-85f"),
+                         (["demo", "--help"], "--planes")):
         proc = subprocess.run([sys.executable, str(script), *args], capture_output=True,
                               text=True, env=env, cwd=tmp_path)
         assert proc.returncode == 0 and expect in proc.stdout, (args, proc.stderr)

@@ -17,7 +17,7 @@ from mrcnic.base.proto import Opcode
 from mrcnic.rx.psn_tracker import TRACKER_REGS, PsnTracker
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded, soak
-from testkit.meta import MetaSink
+from testkit.meta import MetaSink, MetaSource
 
 
 def fields(layout, value):
@@ -29,41 +29,6 @@ def data_packet(qp, psn, opcode=Opcode.WRITE_MIDDLE, **kw):
     rec.update(qp=qp, psn=psn, opcode=int(opcode), length=1024)
     rec.update(kw)
     return rec
-
-
-class Source:
-    """Feeds PKT_IN records (None = one idle cycle) once ``go`` is set, and records the cycle
-    of each handshake, counted from the start like the sinks' cycles."""
-
-    def __init__(self, port, records, rng=None, idle=0.0):
-        self.port, self.records, self.rng, self.idle = port, records, rng, idle
-        self.cycles = []
-        self.go = self.done = False
-
-    async def run(self, ctx):
-        cycle = 0
-        while not self.go:
-            await ctx.tick()
-            cycle += 1
-        for rec in self.records:
-            while rec is None or (self.idle and self.rng.random() < self.idle):
-                ctx.set(self.port.valid, 0)
-                await ctx.tick()
-                cycle += 1
-                if rec is None:
-                    break
-            if rec is None:
-                continue
-            ctx.set(self.port.payload, rec)
-            ctx.set(self.port.valid, 1)
-            while True:
-                _, _, ready = await ctx.tick().sample(self.port.ready)
-                cycle += 1
-                if ready:
-                    self.cycles.append(cycle - 1)
-                    break
-        ctx.set(self.port.valid, 0)
-        self.done = True
 
 
 def run_tracker(records, *, qps=4, mpr_max=8, max_wimm_dest=8, sack_every=8, rng=None,
@@ -81,7 +46,8 @@ def run_tracker(records, *, qps=4, mpr_max=8, max_wimm_dest=8, sack_every=8, rng
     n_ack = sum(1 for _, a, _ in want if a is not None)
     n_cpl = sum(len(c) for _, _, c in want)
     limit = max_cycles or 40 * n + 2000
-    src = Source(dut.pkt, records, rng, idle)
+    src = MetaSource(dut.pkt, records, rng=rng, idle=idle)
+    src.hold = True                     # until the QPs are open
     sinks = {name: MetaSink(getattr(dut, name), count, rng=rng, backpressure=backpressure,
                             max_cycles=limit)
              for name, count in (("verdict", n), ("ack", n_ack), ("cpl", n_cpl))}
@@ -105,7 +71,7 @@ def run_tracker(records, *, qps=4, mpr_max=8, max_wimm_dest=8, sack_every=8, rng
                 await regs.write_fields("qp_command", close=1)
             while (await regs.read_fields("status"))["busy"]:
                 pass
-        src.go = True
+        src.hold = False
         while not src.done or not all(len(s.records) == s.count for s in sinks.values()):
             await ctx.tick()
         await ctx.tick().repeat(4)

@@ -1,5 +1,5 @@
-"""ReorderBuffer on Amaranth's simulator against mrcnic.model.rx.reorder_buffer: random orders within
-the window with loss and skips, duplicates, out-of-window, bad and too-long packets, across
+"""ReorderBuffer on Amaranth's simulator against mrcnic.model.rx.reorder_buffer: random orders
+within the window with loss and skips, duplicates, out-of-window, bad and too-long packets, across
 the 24-bit PSN wrap; release rate, latency, registers, parameter checks, and a bounded
 formal proof that releases are never out of order or repeated."""
 

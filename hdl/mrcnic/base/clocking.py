@@ -38,7 +38,29 @@ PLL_TOLERANCE = 0.01
 @dataclass(frozen=True)
 class PllConfig:
     """One EHXPLLL setting with feedback from CLKOP: ``f_out = f_in * clkfb_div / clki_div``,
-    ``vco = f_out * clkop_div``. Frequencies in MHz."""
+    ``vco = f_out * clkop_div``. Frequencies in MHz.
+
+    Made by :func:`find_pll`, which keeps every value within the ranges below (the ECP5
+    data sheet's); the class itself checks nothing. :meth:`instance` builds the gateware.
+
+    Attributes
+    ----------
+    f_in_mhz : float
+        The input (board oscillator) frequency, 8 .. 400.
+    f_target_mhz : float
+        The frequency asked for.
+    f_out_mhz : float
+        The output frequency the dividers give, 3.125 .. 400, within the search's tolerance
+        of ``f_target_mhz``.
+    clki_div, clkfb_div, clkop_div : int
+        The input, feedback and output dividers: 1 .. 128, 1 .. 80, 1 .. 128.
+    pfd_mhz : float
+        The phase detector's frequency, ``f_in / clki_div``, 3.125 .. 400.
+    vco_mhz : float
+        The VCO's frequency, ``f_out * clkop_div``, 400 .. 800.
+    error_ppm : float
+        ``f_out_mhz``'s error against ``f_target_mhz``, in parts per million.
+    """
     f_in_mhz: float
     f_target_mhz: float
     f_out_mhz: float
@@ -143,7 +165,33 @@ MMCM_MULT, MMCM_DIVCLK, MMCM_DIV = (2, 64), (1, 106), (1, 128)
 
 @dataclass(frozen=True)
 class MmcmConfig:
-    """One MMCM setting: ``vco = f_in * mult / divclk``, ``f_out = vco / div`` (MHz)."""
+    """One MMCM setting: ``vco = f_in * mult / divclk``, ``f_out = vco / div`` (MHz).
+
+    Made by :func:`find_mmcm`, which keeps every value within the ranges below (the VCO's
+    is the one every speed grade of 7-series and UltraScale allows); the class itself
+    checks nothing.
+    :meth:`instance` builds the gateware: the MMCM and a BUFG on its output.
+
+    Attributes
+    ----------
+    primitive : str
+        ``"MMCME2_BASE"`` (7-series) or ``"MMCME3_BASE"`` (UltraScale).
+    f_in_mhz : float
+        The input (board oscillator) frequency.
+    f_target_mhz : float
+        The frequency asked for.
+    f_out_mhz : float
+        The output frequency the setting gives, within the search's tolerance of
+        ``f_target_mhz``.
+    mult : int
+        The feedback multiplier (``CLKFBOUT_MULT_F``), 2 .. 64.
+    divclk : int
+        The input divider (``DIVCLK_DIVIDE``), 1 .. 106; ``f_in / divclk`` is 10 .. 450.
+    div : int
+        The output divider (``CLKOUT0_DIVIDE_F``), 1 .. 128.
+    vco_mhz : float
+        The VCO's frequency, 600 .. 1200.
+    """
     primitive: str
     f_in_mhz: float
     f_target_mhz: float
@@ -205,7 +253,36 @@ def pll_sync_domain(m, platform, freq_mhz, clk_name):
     """Add to ``m`` a ``sync`` domain clocked by a PLL at ``freq_mhz`` from the board's
     clock (an ECP5 EHXPLLL, or on a Xilinx board an MMCM), held in reset until the PLL
     locks; the clock net is named ``clk_name`` (the name nextpnr constrains and reports).
-    Returns the :class:`PllConfig` (:class:`MmcmConfig`)."""
+
+    The gateware: an input buffer on the board's default clock, the PLL (:func:`find_pll`)
+    or the MMCM and its BUFG (:func:`find_mmcm`), and a
+    :class:`~amaranth.lib.cdc.ResetSynchronizer` that holds ``sync`` in reset while the
+    lock output is low and releases it on a clock edge. On ECP5 the PLL output carries the
+    clock constraint (``f_out_mhz``); on a Xilinx board Vivado derives it from the board
+    clock's.
+
+    Parameters
+    ----------
+    m : Module
+        The module to add the domain and the submodules to.
+    platform : Platform
+        The board; its ``default_clk`` is requested.
+    freq_mhz : float
+        The clock to ask of the PLL, reachable within 1 % from the board's clock.
+    clk_name : str
+        The name of the clock net.
+
+    Returns
+    -------
+    PllConfig or MmcmConfig
+        The setting chosen.
+
+    Raises
+    ------
+    ValueError
+        If no setting comes within 1 % of ``freq_mhz`` (or, on ECP5, the board clock is
+        outside the PLL's input range).
+    """
     m.domains.sync = ClockDomain("sync")
     clk_port = platform.request(platform.default_clk, dir="-")
     m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_port)

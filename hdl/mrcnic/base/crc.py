@@ -119,17 +119,50 @@ def gf2_apply(rows, x):
 class CrcShiftPipeline(wiring.Component):
     """``out = A^k . v`` (``A^-k . v`` with ``inverse``), pipelined two bits of ``k`` per stage.
 
+    Advances a CRC-32 register value ``v`` over ``k`` zero bytes (``inverse``: takes it back
+    over them), ``k`` given at run time. Stage ``i`` multiplies by one of ``A^(c * 4^i)``,
+    ``c`` (bits ``2i``, ``2i + 1`` of ``k``) in 0..3: three 32 x 32 XOR maps and a 4:1 mux,
+    so every stage is a few LUT levels deep whatever ``k_bits`` is.
+
     Parameters
-        ``k_bits``: width of ``k`` (1..24). ``inverse``: take the register back over ``k``
-        zero bytes instead of forward.
-    Ports
-        ``en`` (in): advance every stage (a stall-all pipeline's enable).
-        ``v`` (in, 32), ``k`` (in, ``k_bits``), ``tag`` (in, ``tag_width``): sampled when
-        ``en``; ``out``/``out_tag`` after :attr:`latency` enabled cycles.
+    ----------
+    k_bits : int
+        Width of ``k``, 1 .. 24.
+    tag_width : int
+        Width of ``tag``, carried alongside. Default 1.
+    inverse : bool
+        Keyword only. Take the register back over ``k`` zero bytes (``A^-k``) instead of
+        forward. Default False.
+
+    Attributes
+    ----------
+    en : Signal(1), in
+        Advance every stage (a stall-all pipeline's enable).
+    v : Signal(32), in
+        The register value; sampled when ``en``.
+    k : Signal(k_bits), in
+        Zero bytes to advance over; sampled when ``en``.
+    tag : Signal(tag_width), in
+        Carried unchanged to ``out_tag``; sampled when ``en``.
+    out : Signal(32), out
+        ``A^k . v`` (``A^-k . v``), :attr:`latency` enabled cycles after ``v``.
+    out_tag : Signal(tag_width), out
+        The ``tag`` sampled with that ``v``.
+    latency : int
+        ``ceil(k_bits / 2)``: the pipeline's stages.
+
     Latency
-        ``ceil(k_bits / 2)`` enabled cycles; one new ``(v, k)`` every cycle.
-    Each stage multiplies by one of ``A^(c * 4^i)``, ``c`` in 0..3: three 32x32 XOR maps and a
-    4:1 mux, so every stage is a few LUT levels deep whatever ``k_bits`` is.
+    -------
+    :attr:`latency` = ``ceil(k_bits / 2)`` enabled cycles.
+
+    Throughput
+    ----------
+    One new ``(v, k)`` every enabled cycle.
+
+    Raises
+    ------
+    ValueError
+        If ``k_bits`` is outside 1 .. 24.
     """
 
     def __init__(self, k_bits, tag_width=1, *, inverse=False):
@@ -197,30 +230,74 @@ def icrc_stream(frame):
 class CrcStream(wiring.Component):
     """The CRC-32 of every frame of a beat stream (the RoCEv2 ICRC by default).
 
-    Operation
-        Beats come in with ``valid`` (sampled when ``en``): ``data``, ``keep`` (contiguous
-        from byte 0; partial only on a ``last`` beat), ``first``, ``last``, ``tag``. The
-        first ``skip`` bytes of a frame are not covered (the Ethernet header); the frame's
-        bytes are OR-ed with ``ones`` (byte i of the frame with ``ones[i]``: the ICRC's
-        masked fields). The register starts from the ICRC's: CRC-32 run over 8 bytes of ones.
+    Beats come in with ``valid`` (sampled when ``en``). The first ``skip`` bytes of a frame
+    are not covered (the Ethernet header); the frame's bytes are OR-ed with ``ones`` (byte
+    i of the frame with ``ones[i]``: the ICRC's masked fields). The register starts from
+    the ICRC's: CRC-32 run over 8 bytes of ones. :func:`icrc_stream` is the reference.
 
-        How: the uncovered bytes are zeroed and the register starts ``skip`` zero bytes
-        *before* the ICRC's start value (``A^-skip``), so the zeros bring it there; a beat
-        updates it as ``A^B . s ^ M . data`` with ``M . data`` worked out in the two stages
-        before (a 64-bit lane's matrix, then the XOR of the lanes), so the loop is one
-        32 x 32 map; a last beat of n bytes runs with its tail zeroed, and the register is
-        then taken back over the B - n zeros (``A^-(B-n)``, :class:`CrcShiftPipeline`).
+    How: the uncovered bytes are zeroed and the register starts ``skip`` zero bytes
+    *before* the ICRC's start value (``A^-skip``), so the zeros bring it there; a beat
+    updates it as ``A^B . s ^ M . data`` with ``M . data`` worked out in the two stages
+    before (a 64-bit lane's matrix, then the XOR of the lanes), so the loop is one
+    32 x 32 map; a last beat of n bytes runs with its tail zeroed, and the register is
+    then taken back over the B - n zeros (``A^-(B-n)``, :class:`CrcShiftPipeline`).
 
-    Ports
-        in: ``en`` (every stage advances), ``valid``, ``data``, ``keep``, ``first``, ``last``,
-        ``tag``. out: ``done`` (one cycle, for each frame's last beat, :attr:`latency`
-        enabled cycles after it), ``crc`` (the CRC as ``zlib.crc32`` gives it: sent LSB
-        first), ``residue_ok`` (the frame ended with its own correct CRC: what a receiver
-        checks), ``out_tag``. A frame no longer than ``skip`` gets a meaningless CRC
-        (a receiver refuses it as truncated before it asks).
-    Latency, throughput
-        :attr:`latency` = 3 + ceil(log2(B) / 2) enabled cycles (5 at 64 and 128 bits, 6 at
-        256 and 512, 7 at 1024 and 2048); one beat a cycle, frames back to back.
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, a power of two 64 .. 4096 (B = ``data_width / 8`` bytes a beat).
+    skip : int
+        Keyword only. Bytes at the head of each frame not covered, >= 0. Default
+        :data:`ICRC_SKIP` (the Ethernet header).
+    ones : bytes
+        Keyword only. OR-ed into the frame's first ``len(ones)`` bytes (at most 4096).
+        Default :data:`ICRC_ONES` (the ICRC's masked IPv6, UDP and BTH fields).
+    tag_width : int
+        Keyword only. Width of ``tag``, carried to ``out_tag``. Default 1.
+
+    Attributes
+    ----------
+    en : Signal(1), in
+        Every stage advances (a stall-all pipeline's enable).
+    valid : Signal(1), in
+        A beat is present; sampled when ``en``.
+    data : Signal(data_width), in
+        The beat, byte 0 of it in ``data[7:0]``.
+    keep : Signal(B), in
+        One bit a byte, contiguous from byte 0; partial only on a ``last`` beat.
+    first, last : Signal(1), in
+        The beat is a frame's first, its last.
+    tag : Signal(tag_width), in
+        Carried to ``out_tag`` with a frame's last beat.
+    done : Signal(1), out
+        One cycle for each frame's last beat, :attr:`latency` enabled cycles after it.
+    crc : Signal(32), out
+        With ``done``: the frame's CRC as ``zlib.crc32`` gives it (sent LSB first). A frame
+        no longer than ``skip`` gets a meaningless CRC (a receiver refuses it as truncated
+        before it asks).
+    residue_ok : Signal(1), out
+        With ``done``: the frame ended with its own correct CRC (what a receiver checks).
+    out_tag : Signal(tag_width), out
+        With ``done``: the ``tag`` of the frame's last beat.
+    latency : int
+        See Latency; also :meth:`latency_of`, without building one.
+
+    Latency
+    -------
+    :attr:`latency` = 3 + ceil(log2(B) / 2) enabled cycles (5 at 64 and 128 bits, 6 at
+    256 and 512, 7 at 1024 and 2048, 8 at 4096).
+
+    Throughput
+    ----------
+    One beat a cycle, frames back to back.
+
+    Raises
+    ------
+    TypeError
+        If ``data_width`` is not an int.
+    ValueError
+        If ``data_width`` is not a power of two in 64 .. 4096, ``skip`` is negative or
+        ``ones`` is longer than 4096 bytes.
     """
 
     def __init__(self, data_width, *, skip=ICRC_SKIP, ones=ICRC_ONES, tag_width=1):

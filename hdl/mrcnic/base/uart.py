@@ -1,17 +1,7 @@
 """A UART for a board's status and commands: :class:`UartTx` and :class:`UartRx` (8 data
-bits, no parity, one stop bit; ``divisor`` clock cycles per bit, e.g. 217 for 115200
-baud at 25 MHz), and :class:`StatusLine`, which prints named values as hex over a UartTx.
-
-Ports
-    UartTx: ``i`` (in, a stream of bytes), ``tx`` (out, idle high). UartRx: ``rx`` (in,
-    through two synchronising flip-flops), ``o`` (out, a stream of bytes; a byte not taken
-    before the next arrives is lost and counted in ``overruns``), ``errors`` (framing:
-    stop bit low). StatusLine: ``trigger`` (in: print one line), ``o`` (out, bytes to a
-    UartTx), ``busy``.
-
-Timing
-    A byte takes ``10 x divisor`` cycles on the line. UartRx samples each bit in its middle
-    (``divisor // 2`` cycles after the start bit's falling edge, then every ``divisor``).
+bits, no parity, one stop bit; ``divisor`` clock cycles per bit, :func:`divisor_for`, e.g.
+217 for 115200 baud at 25 MHz), and :class:`StatusLine`, which prints named values as hex
+over a UartTx. Ports and timing: the classes' docstrings.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -37,7 +27,38 @@ def _check_divisor(divisor):
 
 
 class UartTx(wiring.Component):
-    """See the module docstring."""
+    """UART transmitter: each byte of a stream sent 8N1 (a start bit, 8 data bits LSB
+    first, a stop bit), ``divisor`` clock cycles per bit.
+
+    Parameters
+    ----------
+    divisor : int
+        Clock cycles per bit, at least 4 (:func:`divisor_for` gives it for a clock and a
+        baud rate).
+
+    Attributes
+    ----------
+    i : stream of 8 bits, in
+        The bytes to send. ``ready`` is high only while the line is idle: one byte is taken
+        and held until its stop bit has been sent.
+    tx : Signal(1), out
+        The serial line; high when idle (and out of reset).
+
+    Latency
+    -------
+    The start bit is on ``tx`` from the cycle after the byte's handshake; each bit lasts
+    ``divisor`` cycles, so a byte takes ``10 x divisor`` cycles on the line.
+
+    Throughput
+    ----------
+    One byte per ``10 x divisor + 1`` cycles when the stream never runs dry (``ready`` comes
+    back in the cycle after the stop bit ends).
+
+    Raises
+    ------
+    ValueError
+        If ``divisor`` is not an int of at least 4.
+    """
 
     def __init__(self, divisor):
         _check_divisor(divisor)
@@ -63,7 +84,49 @@ class UartTx(wiring.Component):
 
 
 class UartRx(wiring.Component):
-    """See the module docstring."""
+    """UART receiver: 8N1 bytes from a serial line, ``divisor`` clock cycles per bit, as a
+    stream, with counts of framing errors and overruns.
+
+    The line goes through two synchronising flip-flops. A low level on it while idle is
+    taken as a start bit's falling edge; each data bit is then sampled in its middle,
+    ``divisor + divisor // 2`` cycles after that edge is seen for bit 0 and every
+    ``divisor`` cycles after, and the stop bit likewise. A stop bit sampled high delivers the
+    byte; a low one drops it and counts a framing error, and the receiver then waits for the
+    line to go high before it looks for the next start bit.
+
+    Parameters
+    ----------
+    divisor : int
+        Clock cycles per bit, at least 4 (:func:`divisor_for`).
+
+    Attributes
+    ----------
+    rx : Signal(1), in
+        The serial line, idle high; asynchronous (synchronised inside).
+    o : stream of 8 bits, out
+        The bytes received. A byte stays on ``o`` until taken; a byte not taken before the
+        next one arrives is replaced by it (the older byte is lost) and counted in
+        ``overruns``.
+    errors : Signal(16), out
+        Framing errors (stop bit low), wrapping.
+    overruns : Signal(16), out
+        Bytes lost because ``o`` was not taken in time, wrapping.
+
+    Latency
+    -------
+    ``o.valid`` rises ``9 x divisor + divisor // 2 + 3`` cycles after the first cycle in
+    which ``rx`` is low at the start bit (2 of them in the synchroniser).
+
+    Throughput
+    ----------
+    Back-to-back bytes at the line rate, ``10 x divisor`` cycles each; a byte must be taken
+    before the next byte's stop bit is sampled.
+
+    Raises
+    ------
+    ValueError
+        If ``divisor`` is not an int of at least 4.
+    """
 
     def __init__(self, divisor):
         _check_divisor(divisor)
@@ -117,10 +180,48 @@ def status_text(items, prefix="MRC"):
 
 
 class StatusLine(wiring.Component):
-    """One line of ``name=HEX`` items, separated by spaces and ended by CR LF, each time
-    ``trigger`` is high while idle. ``items``: ``[(name, width)]``; the values are the
-    input ports ``v_<name>`` (a value is latched when its line starts, so a line is one
-    instant's). Text: ``prefix`` first."""
+    """A status line printer: one line of ``name=HEX`` items as a stream of bytes for a
+    :class:`UartTx`, each time ``trigger`` is high while idle.
+
+    The line is ``prefix``, then for each item a space, ``name``, ``=`` and its value in
+    ``ceil(width / 4)`` upper-case hex digits, most significant first, then CR LF
+    (:func:`status_text`; :attr:`text` holds it, its length is the line's in bytes). Every
+    value is latched when its line starts, so a line shows one instant. A ``trigger``
+    while a line is being printed is ignored.
+
+    Parameters
+    ----------
+    items : list of (str, int)
+        ``(name, width)`` per item, in line order: ``name`` a Python identifier, ``width``
+        1 .. 64 bits.
+    prefix : str
+        The line's first characters. Default ``"MRC"``.
+
+    Attributes
+    ----------
+    trigger : Signal(1), in
+        Print one line (taken only while ``busy`` is low).
+    v_<name> : Signal(width), in
+        One per item: the value to print, sampled in the cycle ``trigger`` is taken.
+    o : stream of 8 bits, out
+        The line's characters, to a :class:`UartTx`'s ``i``.
+    busy : Signal(1), out
+        High while a line is being printed.
+
+    Latency
+    -------
+    The first character is on ``o`` in the cycle after the one in which ``trigger`` is
+    taken.
+
+    Throughput
+    ----------
+    One character per cycle while ``o.ready`` is high.
+
+    Raises
+    ------
+    ValueError
+        If an item's name is not an identifier or its width is outside 1 .. 64.
+    """
 
     def __init__(self, items, prefix="MRC"):
         items = [(str(n), int(w)) for n, w in items]

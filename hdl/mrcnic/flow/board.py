@@ -36,10 +36,9 @@ __all__ = ["SELFTEST_BOARDS", "SELFTEST_DEVICE", "NEXTPNR_OPTS", "fits_default",
 SELFTEST_BOARDS = {name: board.pins for name, board in TABLE.items() if board.pins is not None}
 
 
-# The default self-test (2 planes, 64 bits, 2 QPs, the board options) fills 78% of an
-# LFE5U-85F's LUTs (65,416 of 83,640 TRELLIS_COMB): boards with a smaller device keep their
-# pin maps, for smaller configurations, and a build of the default refuses them before any
-# tool runs.
+# The default self-test (2 planes, 64 bits, 2 QPs, the board options) needs an LFE5U-85F
+# (its utilisation: docs/boards.md): boards with a smaller device keep their pin maps, for
+# smaller configurations, and a build of the default refuses them before any tool runs.
 SELFTEST_DEVICE = "85F"
 
 
@@ -51,13 +50,13 @@ def fits_default(board):
 # The self-test designs: the NIC looped back to itself (mrcnic.boards.selftest), and the spray test
 # (mrcnic.boards.spraytest: the path selector and the SRv6 blocks, for the boards the NIC does not
 # fit, and the bitstream `make test` builds). Each with its clock when the board's pins
-# name none: the spray test's longest path is the path selector's (64.7 MHz on a -8 part).
+# name none: the spray test's longest path is the path selector's (docs/performance.md).
 DESIGNS = {"nic": SelfTest, "spray": SprayTest}
 DESIGN_FREQ_MHZ = {"nic": None, "spray": 40.0}
 
 
-# The spray test fills 72% of an LFE5U-25F (17,609 of 24,288 TRELLIS_COMB): the ECP5 boards
-# with a smaller device (the ULX3S-12F) have no self-test.
+# The spray test fits an LFE5U-25F (docs/boards.md): the ECP5 boards with a smaller device
+# (the ULX3S-12F) have no self-test.
 SPRAY_DEVICES = ("25F", "45F", "85F")
 
 

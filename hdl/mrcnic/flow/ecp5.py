@@ -204,9 +204,8 @@ class BuildResult:
 
 
 # Decision: blocks route with nextpnr's router1, the better timing router where it routes at
-# all (the bare 64-bit slice: 263.3 MHz against router2's 216.5; 512-bit: 216.5 against
-# 136.2). router2 is for designs router1 does not converge on in an hour (the integrated
-# halves of the NIC, the board self-tests).
+# all (measured on the bare slice: docs/synthesis.md). router2 is for designs router1 does
+# not converge on in an hour (the integrated halves of the NIC, the board self-tests).
 ROUTERS = ("router1", "router2")
 
 

@@ -1,21 +1,9 @@
 """The block harness: :class:`BlockHarness`, the top that ``mrcnic build --block`` places and
 routes around one block (:func:`mrcnic.flow.ecp5.build_block`; on a Xilinx board, the top of
-the Vivado build plan, :func:`mrcnic.flow.xilinx.plan_only`).
-
-Clock: the board's default oscillator through an ``EHXPLLL`` set by
-:func:`~mrcnic.base.clocking.find_pll` to the requested frequency (an MMCM on a Xilinx
-board); the PLL output carries the clock constraint. Reset: PLL lock, synchronised. Every
-input port of the block is driven by a stage of a shift register fed by a free-running LFSR,
-and every output port is registered and folded by a pipelined tree of 4-input XORs (one LUT
-and one register per level) into one LED. So nothing in the block is constant or unobserved
-(Yosys cannot trim it), no pins but the clock and the LED are needed, and every path the
-harness adds is one LUT deep at most: fmax is the block's.
-
-Cost, exactly (:meth:`BlockHarness.cost`): ``in_bits + out_bits + tree_ffs + 34`` flip-flops
-(32 LFSR, 2 reset synchroniser) and ``tree_luts + 2`` LUT4s (LFSR feedback, lock inverter),
-both tree counts about ``out_bits / 3``; one PLL, two I/O; nextpnr's packer adds 2 LUTs of
-its own. 64-bit skid buffer (76 input and 76 output bits): 213 FF and 28 + 2 LUT4; 512 bits
-(580 and 580): 1390 FF and 196 + 2 LUT4.
+the Vivado build plan, :func:`mrcnic.flow.xilinx.plan_only`): the block's inputs driven
+from an LFSR, its outputs folded into one LED, so that nothing in the block is trimmed and
+fmax is the block's. How, and the harness's cost: the class docstring; measured figures:
+``docs/synthesis.md``.
 """
 
 from functools import reduce
@@ -66,16 +54,56 @@ def _request_led(platform):
 class BlockHarness(Elaboratable):
     """A top that clocks ``block`` at ``freq_mhz`` and registers every one of its ports.
 
-    Operation
-        See the module docstring. Inputs: bit ``i`` of the concatenated input ports is stage
-        ``i`` of a shift register whose head is an LFSR, so each input is a distinct, never
-        constant sequence. Outputs: all output bits are captured in flip-flops, then XORed four
-        at a time, one register per level, down to ``self.led``.
-    Parameters
-        ``block``: a ``wiring.Component`` using the ``sync`` domain only. ``freq_mhz``: the
-        clock to ask of the PLL.
+    Clock: the board's default oscillator through an ``EHXPLLL`` set by
+    :func:`~mrcnic.base.clocking.find_pll` to ``freq_mhz`` (an MMCM on a Xilinx board,
+    :func:`~mrcnic.base.clocking.pll_sync_domain`); the PLL output carries the clock
+    constraint. Reset: PLL lock, synchronised. Inputs: bit ``i`` of the concatenated input
+    ports is stage ``i`` of a shift register whose head is a free-running 32-bit LFSR
+    (:data:`LFSR_TAPS`), so each input is a distinct, never constant sequence. Outputs: all
+    output bits are captured in flip-flops, then XORed four at a time (one LUT and one
+    register per level) down to :attr:`led`, which drives LED 0 (or the red part of RGB
+    LED 0). So nothing in the block is constant or unobserved (Yosys cannot trim it), no
+    pins but the clock and the LED are needed, and every path the harness adds is one LUT
+    deep at most: fmax is the block's. The block is instance ``block`` of the top.
+
+    Cost, exactly (:meth:`cost`): ``in_bits + out_bits + tree_ffs + 34`` flip-flops (32
+    LFSR, 2 reset synchroniser) and ``tree_luts + 2`` LUT4s (LFSR feedback, lock
+    inverter), both tree counts about ``out_bits / 3``; one PLL, two I/O; nextpnr's packer
+    adds 2 LUTs of its own.
+
     Without a platform (simulation) there is no PLL and no pin: the harness runs in the
-    simulator's ``sync`` domain and ``self.led`` is the reduced bit.
+    simulator's ``sync`` domain and :attr:`led` is the reduced bit.
+
+    Parameters
+    ----------
+    block : wiring.Component
+        The block, using the ``sync`` domain only; its ports are found by
+        :func:`~mrcnic.flow.export.flat_ports`.
+    freq_mhz : float
+        The clock to ask of the PLL. Default 100.0.
+
+    Attributes
+    ----------
+    led : Signal(1), out
+        The XOR of all the block's output bits, through the tree; on a board, the LED.
+    inputs, outputs : list of (str, Value)
+        The block's input and output ports (zero-width ones left out), flattened.
+    in_bits, out_bits : int
+        Their total widths.
+    pll : PllConfig or MmcmConfig or None
+        The clock setting, once elaborated for a platform.
+
+    Latency
+    -------
+    A block output reaches :attr:`led` after ``1 + L`` cycles: the capture register and
+    one per XOR level, ``L = ceil(log4(out_bits))``.
+
+    Raises
+    ------
+    ValueError
+        At construction, if two of the block's port names collide once flattened. At
+        elaboration for a platform, if the PLL cannot reach ``freq_mhz`` within 1 % or the
+        board has no LED to drive.
     """
 
     def __init__(self, block, freq_mhz=100.0):

@@ -128,8 +128,8 @@ async def _selector_profile(regs, p, prof, raws, active):
 
 async def _addresses(regs, cfg, qps, wait=False):
     """The local addresses and every QP's context (peer addresses, remote QP) of a block
-    with :func:`~mrcnic.base.csr.regs.mac_registers`/:func:`~mrcnic.base.csr.regs.ipv6_registers` ``local`` and
-    ``ctx`` (RoceTx, AckGenerator); ``wait``: for ``status.ctx_busy`` after each entry."""
+    with :func:`~mrcnic.base.csr.regs.mac_registers`/
+    :func:`~mrcnic.base.csr.regs.ipv6_registers` ``local`` and ``ctx`` (RoceTx, AckGenerator); ``wait``: for ``status.ctx_busy`` after each entry."""
     await regs.write_mac("local", cfg.local_mac)
     await regs.write_ipv6("local", cfg.local_ip)
     for q in range(qps):

@@ -19,8 +19,8 @@ from mrcnic.base.proto import EvState
 from mrcnic.flow.simrun import run as simrun
 from mrcnic.base.records import TICK_NS
 
-__all__ = ["DEFAULTS", "tracker_registers", "run_demo", "summary", "failure_report", "plot", "parse_failure",
-           "parse_gray", "affected_evs"]
+__all__ = ["DEFAULTS", "tracker_registers", "run_demo", "summary", "failure_report", "plot",
+           "parse_failure", "parse_gray", "affected_evs"]
 
 # The demo's NIC and network. Decision: 64-bit datapath at 250 MHz (16 Gb/s), each plane's
 # links at 1/planes of it; jumbo PMTU (8192) so that a plane's loss costs its share and

@@ -24,8 +24,9 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, NAK
 from mrcnic.base.crc import crc32_raw, matrix_of
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters, ipv6_registers, mac_registers)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters, ipv6_registers, mac_registers)
 from mrcnic.base.proto import AETH, BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
 from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, meta_stream)

@@ -20,8 +20,9 @@ from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
 
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.proto import Opcode
 from mrcnic.base.records import NAK, RX_PKT
 from mrcnic.base.stream import MetaSkidBuffer, meta_stream

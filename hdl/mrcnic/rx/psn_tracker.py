@@ -23,8 +23,9 @@ from amaranth.utils import ceil_log2
 from mrcnic.base import proto
 
 from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.gates import assign, first_set, signed_fits
 from mrcnic.base.proto import NackCode, Opcode, SackMode
 from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET

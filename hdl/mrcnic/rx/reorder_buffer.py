@@ -14,10 +14,12 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.proto import PSN_BITS
-from mrcnic.base.stream import AxiStreamSignature, MetaSkidBuffer, check_data_width, meta_stream, skid_buffer
+from mrcnic.base.stream import (
+    AxiStreamSignature, MetaSkidBuffer, check_data_width, meta_stream, skid_buffer)
 
 __all__ = ["PSN_META", "REORDER_COUNTERS", "REORDER_REGS", "reorder_regs", "ReorderBuffer",
            "DEPTH_RANGE", "MAX_PACKET_RANGE"]

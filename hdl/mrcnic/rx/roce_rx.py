@@ -20,11 +20,12 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import ACK_DESC, NAK, PLACE, RX_PKT, VERDICT_IN, PEER_STATUS, DECAP_META
 from mrcnic.base.crc import CrcStream
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
-from mrcnic.base.proto import (AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH,
-                    TSETH,
-                    UDP, EvMode, Opcode)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
+from mrcnic.base.proto import (
+    AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH, TSETH, UDP,
+    EvMode, Opcode)
 from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer, SkidBuffer,
                      check_data_width, const_lt, drive_axis, keep_count, meta_stream)
 

@@ -15,12 +15,13 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.base import proto
 
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.proto import ETH, IPV6, EvMode
-from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, check_data_width, const_lt, drive_axis,
-                     keep_count, length_countdown, meta_stream, register_stages, skid_chain,
-                     stream_fifo)
+from mrcnic.base.stream import (
+    AxiStreamSignature, FrameCursor, check_data_width, const_lt, drive_axis, keep_count,
+    length_countdown, meta_stream, register_stages, skid_chain, stream_fifo)
 from mrcnic.base.records import DECAP_META
 
 __all__ = ["DECAP_REGS", "Srv6Decap", "OuterParse", "HeaderRemove"]

@@ -21,8 +21,9 @@ from mrcnic.base import proto
 from mrcnic.base.records import (
     ACK_DESC, PAYLOAD_REQ, EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS, FeedbackKind, CWND_IN,
     RtxCause, TIME_BITS, TX_DESC, sent_layout, SEG_PKT, WR, WR_DONE)
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters, ipv6_registers, ipv6_value)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters, ipv6_registers, ipv6_value)
 from mrcnic.base.csr.bus import CsrBus
 from mrcnic.tx.path_selector import EVENT, SELECTOR_REGS, PathSelector
 from mrcnic.base.proto import EvMode, Opcode, SackMode

@@ -25,17 +25,18 @@ from mrcnic.base import proto
 from mrcnic.base.records import (
     QP_INDEX_BITS, REQUEST, probe_layout, response_layout, EV_FEEDBACK, EV_INDEX_BITS,
     PROBE_KINDS, FeedbackKind)
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.gates import first_set_of
 from mrcnic.base.proto import MAX_FIELD_WIDTH, MAX_FORMAT_FIELDS
 from mrcnic.base.proto import EvMode, EvState
 from mrcnic.base.rules import EVENT_MASK_DEFAULT, RESEED_MULT
 from mrcnic.base.stream import meta_stream
 
-__all__ = ["PathSelector", "EVENT", "SELECTOR_REGS", "COUNTERS", "Cmd", "PROFILES_DEFAULT", "EV_BITS_CHOICES",
-           "EVENT_MASK_DEFAULT", "RESEED_MULT",
-           "RSP_FIFO_DEPTH", "EVENT_FIFO_DEPTH", "PROBE_FIFO_DEPTH"]
+__all__ = ["PathSelector", "EVENT", "SELECTOR_REGS", "COUNTERS", "Cmd", "PROFILES_DEFAULT",
+           "EV_BITS_CHOICES", "EVENT_MASK_DEFAULT", "RESEED_MULT", "RSP_FIFO_DEPTH",
+           "EVENT_FIFO_DEPTH", "PROBE_FIFO_DEPTH"]
 
 PROFILES_DEFAULT = 4
 EV_BITS_CHOICES = (32, 128, 256)

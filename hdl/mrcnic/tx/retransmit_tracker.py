@@ -23,16 +23,17 @@ from mrcnic.base.records import (
     ACK_DESC, QP_INDEX_BITS, CWND_IN, ErrorCause, QP_ERROR, RtxCause, EV_FEEDBACK,
     EV_INDEX_BITS, RESOURCE_NACKS, FeedbackKind, TIME_BITS, release_layout, rtx_layout,
     sent_layout)
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.gates import assign
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.base.rules import (MAX_TIMEOUT_EXP, RETRANSMIT_COUNTER_NAMES, RETRANSMIT_COUNTERS,
                                RETRY_FOREVER, timeout_ticks)
 from mrcnic.base.stream import meta_stream
 
-__all__ = ["RetransmitTracker", "RT_REGS", "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "timeout_ticks", "COUNTERS", "MAX_PENDING",
-           "PENDING_RULE", "TIME_RULE"]
+__all__ = ["RetransmitTracker", "RT_REGS", "MAX_TIMEOUT_EXP", "RETRY_FOREVER", "timeout_ticks",
+           "COUNTERS", "MAX_PENDING", "PENDING_RULE", "TIME_RULE"]
 
 PSN = proto.PSN_BITS
 HALF = 1 << (PSN - 1)

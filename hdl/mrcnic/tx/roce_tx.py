@@ -18,8 +18,9 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import QP_INDEX_BITS, MAX_PAYLOAD, TX_DESC
 from mrcnic.base.crc import CrcStream
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters, ipv6_registers, mac_registers)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters, ipv6_registers, mac_registers)
 from mrcnic.base.proto import BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, UDP, Opcode
 from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, keep_count, meta_stream)

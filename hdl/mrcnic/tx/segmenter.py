@@ -17,8 +17,9 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.base import proto
 
 from mrcnic.base.records import QP_INDEX_BITS, SEG_PKT, WR, WR_DONE, release_layout, rtx_layout
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.proto import Opcode
 from mrcnic.base.stream import MetaSkidBuffer, meta_stream, stream_fifo
 

@@ -17,8 +17,9 @@ from amaranth.lib.wiring import In, Out
 from mrcnic.base import crc, proto
 
 
-from mrcnic.base.csr import (AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
-                  event_counters)
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
 from mrcnic.base.proto import ETH, IPV6, SRH, UDP, EvMode
 from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer,
                      check_data_width, const_lt as _lt, keep_count, length_countdown,

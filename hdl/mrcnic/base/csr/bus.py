@@ -1,15 +1,9 @@
 """Many register blocks behind one AXI4-Lite port, with a map that describes itself:
 :class:`CsrBus`.
 
-Operation
-    The port's address space is cut into equal windows of ``2^window_bits`` bytes. Window 0
-    is the directory (read only); window k (1 .. n) is the k-th block's, whose own address
-    is the offset in the window. One transaction at a time in each direction: a write is
-    taken when AW and W are both valid, forwarded to its block, and its B response returned;
-    a read likewise with AR and R. An address in no window, or a write to the directory,
-    answers SLVERR (reads return 0) and touches nothing.
-
-    The directory, 32-bit words at byte address 4 x word:
+The directory
+    Window 0 of the bus (:func:`directory` gives its words), 32-bit words at byte address
+    4 x word:
 
     ====== ==================================================================
     word   contents
@@ -26,19 +20,6 @@ Operation
 
     So software finds every block by walking the entries from word 3, and a block's
     registers by its type and the offsets of its register map (``docs/blocks/*.md``).
-
-Parameters
-    ``blocks``: a list of ``(name, addr_width)``: the block's name in :data:`BLOCK_TYPES`
-    and the address width of its own AXI4-Lite port. ``data_width``: 32.
-
-Ports
-    ``s_axil`` (in, ``AxiLiteSignature(addr_width)``); ``m<k>_axil`` (out, one per block,
-    with the block's own address width; ``wiring.connect`` it to block k's ``s_axil``), also
-    in the list ``m_axil``.
-
-Latency
-    A write answers 3 cycles after AW and W are both valid when the block answers at once
-    (taken, forwarded, block's B, returned); a read likewise.
 """
 
 from amaranth.hdl import Const, Module, Signal
@@ -76,7 +57,55 @@ def directory(blocks, window_bits):
 
 
 class CsrBus(wiring.Component):
-    """Register blocks behind one AXI4-Lite port (module docstring)."""
+    """Register blocks behind one AXI4-Lite port, with a directory that describes them.
+
+    The port's address space is cut into equal windows of ``2^window_bits`` bytes. Window 0
+    is the directory (read only; its words: the module docstring, :func:`directory`);
+    window k (1 .. n) is the k-th block's, whose own address is the offset in the window.
+    One transaction at a time in each direction: a write is taken when AW and W are both
+    valid, forwarded to its block, and its B response returned; a read likewise with AR
+    and R. An address in no window, or a write to the directory, answers SLVERR (reads
+    return 0) and touches nothing. Data is 32 bits.
+
+    Parameters
+    ----------
+    blocks : list of (str, int)
+        One ``(name, addr_width)`` per block, at least one: the block's name in
+        :data:`BLOCK_TYPES` and the address width of its own AXI4-Lite port, 2 .. 24.
+
+    Attributes
+    ----------
+    s_axil : AXI4-Lite (``addr_width``, 32-bit data), in
+        The bus's port.
+    m<k>_axil : AXI4-Lite (block k's own ``addr_width``, 32-bit data), out
+        One per block, k from 0; ``wiring.connect`` it to block k's ``s_axil``.
+    m_axil : list
+        The ``m<k>_axil`` ports, in block order.
+    window_bits : int
+        log2 of a window's bytes: the largest block address width, or more if the directory
+        needs it.
+    addr_width : int
+        Width of ``s_axil``'s addresses: ``window_bits`` + the bits of n.
+    words : list of int
+        The directory's words, as the bus answers them.
+
+    Latency
+    -------
+    A write answers (``bvalid``) 3 cycles after AW and W are both valid when the block
+    answers at once (taken, forwarded, block's B, returned); a read likewise. A read of
+    the directory, and an error, answers in the cycle after the handshake.
+
+    Throughput
+    ----------
+    One write and one read in flight at a time, independently; the next is taken in the
+    cycle after its predecessor's response handshake.
+
+    Raises
+    ------
+    CsrError
+        A ``ValueError``: if ``blocks`` is empty, names a block not in
+        :data:`BLOCK_TYPES`, or gives an address width outside 2 .. 24.
+    """
 
     def __init__(self, blocks):
         blocks = [(str(name), int(aw)) for name, aw in blocks]

@@ -62,59 +62,72 @@ class AxiLiteSignature(wiring.Signature):
 class CsrBlock(wiring.Component):
     """AXI4-Lite slave holding the registers of a :class:`RegisterMap`.
 
-    Operation
-        AW and W are accepted independently, in either order; each channel has a one-entry
-        holding register, so the first to arrive waits there for the other. A write is
-        performed when both are present and the B register is free (or being emptied in the
-        same cycle), and answered on B. A read is performed when AR is present and the R
-        register is free (or being emptied); R carries the register value sampled on that
-        edge. While B (R) is held by ``bready`` (``rready``) low, at most one further write
-        (read) is accepted and parked; ``awready``/``wready`` (``arready``) then drop, so no
-        response is ever lost or duplicated, whatever the master does.
+    AW and W are accepted independently, in either order; each channel has a one-entry
+    holding register, so the first to arrive waits there for the other. A write is
+    performed when both are present and the B register is free (or being emptied in the
+    same cycle), and answered on B. A read is performed when AR is present and the R
+    register is free (or being emptied); R carries the register value sampled on that
+    edge. While B (R) is held by ``bready`` (``rready``) low, at most one further write
+    (read) is accepted and parked; ``awready``/``wready`` (``arready``) then drop, so no
+    response is ever lost or duplicated, whatever the master does.
 
-        Write data: ``wstrb`` bit ``i`` enables byte ``i`` for every field kind (an rw byte
-        not enabled keeps its value; a w1p/w1c bit in it neither pulses nor clears). A
-        write to an all-ro register is accepted (OKAY) and changes nothing. Addresses are
-        byte addresses; the low ``log2(data_width/8)`` bits are ignored. An address where
-        no register is declared answers SLVERR on B or R, writes nothing, reads 0.
-        ``awprot``/``arprot`` are ignored. A read and a write of the same register on the
-        same edge: the read returns the old value.
+    Write data: ``wstrb`` bit ``i`` enables byte ``i`` for every field kind (an rw byte
+    not enabled keeps its value; a w1p/w1c bit in it neither pulses nor clears). A
+    write to an all-ro register is accepted (OKAY) and changes nothing. Addresses are
+    byte addresses; the low ``log2(data_width/8)`` bits are ignored. An address where
+    no register is declared answers SLVERR on B or R, writes nothing, reads 0.
+    ``awprot``/``arprot`` are ignored. A read and a write of the same register on the
+    same edge: the read returns the old value.
 
     Parameters
-        ``regmap``: the :class:`RegisterMap`; its ``data_width`` (32 or 64) and
-        ``addr_width`` size the port.
+    ----------
+    regmap : RegisterMap
+        The registers; its ``data_width`` (32 or 64) and ``addr_width`` size the port.
 
-    Ports
-        ``s_axil``: ``In(AxiLiteSignature(regmap.addr_width, regmap.data_width))``.
-        Every AXI output, the readies included, and every field output comes straight from a
-        flip-flop: no combinational path from any input.
-
-        Field signals, in ``fields[reg][field]`` and ``f.<reg>.<field>``, are plain Signals
-        (not signature members) named ``<reg>_<field>``:
+    Attributes
+    ----------
+    s_axil : AXI4-Lite (``regmap.addr_width``, ``regmap.data_width``), in
+        The slave port, ``In(AxiLiteSignature(regmap.addr_width, regmap.data_width))``.
+        Every AXI output, the readies included, and every field output comes straight from
+        a flip-flop: no combinational path from any input.
+    fields : dict of dict of Signal
+        ``fields[reg][field]``: the field signals, plain Signals (not signature members)
+        named ``<reg>_<field>``, of the field's width:
 
         * rw: output, the register itself, init = ``reset``;
         * w1p: output, high for exactly one cycle per written 1 bit;
         * w1c: output, the sticky bit, init = ``reset``; and input ``<field>_set``: a 1 bit
           sets the sticky bit on the next edge (a set wins over a clear on the same edge);
         * ro: input, init = ``reset`` (read while undriven); sampled on the read edge.
+    f : SimpleNamespace
+        The same signals as ``f.<reg>.<field>`` (and ``f.<reg>.<field>_set``).
+    regmap : RegisterMap
+        The map given.
 
     Latency
-        Write: 1 cycle. ``bvalid`` is high in the cycle after the edge on which the later of
-        AW and W is accepted (B free); the rw/w1c outputs have their new value and the w1p
-        outputs pulse in that same cycle. Read: 1 cycle, ``rvalid`` in the cycle after the AR
-        handshake. A parked request is performed on the edge that empties B (R).
+    -------
+    Write: 1 cycle. ``bvalid`` is high in the cycle after the edge on which the later of
+    AW and W is accepted (B free); the rw/w1c outputs have their new value and the w1p
+    outputs pulse in that same cycle. Read: 1 cycle, ``rvalid`` in the cycle after the AR
+    handshake. A parked request is performed on the edge that empties B (R).
 
     Throughput
-        One write per cycle and, at the same time, one read per cycle, without bubbles, while
-        ``bready``/``rready`` stay high and AW comes with W. A master that waits for each
-        response before the next request gets one write, or one read, per 2 cycles. Both
-        figures are measured in ``sim/base/test_csr.py``.
+    ----------
+    One write per cycle and, at the same time, one read per cycle, without bubbles, while
+    ``bready``/``rready`` stay high and AW comes with W. A master that waits for each
+    response before the next request gets one write, or one read, per 2 cycles. Both
+    figures are measured in ``sim/base/test_csr.py``.
 
-    Resources
-        The demo map of ``sim/base/test_csr.py`` (7 registers, 81 bits of rw/w1p/w1c state):
-        159 flip-flops, 275 LUT4 (Yosys 0.70 ``synth_ecp5``). The AW/W/AR holding registers
-        and the R data register are about 80 of those flip-flops: the price of full rate
-        with registered readies.
+    Raises
+    ------
+    CsrError
+        A ``ValueError``: if ``regmap`` is not a :class:`RegisterMap`.
+
+    Notes
+    -----
+    Resources: one flip-flop per bit of rw/w1p/w1c state, plus the AW/W/AR holding
+    registers and the R data register: the price of full rate with registered readies.
+    Measured on the demo map of ``sim/base/test_csr.py``: docs/csr.md.
     """
 
     def __init__(self, regmap):

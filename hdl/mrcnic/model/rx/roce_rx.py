@@ -38,8 +38,9 @@ refuses for one of those.
 from dataclasses import dataclass
 
 from mrcnic.base import proto
-from mrcnic.base.proto import BTH, CC_STATE, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH, TSETH, UDP, \
-    AETH, EvMode, NackCode, Opcode
+from mrcnic.base.proto import (
+    BTH, CC_STATE, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH, TSETH, UDP, AETH, EvMode,
+    NackCode, Opcode)
 from mrcnic.model import packet as pk
 
 __all__ = ["RxRegs", "RxResult", "ModelDomainError", "receive", "match_pkts",

@@ -16,7 +16,8 @@ deciding the retransmissions) and returns the sender's input events, for the tes
 from mrcnic.base import proto
 from mrcnic.base.records import FeedbackKind, nack_kind, sack_kind, ErrorCause, RtxCause
 from mrcnic.base.proto import NackCode, Opcode, SackMode, psn_add, psn_diff
-from mrcnic.base.rules import RETRANSMIT_COUNTER_NAMES as COUNTER_NAMES, RETRY_FOREVER, timeout_ticks
+from mrcnic.base.rules import (
+    RETRANSMIT_COUNTER_NAMES as COUNTER_NAMES, RETRY_FOREVER, timeout_ticks)
 from mrcnic.model.rx.psn_tracker import PsnTrackerModel
 
 __all__ = ["RetransmitTrackerModel", "closed_loop", "OUTPUTS"]
