@@ -7,8 +7,9 @@ the pins of the board self-test (:class:`BoardPins`; None: no self-test fits the
 openFPGALoader's arguments that reach it (None: the user names the cable, ``--cable``).
 
 The flow reads its own views of this table: ``mrcnic.flow.synth.BOARDS`` (the ECP5 boards),
-``XILINX_BOARDS`` and ``get_board``; ``mrcnic.flow.board.SELFTEST_BOARDS`` (the pin maps) and
-``LOADER_ARGS``/``loader_args``. The table imports nothing of the flow.
+``XILINX_BOARDS`` and ``get_board``, and ``mrcnic.flow.board.SELFTEST_BOARDS`` (the pin
+maps); :mod:`mrcnic.boards.program` loads a board through the programmer it names. The table
+imports nothing of the flow.
 """
 
 from dataclasses import dataclass

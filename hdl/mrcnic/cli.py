@@ -109,9 +109,10 @@ def _run_build(args):
     if args.cable and not (args.program or args.flash):
         raise ValueError("--cable is for --program or --flash")
     if args.block is None:
+        from mrcnic.boards import program
         from mrcnic.flow import board
         if args.program or args.flash:
-            board.loader_args(args.board, args.cable)       # before an hour of building
+            program.loader_args(args.board, args.cable)     # before an hour of building
         params = {}
         for item in args.param:
             name, _, value = item.partition("=")
@@ -129,8 +130,8 @@ def _run_build(args):
               f"; fmax {result.fmax_mhz:.1f} MHz against {result.pll_mhz:.2f} MHz: "
               + ("met" if result.met else "NOT MET") + f"; bitstream {result.bitstream}")
         if result.met and (args.program or args.flash):
-            print(board.program(result.bitstream, args.board, flash=args.flash,
-                                cable=args.cable))
+            print(program.program(result.bitstream, args.board, flash=args.flash,
+                                  cable=args.cable))
         return 0 if result.met else 1
     if args.program or args.flash or args.design:
         raise ValueError("--program, --flash and --design are for the self-test (no --block)")

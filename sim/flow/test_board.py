@@ -12,8 +12,9 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.flow import board as board_module, synth
 from mrcnic import cli
+from mrcnic.boards.program import loader_args, program
 from mrcnic.flow.board import (DESIGNS, SELFTEST_BOARDS, BoardSelfTest, default_design,
-                          fits_default, loader_args, program, selftest_result)
+                               fits_default, selftest_result)
 from mrcnic.boards.selftest import SelfTest
 from mrcnic.flow.ecp5 import _build_only
 from mrcnic.flow.synth import get_board
