@@ -113,7 +113,7 @@ class SelfTest(wiring.Component):
     outstanding : int
         PSNs outstanding per QP, a power of two 128 .. 16384. Default 128.
     clk_hz : int
-        The clock in Hz: sets the UART's divisor and the NIC's timers. Default 25 MHz.
+        The clock in Hz: sets the UART's divisor and the NIC's timers. Default 25_000_000.
     baud : int
         The UART's baud rate, reachable within 2 % at ``clk_hz``. Default 115200.
     report_hz : int or float

@@ -397,7 +397,7 @@ class SprayTest(wiring.Component):
     payload : int
         Payload bytes per frame, 0 .. 4096. Default 256.
     clk_hz : int
-        The clock in Hz (the UART's divisor). Default 25 MHz.
+        The clock in Hz (the UART's divisor). Default 25_000_000.
     baud : int
         The UART's baud rate, reachable within 2 % at ``clk_hz``. Default 115200.
     report_hz : int or float

@@ -66,8 +66,8 @@ class Board:
 # --- Self-test pins ------------------------------------------------------------------------
 
 # LED order: running, bad, up, loss, plane 0 up, plane 1 up.
-# speed grade 6 (the others: 8): 25 MHz x 2/3, the NIC's longest paths (the trackers'
-# one-cycle loops, at 96% of the device) were estimated at 47 ns after placement
+# speed grade 6 (the others: 8): the self-test's clock is the board clock x 2/3, what its
+# longest paths reach after placement (docs/boards.md)
 _ULX3S = BoardPins(True, tuple(("led", i, None) for i in range(6)),
                    (("button_fire", 0), ("button_fire", 1)), freq_mhz=16.667)
 _ECPIX5 = BoardPins(True, (("rgb_led", 0, "g"), ("rgb_led", 0, "r"), ("rgb_led", 1, "g"),

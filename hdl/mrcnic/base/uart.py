@@ -1,7 +1,7 @@
 """A UART for a board's status and commands: :class:`UartTx` and :class:`UartRx` (8 data
-bits, no parity, one stop bit; ``divisor`` clock cycles per bit, :func:`divisor_for`, e.g.
-217 for 115200 baud at 25 MHz), and :class:`StatusLine`, which prints named values as hex
-over a UartTx. Ports and timing: the classes' docstrings.
+bits, no parity, one stop bit; ``divisor`` clock cycles per bit, as :func:`divisor_for`
+computes it from the clock and the baud rate), and :class:`StatusLine`, which prints named
+values as hex over a UartTx. Ports and timing: the classes' docstrings.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal

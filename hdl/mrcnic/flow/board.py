@@ -146,9 +146,8 @@ class SelfTestBuild:
     reused: bool = False        # an earlier build of the same design (not written to JSON)
 
 
-# Decision: nextpnr's router2. The default router (router1) on the self-test at 96% of an
-# LFE5U-85F routed about 11,000 of its 358,000 arcs in 15 minutes (ripping up as much as it
-# routed); router2 routes congested designs in a fraction of that.
+# Decision: nextpnr's router2. The default router (router1) made little headway on the
+# congested self-test, ripping up as much as it routed (docs/boards.md); router2 routes it.
 NEXTPNR_OPTS = "--report report.json --timing-allow-fail --router router2 --threads 2"
 
 
@@ -212,11 +211,10 @@ def build_selftest(board, freq_mhz=None, build_dir=None, *, design=None, reuse=T
 
 
 # Decision: Yosys 0.70's abc9 fails an internal assertion while reintegrating the mapped
-# netlist of some flattened designs (deterministically: the spray test on the boards with a
-# 100 MHz clock, the Versa ECP5 and the ECPIX-5). The build then runs again with the
-# hierarchy kept (synth_ecp5 -noflatten: abc9 maps each module apart; nextpnr flattens);
-# summary.json names the option. (-nowidelut and -nolutram fail the same way; -dff passes
-# but its abc9 run takes 13 minutes.)
+# netlist of some flattened designs, deterministically (which designs and boards, and the
+# options tried: docs/boards.md). The build then runs again with the hierarchy kept
+# (synth_ecp5 -noflatten: abc9 maps each module apart; nextpnr flattens); summary.json names
+# the option.
 ABC9_BUG = "GetSize(conn.first) == GetSize(conn.second)"
 ABC9_WORKAROUND = "-noflatten"
 

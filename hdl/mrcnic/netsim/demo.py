@@ -22,9 +22,9 @@ from mrcnic.base.records import TICK_NS
 __all__ = ["DEFAULTS", "tracker_registers", "run_demo", "summary", "failure_report", "plot",
            "parse_failure", "parse_gray", "affected_evs"]
 
-# The demo's NIC and network. Decision: 64-bit datapath at 250 MHz (16 Gb/s), each plane's
-# links at 1/planes of it; jumbo PMTU (8192) so that a plane's loss costs its share and
-# little more (headers are 1.7% of a frame).
+# The demo's NIC and network. Decision: a 64-bit datapath on a 4 ns clock, each plane's links
+# at 1/planes of its line rate; a jumbo PMTU so that a plane's loss costs its share and
+# little more (the line rate: docs/blocks/mrc-nic.md).
 DEFAULTS = {
     "planes": 8, "data_width": 64, "clock_ns": 4.0, "qps": 4, "ev_count": 32,
     "pmtu_log2": 13, "size": 1 << 20, "msg_bytes": 64 << 10, "loss": 0.0, "seed": 1,
