@@ -135,13 +135,9 @@ def _fields(dut, prefix, names):
     return {n: int(getattr(dut, f"{prefix}_{n}").value) for n in names}
 
 
-@cocotb.test()
-async def demo(dut):
-    cfg = json.loads(os.environ["MRCNIC_DEMO"])
-    P, W = cfg["planes"], cfg["data_width"]
-    clock_ns = cfg["clock_ns"]
-    B = W // 8
-    line_gbps = W / clock_ns
+def _fabric(cfg, line_gbps):
+    """The network of the run: the fabric with the failures and incast asked for."""
+    P, clock_ns = cfg["planes"], cfg["clock_ns"]
     fab = Fabric(FabricConfig(planes=P, hosts=2 + cfg["incast"], spines=cfg["spines"],
                               link_gbps=line_gbps / P, link_delay_ns=cfg["link_delay_ns"],
                               jitter_ns=cfg["jitter_ns"], loss=cfg["loss"],
@@ -158,232 +154,298 @@ async def demo(dut):
             fab.cross_traffic(src, 1, p, cfg["incast_share"] * line_gbps / P,
                               cfg["incast_start_ns"], cfg["max_cycles"] * clock_ns,
                               frame_bytes=1 << cfg["pmtu_log2"])
+    return fab
 
-    cocotb.start_soon(Clock(dut.clk, clock_ns, unit="ns").start())
-    dut.rst.value = 1
-    for name in cfg["inputs"]:
-        getattr(dut, name).value = 0
-    for side in "ab":
-        for p in range(P):
-            getattr(dut, f"{side}_s{p}_axis_tvalid").value = 0
-            getattr(dut, f"{side}_m{p}_axis_tready").value = 1
-            getattr(dut, f"{side}_pl{p}_axis_tready").value = 1
-            getattr(dut, f"{side}_place{p}_ready").value = 1
-        for name in ("done", "event", "preq", "cpl", "nak", "access_nak"):
-            if hasattr(dut, f"{side}_{name}_ready"):
-                getattr(dut, f"{side}_{name}_ready").value = 1
-        getattr(dut, f"{side}_port_up").value = (1 << P) - 1
-        getattr(dut, f"{side}_credit").value = (1 << P) - 1
-    for _ in range(4):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
 
-    # --- Bring-up of both NICs, as software would -----------------------------------------
-    qps = cfg["qps"]
-    side_blocks = {}
-    host = {"a": 0, "b": 1}
-    peer = {"a": "b", "b": "a"}
-    mac = {"a": 0x02_00_00_00_00_0A, "b": 0x02_00_00_00_00_0B}
-    for side in "ab":
-        me, other = host[side], host[peer[side]]
-        master = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"{side}_s_axil"), dut.clk, dut.rst)
-        for channel in (master.write_if, master.read_if):     # a line per access else
-            channel.log.setLevel(logging.WARNING)
-        rd, wr = master.read_dword, master.write_dword
-        blocks = await find_blocks(rd, wr)
-        evs = [fab.usid_path(me, other, spine=(e // P) % cfg["spines"])
-               for e in range(cfg["ev_count"])]
-        tx = TxConfig(local_mac=mac[side], local_ip=fab.host_addr(me), peer_mac=mac[peer[side]],
-                      peer_ip=fab.host_addr(other), outer_src=fab.host_addr(me), evs=evs,
-                      remote_qps=list(range(qps)), pmtu_log2=cfg["pmtu_log2"],
-                      tick_cycles=max(1, round(TICK_NS / clock_ns)),
-                      timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"],
-                      reorder_time=cfg.get("reorder_time", 0),
-                      probe_interval=round(cfg["probe_us"] * 1000 / clock_ns))
-        rx = RxConfig(local_mac=mac[side], local_ip=fab.host_addr(me), peer_mac=mac[peer[side]],
-                      peer_ip=fab.host_addr(other), remote_qps=list(range(qps)),
-                      pmtu_log2=cfg["pmtu_log2"], regions=[(RKEY, 0, 1 << 48, 1, 0)],
-                      sack_every=cfg["sack_every"])
-        await bring_up_tx(rd, wr, tx, blocks=blocks)
-        await bring_up_rx(rd, wr, rx, blocks=blocks)
-        side_blocks[side] = blocks
+class _Bench:
+    """The two hosts around the NIC pair: bring-up, the work requests and payloads of ``a``,
+    the fabric between the planes, the placements of ``b`` checked byte by byte, and the
+    metrics. :meth:`cycle` is one clock cycle of all of it."""
 
-    # --- Work requests and the traffic loop ---------------------------------------------------
-    size, msg = cfg["size"], cfg["msg_bytes"]
-    wrs = []
-    # With injected access errors the last QP carries no data: the bad frames on it put
-    # it in error (as they must), and the others must not notice.
-    inject = cfg.get("inject", [])
-    spare = qps - 1 if set(inject) & ACCESS_KINDS else None
-    data_qps = qps - (spare is not None)
-    for i, off in enumerate(range(0, size, msg)):
-        wrs.append({"qp": i % data_qps, "wr_id": i & 0xFFFF, "va": BASE_VA + off, "rkey": RKEY,
-                    "length": min(msg, size - off), "imm": i, "with_imm": 0})
-    va_of = {(w["qp"], w["wr_id"]): w["va"] for w in wrs}
-    start_cycle = cycle = 0
-    out = {s: [_Port(dut, f"{s}_m{p}_axis") for p in range(P)] for s in "ab"}
-    inp = {s: [_Port(dut, f"{s}_s{p}_axis") for p in range(P)] for s in "ab"}
-    pl = [_Port(dut, f"b_pl{p}_axis") for p in range(P)]
-    payload = _Port(dut, "a_s_axis")
-    placed = bytearray(size)                # how often each byte was placed
-    place_q = [[] for _ in range(P)]        # place records waiting for their payload
-    body_q = [[] for _ in range(P)]
-    delivered = {"bytes": 0}
-    sent_frames = []                        # a's frames: [first beat cycle, plane, EV, psn, rtx]
-    placements = []                         # [ns, plane, payload bytes] placed at b
-    events, done = [], []
-    wr_i = 0
-    injected, next_inject = 0, cfg.get("inject_after_ns", 0.0)
-    captures = [] if cfg.get("pcap") else None
-    wall0 = time.time()
-    max_cycles = cfg["max_cycles"]
-    credit_bytes = CREDIT_FRAMES * ((1 << cfg["pmtu_log2"]) + 200)
-    last_ports = {s: None for s in "ab"}
-    preqs = []
+    HOST = {"a": 0, "b": 1}
+    PEER = {"a": "b", "b": "a"}
+    MAC = {"a": 0x02_00_00_00_00_0A, "b": 0x02_00_00_00_00_0B}
 
-    def now_ns():
-        return cycle * clock_ns
+    def __init__(self, dut, cfg):
+        self.dut, self.cfg = dut, cfg
+        self.P, self.clock_ns = cfg["planes"], cfg["clock_ns"]
+        self.line_gbps = cfg["data_width"] / self.clock_ns
+        self.fab = _fabric(cfg, self.line_gbps)
+        self.size = cfg["size"]
+        self.qps = cfg["qps"]
+        # With injected access errors the last QP carries no data: the bad frames on it
+        # put it in error (as they must), and the others must not notice.
+        self.inject = cfg.get("inject", [])
+        self.spare = self.qps - 1 if set(self.inject) & ACCESS_KINDS else None
+        data_qps = self.qps - (self.spare is not None)
+        msg = cfg["msg_bytes"]
+        self.wrs = [{"qp": i % data_qps, "wr_id": i & 0xFFFF, "va": BASE_VA + off,
+                     "rkey": RKEY, "length": min(msg, self.size - off), "imm": i,
+                     "with_imm": 0}
+                    for i, off in enumerate(range(0, self.size, msg))]
+        self.va_of = {(w["qp"], w["wr_id"]): w["va"] for w in self.wrs}
+        P = self.P
+        self.out = {s: [_Port(dut, f"{s}_m{p}_axis") for p in range(P)] for s in "ab"}
+        self.inp = {s: [_Port(dut, f"{s}_s{p}_axis") for p in range(P)] for s in "ab"}
+        self.pl = [_Port(dut, f"b_pl{p}_axis") for p in range(P)]
+        self.payload = _Port(dut, "a_s_axis")
+        self.placed = bytearray(self.size)          # how often each byte was placed
+        self.place_q = [[] for _ in range(P)]       # place records waiting for their payload
+        self.body_q = [[] for _ in range(P)]
+        self.delivered = 0
+        self.sent_frames = []       # a's frames: [first beat cycle, plane, EV, psn, rtx]
+        self.placements = []        # [ns, plane, payload bytes] placed at b
+        self.events, self.done, self.preqs = [], [], []
+        self.wr_i = 0
+        self.injected, self.next_inject = 0, cfg.get("inject_after_ns", 0.0)
+        self.captures = [] if cfg.get("pcap") else None
+        self.credit_bytes = CREDIT_FRAMES * ((1 << cfg["pmtu_log2"]) + 200)
+        self.last_ports = {s: None for s in "ab"}
+        self.side_blocks = {}
+        self.cycles = 0
+        self.t_start_ns = None
 
-    def place_ready(p):
-        while place_q[p] and (place_q[p][0]["length"] == 0 or body_q[p]):
-            r = place_q[p].pop(0)
-            body = body_q[p].pop(0) if r["length"] else b""
-            assert len(body) == r["length"], f"placement of {r}: {len(body)} bytes came"
-            off = r["va"] - BASE_VA
-            assert 0 <= off and off + len(body) <= size, f"placement outside the data: {r}"
-            assert body == pattern(r["va"], len(body)), f"bytes differ at {r['va']:#x}"
-            for k in range(off, off + len(body)):
-                placed[k] += 1
-                assert placed[k] == 1, f"byte at {r['va'] + k - off:#x} placed twice"
-            delivered["bytes"] += len(body)
-            placements.append([now_ns(), p, len(body)])
+    def now_ns(self):
+        return self.cycles * self.clock_ns
 
-    start_cycle = cycle
-    t_start_ns = None
-    # Until every WR completed at a and every byte was placed at b (placement may trail
-    # the acknowledgement), or the cycle limit.
-    while cycle < max_cycles and (len(done) < len(wrs) or delivered["bytes"] < size):
-        await RisingEdge(dut.clk)
-        cycle += 1
-        t = now_ns()
-        # Handshakes of the cycle that ended: work requests, payload requests, done.
-        if wr_i < len(wrs) and int(dut.a_wr_valid.value) and int(dut.a_wr_ready.value):
-            wr_i += 1
-        if wr_i < len(wrs):
-            for k, v in wrs[wr_i].items():
+    async def reset(self):
+        """Clock, reset, every input idle, every output ready, every port up with credit."""
+        dut, P = self.dut, self.P
+        cocotb.start_soon(Clock(dut.clk, self.clock_ns, unit="ns").start())
+        dut.rst.value = 1
+        for name in self.cfg["inputs"]:
+            getattr(dut, name).value = 0
+        for side in "ab":
+            for p in range(P):
+                getattr(dut, f"{side}_s{p}_axis_tvalid").value = 0
+                getattr(dut, f"{side}_m{p}_axis_tready").value = 1
+                getattr(dut, f"{side}_pl{p}_axis_tready").value = 1
+                getattr(dut, f"{side}_place{p}_ready").value = 1
+            for name in ("done", "event", "preq", "cpl", "nak", "access_nak"):
+                if hasattr(dut, f"{side}_{name}_ready"):
+                    getattr(dut, f"{side}_{name}_ready").value = 1
+            getattr(dut, f"{side}_port_up").value = (1 << P) - 1
+            getattr(dut, f"{side}_credit").value = (1 << P) - 1
+        for _ in range(4):
+            await RisingEdge(dut.clk)
+        dut.rst.value = 0
+
+    async def bring_up(self):
+        """Both NICs configured through their register ports, as software would."""
+        dut, cfg, fab, P = self.dut, self.cfg, self.fab, self.P
+        for side in "ab":
+            me, other = self.HOST[side], self.HOST[self.PEER[side]]
+            master = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"{side}_s_axil"), dut.clk,
+                                   dut.rst)
+            for channel in (master.write_if, master.read_if):     # a line per access else
+                channel.log.setLevel(logging.WARNING)
+            rd, wr = master.read_dword, master.write_dword
+            blocks = await find_blocks(rd, wr)
+            evs = [fab.usid_path(me, other, spine=(e // P) % cfg["spines"])
+                   for e in range(cfg["ev_count"])]
+            addresses = dict(local_mac=self.MAC[side], local_ip=fab.host_addr(me),
+                             peer_mac=self.MAC[self.PEER[side]], peer_ip=fab.host_addr(other),
+                             remote_qps=list(range(self.qps)), pmtu_log2=cfg["pmtu_log2"])
+            tx = TxConfig(**addresses, outer_src=fab.host_addr(me), evs=evs,
+                          tick_cycles=max(1, round(TICK_NS / self.clock_ns)),
+                          timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"],
+                          reorder_time=cfg.get("reorder_time", 0),
+                          probe_interval=round(cfg["probe_us"] * 1000 / self.clock_ns))
+            rx = RxConfig(**addresses, regions=[(RKEY, 0, 1 << 48, 1, 0)],
+                          sack_every=cfg["sack_every"])
+            await bring_up_tx(rd, wr, tx, blocks=blocks)
+            await bring_up_rx(rd, wr, rx, blocks=blocks)
+            self.side_blocks[side] = blocks
+
+    def finished(self):
+        """Every WR completed at a and every byte placed at b (placement may trail the
+        acknowledgement)."""
+        return len(self.done) == len(self.wrs) and self.delivered >= self.size
+
+    def cycle(self, t):
+        """One clock cycle at time ``t``: the handshakes of the cycle that ended, then what
+        the hosts and the fabric drive for the next one."""
+        self._host_a(t)
+        self._to_fabric(t)
+        self._from_fabric(t)
+        self._placement_b()
+        self._port_state()
+
+    def _host_a(self, t):
+        """a's host: work requests, payload requests answered, completions and events."""
+        dut = self.dut
+        if (self.wr_i < len(self.wrs) and int(dut.a_wr_valid.value)
+                and int(dut.a_wr_ready.value)):
+            self.wr_i += 1
+        if self.wr_i < len(self.wrs):
+            for k, v in self.wrs[self.wr_i].items():
                 getattr(dut, f"a_wr_{k}").value = int(v)
             dut.a_wr_valid.value = 1
-            if t_start_ns is None:
-                t_start_ns = t
+            if self.t_start_ns is None:
+                self.t_start_ns = t
         else:
             dut.a_wr_valid.value = 0
         if int(dut.a_preq_valid.value):
             r = _fields(dut, "a_preq", ("qp", "wr_id", "offset", "length"))
-            preqs.append(r)
-            payload.load(pattern(va_of[r["qp"], r["wr_id"]] + r["offset"], r["length"]))
-        payload.drive()
+            self.preqs.append(r)
+            self.payload.load(pattern(self.va_of[r["qp"], r["wr_id"]] + r["offset"],
+                                      r["length"]))
+        self.payload.drive()
         if int(dut.a_done_valid.value):
-            done.append((cycle, _fields(dut, "a_done", ("qp", "wr_id"))))
+            self.done.append((self.cycles, _fields(dut, "a_done", ("qp", "wr_id"))))
         if int(dut.a_event_valid.value):
-            events.append((t, _fields(dut, "a_event", ("profile", "ev", "state", "dropped"))))
-        # Frames to the fabric.
+            self.events.append((t, _fields(dut, "a_event",
+                                           ("profile", "ev", "state", "dropped"))))
+
+    def _to_fabric(self, t):
+        """The frames both NICs finished sending this cycle, into the fabric."""
         for s in "ab":
-            valid = int(getattr(dut, f"{s}_tx_valid").value)
+            valid = int(getattr(self.dut, f"{s}_tx_valid").value)
             p = 0
             while valid:
                 if valid & 1:
-                    frame = out[s][p].take(cycle)
+                    frame = self.out[s][p].take(self.cycles)
                     if frame is not None:
-                        fab.send(t, host[s], p, frame)
+                        self.fab.send(t, self.HOST[s], p, frame)
                         if s == "a":
-                            sent_frames.append(_frame_record(out[s][p].first, p, frame))
-                        if captures is not None:
-                            captures.append((t, frame))
+                            self.sent_frames.append(_frame_record(self.out[s][p].first, p,
+                                                                  frame))
+                        if self.captures is not None:
+                            self.captures.append((t, frame))
                 valid >>= 1
                 p += 1
-        # The fabric up to now; deliveries into the receiving ports.
+
+    def _from_fabric(self, t):
+        """The fabric run up to now; its deliveries (and any bad frame injected after one)
+        into the receiving ports, which are driven a beat a cycle."""
+        fab, cfg = self.fab, self.cfg
         if fab.next_event_ns() is not None and fab.next_event_ns() <= t:
             for d in fab.run_until(t):
-                inp["a" if d.host == 0 else "b"][d.plane].load(d.frame)
-                if (d.host == 1 and injected < len(inject) and t >= next_inject
-                        and len(d.frame) > 200):
-                    kind = inject[injected]
-                    inp["b"][d.plane].load(bad_frame(kind, d.frame, spare, qps))
-                    injected += 1
-                    next_inject = t + cfg["inject_every_ns"]
+                self.inp["a" if d.host == 0 else "b"][d.plane].load(d.frame)
+                if (d.host == 1 and self.injected < len(self.inject)
+                        and t >= self.next_inject and len(d.frame) > 200):
+                    kind = self.inject[self.injected]
+                    self.inp["b"][d.plane].load(bad_frame(kind, d.frame, self.spare,
+                                                          self.qps))
+                    self.injected += 1
+                    self.next_inject = t + cfg["inject_every_ns"]
         for s in "ab":
-            for port in inp[s]:
+            for port in self.inp[s]:
                 if port.beats or port.driving:
                     port.drive()
-        # Placement at b.
+
+    def _placement_b(self):
+        """b's placements: each place record matched with its payload and checked."""
+        dut = self.dut
         valid = int(dut.b_pl_valid.value)
         p = 0
         while valid:
             if valid & 1:
                 if int(getattr(dut, f"b_place{p}_valid").value):
-                    place_q[p].append(_fields(dut, f"b_place{p}", ("qp", "psn", "va", "length")))
-                if int(pl[p].tvalid.value):
-                    body = pl[p].take()
+                    self.place_q[p].append(_fields(dut, f"b_place{p}",
+                                                   ("qp", "psn", "va", "length")))
+                if int(self.pl[p].tvalid.value):
+                    body = self.pl[p].take()
                     if body is not None:
-                        body_q[p].append(body)
-                place_ready(p)
+                        self.body_q[p].append(body)
+                self._place_ready(p)
             valid >>= 1
             p += 1
-        # Port state and credit from the fabric.
+
+    def _place_ready(self, p):
+        place_q, body_q = self.place_q[p], self.body_q[p]
+        while place_q and (place_q[0]["length"] == 0 or body_q):
+            r = place_q.pop(0)
+            body = body_q.pop(0) if r["length"] else b""
+            assert len(body) == r["length"], f"placement of {r}: {len(body)} bytes came"
+            off = r["va"] - BASE_VA
+            assert 0 <= off and off + len(body) <= self.size, f"placement outside the data: {r}"
+            assert body == pattern(r["va"], len(body)), f"bytes differ at {r['va']:#x}"
+            for k in range(off, off + len(body)):
+                self.placed[k] += 1
+                assert self.placed[k] == 1, f"byte at {r['va'] + k - off:#x} placed twice"
+            self.delivered += len(body)
+            self.placements.append([self.now_ns(), p, len(body)])
+
+    def _port_state(self):
+        """Each NIC port's state and credit from its fabric link."""
         for s in "ab":
             up = credit = 0
-            for p in range(P):
-                ok, queued = fab.host_port(host[s], p)
+            for p in range(self.P):
+                ok, queued = self.fab.host_port(self.HOST[s], p)
                 up |= ok << p
-                credit |= (queued < credit_bytes) << p
-            if (up, credit) != last_ports[s]:
-                getattr(dut, f"{s}_port_up").value = up
-                getattr(dut, f"{s}_credit").value = credit
-                last_ports[s] = (up, credit)
-        if cycle % 20000 == 0:
-            pct = 100 * delivered["bytes"] // size
-            sys.stderr.write(f"\rmrcnic demo: {pct:3d}% of {size} bytes, {t / 1000:.0f} us "
-                             f"simulated, {time.time() - wall0:.0f} s")
+                credit |= (queued < self.credit_bytes) << p
+            if (up, credit) != self.last_ports[s]:
+                getattr(self.dut, f"{s}_port_up").value = up
+                getattr(self.dut, f"{s}_credit").value = credit
+                self.last_ports[s] = (up, credit)
+
+    async def counters(self):
+        """a's transmit blocks' and b's receive blocks' counters (RoceRx summed over the
+        planes), read through the register ports."""
+        counters = {}
+        for side, name in (("a", "mrc-tx"), ("a", "retransmit-tracker"),
+                           ("a", "path-selector"), ("b", "roce-rx"), ("b", "memory-protect"),
+                           ("b", "psn-tracker")):
+            key = name if side == "a" else f"b.{name}"
+            counters[key] = {}
+            for regs in self.side_blocks[side][name]:
+                for reg in regs.regmap.registers.values():
+                    fields = reg.fields.values() if isinstance(reg.fields, dict) else reg.fields
+                    if [f.name for f in fields] == ["count"]:
+                        n = (await regs.read_fields(reg.name))["count"]
+                        counters[key][reg.name] = counters[key].get(reg.name, 0) + n
+        return counters
+
+    def metrics(self, counters, wall_s):
+        fab, P, placed = self.fab, self.P, self.placed
+        return {
+            "config": self.cfg, "cycles": self.cycles, "t_start_ns": self.t_start_ns,
+            "t_end_ns": self.now_ns(), "bytes": self.size, "delivered_bytes": self.delivered,
+            "complete": all(b == 1 for b in placed),
+            "duplicates": sum(1 for b in placed if b > 1), "missing": placed.count(0),
+            "work_requests": len(self.wrs), "injected": self.inject[:self.injected],
+            "completions": len(self.done), "completion_cycles": [c for c, _ in self.done],
+            "line_gbps": self.line_gbps, "placements": self.placements,
+            "frames": self.sent_frames,
+            "events": [[t, e["ev"], e["state"]] for t, e in self.events],
+            "counters": counters,
+            "fabric": {"drops": {str(p): dict(fab.stats.planes[p].drops) for p in range(P)},
+                       "trims": fab.stats.total("trims"),
+                       "trims_lasthop": fab.stats.total("trims_lasthop"),
+                       "ecn_marks": fab.stats.total("ecn_marks"),
+                       "cross_sunk": fab.stats.total("sunk")},
+            "wall_s": wall_s,
+        }
+
+
+@cocotb.test()
+async def demo(dut):
+    cfg = json.loads(os.environ["MRCNIC_DEMO"])
+    bench = _Bench(dut, cfg)
+    await bench.reset()
+    await bench.bring_up()
+    wall0 = time.time()
+    # Until everything is there, or the cycle limit.
+    while bench.cycles < cfg["max_cycles"] and not bench.finished():
+        await RisingEdge(dut.clk)
+        bench.cycles += 1
+        t = bench.now_ns()
+        bench.cycle(t)
+        if bench.cycles % 20000 == 0:
+            pct = 100 * bench.delivered // bench.size
+            sys.stderr.write(f"\rmrcnic demo: {pct:3d}% of {bench.size} bytes, "
+                             f"{t / 1000:.0f} us simulated, {time.time() - wall0:.0f} s")
             sys.stderr.flush()
     sys.stderr.write("\n")
 
-    # --- Counters and metrics ----------------------------------------------------------------
-    # a's transmit blocks; b's receive blocks (RoceRx summed over the planes)
-    counters = {}
-    for side, name in (("a", "mrc-tx"), ("a", "retransmit-tracker"), ("a", "path-selector"),
-                       ("b", "roce-rx"), ("b", "memory-protect"), ("b", "psn-tracker")):
-        key = name if side == "a" else f"b.{name}"
-        counters[key] = {}
-        for regs in side_blocks[side][name]:
-            for reg in regs.regmap.registers.values():
-                fields = reg.fields.values() if isinstance(reg.fields, dict) else reg.fields
-                if [f.name for f in fields] == ["count"]:
-                    n = (await regs.read_fields(reg.name))["count"]
-                    counters[key][reg.name] = counters[key].get(reg.name, 0) + n
-    complete = all(b == 1 for b in placed)
-    metrics = {
-        "config": cfg, "cycles": cycle, "t_start_ns": t_start_ns, "t_end_ns": now_ns(),
-        "bytes": size, "delivered_bytes": delivered["bytes"], "complete": complete,
-        "duplicates": sum(1 for b in placed if b > 1), "missing": placed.count(0),
-        "work_requests": len(wrs), "injected": inject[:injected], "completions": len(done),
-        "completion_cycles": [c for c, _ in done], "line_gbps": line_gbps,
-        "placements": placements,
-        "frames": sent_frames,
-        "events": [[t, e["ev"], e["state"]] for t, e in events],
-        "counters": counters,
-        "fabric": {"drops": {str(p): dict(fab.stats.planes[p].drops) for p in range(P)},
-                   "trims": fab.stats.total("trims"),
-                   "trims_lasthop": fab.stats.total("trims_lasthop"),
-                   "ecn_marks": fab.stats.total("ecn_marks"),
-                   "cross_sunk": fab.stats.total("sunk")},
-        "wall_s": time.time() - wall0,
-    }
+    metrics = bench.metrics(await bench.counters(), time.time() - wall0)
     os.makedirs(cfg["out_dir"], exist_ok=True)
     with open(os.path.join(cfg["out_dir"], "metrics.json"), "w") as f:
         json.dump(metrics, f)
-    if captures is not None:
+    if bench.captures is not None:
         from mrcnic.netsim.pcap import write_pcap
-        write_pcap(os.path.join(cfg["out_dir"], "wire.pcap"), captures)
-    assert len(done) == len(wrs), f"{len(done)} of {len(wrs)} work requests completed"
-    assert complete, "bytes missing or placed twice"
-
+        write_pcap(os.path.join(cfg["out_dir"], "wire.pcap"), bench.captures)
+    assert len(bench.done) == len(bench.wrs), \
+        f"{len(bench.done)} of {len(bench.wrs)} work requests completed"
+    assert metrics["complete"], "bytes missing or placed twice"
