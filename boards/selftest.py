@@ -114,20 +114,15 @@ class SelfTest(wiring.Component):
         PSNs outstanding per QP, a power of two 128 .. 16384. Default 128.
     clk_hz : int
         The clock in Hz: sets the UART's divisor and the NIC's timers. Default 25_000_000.
-    baud : int
-        The UART's baud rate, reachable within 2 % at ``clk_hz``. Default 115200.
-    report_hz : int or float
-        Status lines per second; a line must take at most half a report period.
-        Default 1.
+    baud, report_hz : int, int or float
+        The console's (:class:`~mrcnic.boards.console.Console`): the UART's baud rate,
+        reachable within 2 % at ``clk_hz`` (default 115200), and status lines per second
+        (default 1).
 
     Attributes
     ----------
-    tx : Signal(1), out
-        UART transmit line (status lines), idle high.
-    rx : Signal(1), in
-        UART receive line (commands), idle high.
-    buttons : Signal(planes), in
-        Button p fails or restores plane p.
+    tx, rx, buttons : Signal(1), Signal(1), Signal(planes)
+        The console's UART lines and plane buttons (:class:`~mrcnic.boards.console.Console`).
     leds : Signal(8), out
         0 changes state at each report while runs complete and nothing is bad; 1 ``bad``;
         2 once the NIC is up (the script done without error); 3 while loss is on; from 4
