@@ -320,6 +320,12 @@ def _by_kind(aeth, nack, values):
     return Mux(aeth, values[AETH_NAK], Mux(nack, values[NACK], values[SACK]))
 
 
+def _ip(f, prefix):
+    """Gateware: the IPv6 address in registers ``prefix``0..3 (register 0 holds the address's
+    first bytes)."""
+    return Cat(*(f[f"{prefix}{i}"]["ip"] for i in reversed(range(4))))
+
+
 class AckGenerator(wiring.Component):
     """SACK, NACK and AETH NAK control frames: one complete frame, ICRC included, per
     descriptor or access-error record.
@@ -415,23 +421,40 @@ class AckGenerator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        B = self.data_width // 8
-        qps = self.qps
+        # Registers: the CSR block on s_axil; its fields
+        f = self._registers(m)
+        # Config: the copy of the registers frames use, and its ICRC parts
+        cfg, cr = self._config(m, f)
+        # Context table: entries written whole from the ctx_* registers, with ICRC parts
+        rd = self._context_table(m, f)
+        # R0: one record a cycle from nak or desc, into a slice that addresses the table
+        en, r0, r0_aeth, r0_valid, r0_ok = self._stage_r0(m, rd)
+        # S1: the record and its ICRC parts, and the context as read
+        v1, d1, a1, part, c1 = self._stage_s1(m, en, r0, r0_aeth, r0_valid, r0_ok, rd)
+        # F: the frame (every variable field, the ICRC's parts), held while its beats leave
+        fv, fr = self._stage_f(m, en, v1, d1, a1, part, c1, cfg, cr)
+        # Beats: F's beats into the output register slice; the pipeline enable
+        handed, last = self._beats(m, en, fv, fr, d1, a1)
+        # Counters: frames sent by kind, records dropped for their qp
+        self._counters(m, f, en, handed, last, fr, r0_valid, r0_ok)
+        return m
 
+    def _qp_below_qps(self, qp):
+        """Gateware: ``qp`` (a QP index) has a context."""
+        return Const(1, 1) if self.qps == 1 << QP_INDEX_BITS else qp < self.qps
+
+    def _registers(self, m):
+        """The register block on ``s_axil``; returns its fields."""
         m.submodules.csr = csr = CsrBlock(ACK_REGS)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
-        f = csr.fields
+        return csr.fields
 
-        def ip(prefix):            # register 0 holds the address's first bytes
-            return Cat(*(f[f"{prefix}{i}"]["ip"] for i in reversed(range(4))))
-
-        def qp_below_qps(qp):
-            return Const(1, 1) if qps == 1 << QP_INDEX_BITS else qp < qps
-
-        # --- Registers: a published copy and its ICRC parts, always of the same values ------
+    def _config(self, m, f):
+        """Registers: a published copy and its ICRC parts, always of the same values.
+        Returns ``(cfg, cr)``: the copy frames use and its parts, a signal per kind."""
         csr_cfg = {
             "mac": Cat(f["local_mac_lo"]["mac"], f["local_mac_hi"]["mac"]),
-            "ip": ip("local_ip"),
+            "ip": _ip(f, "local_ip"),
             "dport": f["config"]["udp_dport"], "pkey": f["config"]["pkey"],
             "dscp": f["ipv6"]["dscp"], "ecn": f["ipv6"]["ecn"],
             "hop_limit": f["ipv6"]["hop_limit"],
@@ -453,26 +476,28 @@ class AckGenerator(wiring.Component):
         # the pending B response of any write counts as pending too.
         differ = Signal()
         m.d.sync += differ.eq(Cat(*csr_cfg.values()) != Cat(*(cfg[n] for n in csr_cfg)))
-        status = f["status"]
         m.d.comb += [
-            status["cfg_pending"].eq(differ | self.s_axil.bvalid),
-            f["info"]["qps"].eq(qps),
+            f["status"]["cfg_pending"].eq(differ | self.s_axil.bvalid),
+            f["info"]["qps"].eq(self.qps),
         ]
+        return cfg, cr
 
-        # --- Context table: entries written whole, with their ICRC parts -------------------
+    def _context_table(self, m, f):
+        """Context table: entries written whole, with their ICRC parts, by a serial engine
+        from the ctx_* registers. Returns the table's read port (R0 drives it)."""
         # At least two entries: a one-entry memory has a zero-bit address, which Verilog
         # cannot declare. Entry 1 of such a table is never written nor used.
-        m.submodules.ctx = ctx = Memory(shape=ACK_CTX, depth=max(qps, 2), init=[])
+        m.submodules.ctx = ctx = Memory(shape=ACK_CTX, depth=max(self.qps, 2), init=[])
         wr = ctx.write_port()
         rd = ctx.read_port()
         ctx_qp = f["ctx_qp"]["qp"]
         csr_ctx = {"mac": Cat(f["ctx_mac_lo"]["mac"], f["ctx_mac_hi"]["mac"]),
-                   "ip": ip("ctx_ip"),
+                   "ip": _ip(f, "ctx_ip"),
                    "remote_qp": f["ctx_remote_qp"]["qpn"]}
         ctx_snap = Signal(data.StructLayout({"mac": 48, "ip": 128, "remote_qp": 24}))
         ctx_addr = Signal(QP_INDEX_BITS)
         strobe = f["control"]["ctx_write"]
-        start = strobe & qp_below_qps(ctx_qp)
+        start = strobe & self._qp_below_qps(ctx_qp)
 
         def ctx_vars(c):
             return {"dst_ip": c["ip"], "dest_qp": c["remote_qp"],
@@ -484,6 +509,7 @@ class AckGenerator(wiring.Component):
         with m.If(start & ~busy):
             m.d.sync += [ctx_snap[n].eq(v) for n, v in csr_ctx.items()]
             m.d.sync += ctx_addr.eq(ctx_qp)
+        status = f["status"]
         m.d.comb += [
             status["ctx_busy"].eq(busy | start),
             status["ctx_dropped_set"].eq(strobe & busy),
@@ -492,8 +518,13 @@ class AckGenerator(wiring.Component):
             wr.data.remote_qp.eq(ctx_snap.remote_qp),
             *(wr.data[CTX_CRC[t]].eq(crc[t]) for t in TAIL),
         ]
+        return rd
 
-        # --- R0: one record a cycle from desc or nak, into a register slice ----------------
+    def _stage_r0(self, m, rd):
+        """R0: one record a cycle from desc or nak, into a register slice whose output
+        addresses the context table (``rd``). Returns ``(en, r0, r0_aeth, r0_valid,
+        r0_ok)``: the enable of the stall-all pipeline R0 -> S1 -> F (driven by
+        :meth:`_beats`), R0's record, its nak flag, valid and qp-in-range."""
         # Decision: a nak record goes first when both inputs hold one (they are rare: at
         # most one per QP error episode, and a SACK waits one cycle). The choice is made in
         # front of R0, so at most one of the two handshakes happens in a cycle and frames
@@ -518,13 +549,17 @@ class AckGenerator(wiring.Component):
                          skid.i.payload.d.nack.eq(0), skid.i.payload.d.entropy.eq(0)]
         r0, r0_aeth, r0_valid = skid.o.payload.d, skid.o.payload.aeth, skid.o.valid
         en = Signal()                    # the stall-all pipeline R0 -> S1 -> F moves
-        r0_ok = qp_below_qps(r0.qp)
+        r0_ok = self._qp_below_qps(r0.qp)
         m.d.comb += [skid.o.ready.eq(en), rd.addr.eq(r0.qp), rd.en.eq(en)]
+        return en, r0, r0_aeth, r0_valid, r0_ok
 
+    def _stage_s1(self, m, en, r0, r0_aeth, r0_valid, r0_ok, rd):
+        """S1: the record and its ICRC parts; the context is read meanwhile. Returns ``(v1,
+        d1, a1, part, c1)``: valid, record, nak flag, the parts (a list of signals per
+        kind) and the context entry (the table's read data)."""
         def r0_field(name):              # a VARIABLES name in R0's fields
             return r0.reason if name == "syndrome" else r0[name]
 
-        # --- S1: the record and its ICRC parts; the context is read meanwhile --------------
         v1 = Signal()
         d1 = Signal(ACK_DESC)
         a1 = Signal()                    # d1 is a nak record
@@ -536,8 +571,11 @@ class AckGenerator(wiring.Component):
                 for sig, names in zip(part[t], _chunks(DESC_VARS[t])):
                     m.d.sync += sig.eq(_crc_map(t, [(n, r0_field(n)) for n in names]))
         c1 = rd.data
+        return v1, d1, a1, part, c1
 
-        # --- F: the frame, held while its beats leave -------------------------------------
+    def _stage_f(self, m, en, v1, d1, a1, part, c1, cfg, cr):
+        """F: the frame, held while its beats leave: every variable field, the tail
+        headers and the ICRC's parts. Returns ``(fv, fr)``: valid and the frame."""
         fv = Signal()
         fr = Signal(data.StructLayout({
             "nack": 1, "aeth": 1, "cfg": _CFG, "mac": 48, "ip": 128, "remote_qp": 24,
@@ -584,8 +622,13 @@ class AckGenerator(wiring.Component):
                 fr.icrc_rest.eq(_by_kind(a1, d1.nack, rest)),
                 *(fr[CTX_CRC[t]].eq(c1[CTX_CRC[t]]) for t in TAIL),
             ]
+        return fv, fr
 
-        # --- The beats of F ----------------------------------------------------------------
+    def _beats(self, m, en, fv, fr, d1, a1):
+        """The beats of F, one a cycle, into the output register slice (``m_axis``); drives
+        ``en``: the pipeline moves when F is empty or hands on its last beat. Returns
+        ``(handed, last)``: a beat handed on, and F's last beat."""
+        B = self.data_width // 8
         nack, is_aeth = fr.nack, fr.aeth
         fc = fr.cfg
 
@@ -607,6 +650,7 @@ class AckGenerator(wiring.Component):
                             "dest_qp": fr.remote_qp, "psn": fr.psn}),
         )
         # The ICRC goes out least significant byte first: the bus order of its bits.
+        n_neth, n_aeth = 8 * NETH.size, 8 * AETH.size
         icrc = fr.icrc_rest ^ kind_mux({t: fr[CTX_CRC[t]] for t in TAIL})
         frame = Cat(head, fr.tail[:n_aeth],
                     Mux(is_aeth, icrc, fr.tail[n_aeth:n_aeth + 32]),
@@ -639,7 +683,12 @@ class AckGenerator(wiring.Component):
         with m.If(en):                   # a new frame (or none) in F
             m.d.sync += last.eq(_by_kind(a1, d1.nack, {t: self.beats[t] == 1 for t in TAIL}))
         m.d.comb += en.eq(~fv | (handed & last))
+        return handed, last
 
+    def _counters(self, m, f, en, handed, last, fr, r0_valid, r0_ok):
+        """The event counters: frames sent by kind, records dropped for a ``qp`` not below
+        ``qps``."""
+        nack, is_aeth = fr.nack, fr.aeth
         events = Signal(data.StructLayout({n: 1 for n in ACK_COUNTERS}))
         m.d.comb += [
             events.sacks.eq(handed & last & ~nack & ~is_aeth),
@@ -648,6 +697,5 @@ class AckGenerator(wiring.Component):
             events.bad_qp.eq(en & r0_valid & ~r0_ok),
         ]
         event_counters(m, f, events, ACK_COUNTERS, f["control"]["clear"], width=self.counter_width)
-        return m
 
 

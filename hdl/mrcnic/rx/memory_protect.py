@@ -42,6 +42,11 @@ PD_BITS = 8
 CAUSES = ["unknown_rkey", "pd_mismatch", "read_only", "out_of_range"]
 MP_COUNTERS = ["records", "checked", "denied", *CAUSES, "qp_in_error", "naks"]
 
+# A region table entry, and a record's failed checks (stages B and C).
+_ENTRY = data.StructLayout({"valid": 1, "rkey": 32, "base": 64, "limit": 65, "writable": 1,
+                           "pd": PD_BITS})
+_CAUSE = data.StructLayout({c: 1 for c in CAUSES})
+
 MP_REGS = RegisterMap("memory_protect", [
     Register("info", [Field("regions", 9, "ro", desc="Region table entries (parameter)"),
                       Field("qps", 11, "ro", offset=16, desc="QPs (parameter)")]),
@@ -187,20 +192,49 @@ class MemoryProtect(wiring.Component):
             "s_axil": In(AxiLiteSignature(MP_REGS.addr_width)),
         })
 
+    @property
+    def _qbits(self):
+        """Index bits of the per-QP tables and masks: at least one."""
+        return max(1, ceil_log2(self.qps))
+
     def elaborate(self, platform):
         m = Module()
-        R, Q = self.regions, self.qps
-        qbits = max(1, ceil_log2(Q))
+        # Registers: the CSR block on s_axil; its fields
+        f = self._registers(m)
+        # Tables: the region table, the staged entry's limit, the per-QP domains, error bits
+        table, base, staged_limit, pd_w, pd_r, errors = self._tables(m, f)
+        # Table commands: latched, and applied between two records (`apply`)
+        pending, apply, qsel, qsel_ok, qcmd = self._table_commands(
+            m, f, table, base, staged_limit, pd_w, errors)
+        # Input: the skid buffer; `advance`, the enable every stage moves on
+        skid, advance = self._input(m)
+        # Stage A1: CAM (R_Key against every entry), lowest match, QP domain
+        x, x_valid = self._stage_a1(m, table, pd_r, pending, apply, skid, advance)
+        # Stage A2: the matched entry's fields
+        b, b_valid = self._stage_a2(m, table, x, x_valid, advance)
+        # Stage B: the range and domain compares, the cause
+        c, c_valid = self._stage_b(m, b, b_valid, advance)
+        # Stage C: error bit, decision, the out and nak FIFOs
+        fire, err, violation, deny = self._stage_c(m, c, c_valid, advance, errors,
+                                                   qsel, qsel_ok, qcmd)
+        # Counters: records, checks, denials by cause, NAKs
+        self._counters(m, f, c, fire, err, violation, deny)
+        return m
 
+    def _registers(self, m):
+        """The register block on ``s_axil`` and its ``info``; returns its fields."""
         m.submodules.csr = csr = CsrBlock(MP_REGS)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         f = csr.fields
-        m.d.comb += [f["info"]["regions"].eq(R), f["info"]["qps"].eq(Q)]
+        m.d.comb += [f["info"]["regions"].eq(self.regions), f["info"]["qps"].eq(self.qps)]
+        return f
 
-        # --- Tables --------------------------------------------------------------------------
-        ENTRY = data.StructLayout({"valid": 1, "rkey": 32, "base": 64, "limit": 65,
-                                   "writable": 1, "pd": PD_BITS})
-        table = [Signal(ENTRY, name=f"region{i}") for i in range(R)]
+    def _tables(self, m, f):
+        """The tables: the region table (flip-flops), the staged entry's limit, the per-QP
+        domains (distributed RAM) and error bits. Returns ``(table, base, staged_limit, pd_w,
+        pd_r, errors)``: ``base`` is the staged base address."""
+        qbits = self._qbits
+        table = [Signal(_ENTRY, name=f"region{i}") for i in range(self.regions)]
         base = Cat(f["region_base_lo"]["base"], f["region_base_hi"]["base"])
         length = Cat(f["region_length_lo"]["length"], f["region_length_hi"]["length"])
         # The command strobe comes at least one cycle after the last staging write, so the
@@ -219,14 +253,21 @@ class MemoryProtect(wiring.Component):
         m.submodules.pd_mem = pd_mem = Memory(shape=PD_BITS, depth=1 << qbits, init=[])
         pd_w = pd_mem.write_port()
         pd_r = pd_mem.read_port(domain="comb")
-        errors = Signal(Q)
+        errors = Signal(self.qps)
+        return table, base, staged_limit, pd_w, pd_r, errors
 
-        # Table commands. A record compares its R_Key (stage A1) one cycle before it selects
-        # the matched entry's fields (A2), so a table write must not land between the two:
-        # a command is latched (with a copy of the staged entry, so that software may
-        # restage at once) and applied on an edge where no record is between A1 and A2 (the
-        # input is held for that cycle). Until then status.busy is set and further table
-        # commands are refused (error.busy).
+    def _table_commands(self, m, f, table, base, staged_limit, pd_w, errors):
+        """Table commands, latched and applied on an edge where no record is between A1 and
+        A2. Returns ``(pending, apply, qsel, qsel_ok, qcmd)``: a command is latched; apply
+        it (driven by :meth:`_stage_a1`); the ``qp_select`` QP, in range; ``qp_command``."""
+        R, Q = self.regions, self.qps
+        qbits = self._qbits
+        # A record compares its R_Key (stage A1) one cycle before it selects the matched
+        # entry's fields (A2), so a table write must not land between the two: a command is
+        # latched (with a copy of the staged entry, so that software may restage at once)
+        # and applied on an edge where no record is between A1 and A2 (the input is held for
+        # that cycle). Until then status.busy is set and further table commands are refused
+        # (error.busy).
         sel = f["region_select"]["entry"]
         cmd = f["region_command"]
         qsel = f["qp_select"]["qp"]
@@ -236,7 +277,7 @@ class MemoryProtect(wiring.Component):
         pending = Signal()
         p_kind = Signal(2)                  # 0 region write, 1 invalidate, 2 set_pd
         p_index = Signal(8)
-        p_entry = Signal(ENTRY)
+        p_entry = Signal(_ENTRY)
         p_qp = Signal(qbits)
         p_pd = Signal(PD_BITS)
         region_cmd = cmd["write"] | cmd["invalidate"]
@@ -271,18 +312,27 @@ class MemoryProtect(wiring.Component):
             pd_w.addr.eq(p_qp), pd_w.data.eq(p_pd), pd_w.en.eq(apply & (p_kind == 2)),
             f["qp_status"]["error"].eq(qsel_ok & errors.bit_select(qsel[:qbits], 1)),
         ]
+        return pending, apply, qsel, qsel_ok, qcmd
 
-        # --- Input ---------------------------------------------------------------------------
+    def _input(self, m):
+        """The input skid buffer. Returns ``(skid, advance)``: the buffer, and the enable of
+        every stage (driven by :meth:`_stage_c`)."""
         m.submodules.skid = skid = MetaSkidBuffer(RX_PKT)
         wiring.connect(m, wiring.flipped(self.pkt), skid.i)
-        a = skid.o.payload
 
         # Every stage moves together: only the output FIFOs stop the pipeline. Stage C
         # writes when both FIFOs have room (a violation needs the nak FIFO), so `advance`
         # depends on FIFO levels only, not on the decision.
         advance = Signal()
+        return skid, advance
 
-        # --- Stage A1: CAM (R_Key against every entry), lowest match, QP domain ----------------
+    def _stage_a1(self, m, table, pd_r, pending, apply, skid, advance):
+        """Stage A1: the R_Key against every entry (CAM), the lowest match as a one-hot
+        vector, the QP's domain read, the end summed; drives the input's ready and
+        ``apply``. Returns ``(x, x_valid)``."""
+        R, Q = self.regions, self.qps
+        qbits = self._qbits
+        a = skid.o.payload
         op = a.opcode
         is_write = (op >= Opcode.WRITE_FIRST) & (op <= Opcode.WRITE_ONLY_IMM)
         match = Signal(R)
@@ -308,10 +358,13 @@ class MemoryProtect(wiring.Component):
                 x.hit.eq(match.any()), x.first.eq(first),
                 x.qp_pd.eq(pd_r.data), x.end.eq(a.va + a.length),
             ]
+        return x, x_valid
 
-        # --- Stage A2: the matched entry's fields (AND-OR over the one-hot match) -------------
-        hit_entry = Signal(ENTRY)
-        acc = Const(0, ENTRY.size)
+    def _stage_a2(self, m, table, x, x_valid, advance):
+        """Stage A2: the matched entry's fields (AND-OR over the one-hot match). Returns
+        ``(b, b_valid)``."""
+        hit_entry = Signal(_ENTRY)
+        acc = Const(0, _ENTRY.size)
         for i, e in enumerate(table):
             acc = acc | Mux(x.first[i], e.as_value(), 0)
         m.d.comb += hit_entry.eq(acc)
@@ -329,10 +382,11 @@ class MemoryProtect(wiring.Component):
                 b.writable.eq(hit_entry.writable), b.region_pd.eq(hit_entry.pd),
                 b.qp_pd.eq(x.qp_pd), b.end.eq(x.end),
             ]
+        return b, b_valid
 
-        # --- Stage B: the range and domain compares, the cause --------------------------------
-        CAUSE = data.StructLayout({c: 1 for c in CAUSES})
-        cause_b = Signal(CAUSE)
+    def _stage_b(self, m, b, b_valid, advance):
+        """Stage B: the range and domain compares, the cause. Returns ``(c, c_valid)``."""
+        cause_b = Signal(_CAUSE)
         pd_ok = b.region_pd == b.qp_pd
         m.d.comb += [
             cause_b.unknown_rkey.eq(~b.hit),
@@ -342,14 +396,19 @@ class MemoryProtect(wiring.Component):
                                     ((b.rec.va < b.base) | (b.end > b.limit))),
         ]
         C_STAGE = data.StructLayout({"rec": RX_PKT, "qp_ok": 1, "checked": 1,
-                                     "cause": CAUSE})
+                                     "cause": _CAUSE})
         c = Signal(C_STAGE)
         c_valid = Signal()
         with m.If(advance):
             m.d.sync += [c_valid.eq(b_valid), c.rec.eq(b.rec), c.qp_ok.eq(b.qp_ok),
                          c.checked.eq(b.checked), c.cause.eq(cause_b)]
+        return c, c_valid
 
-        # --- Stage C: error bit, decision, outputs ----------------------------------------------
+    def _stage_c(self, m, c, c_valid, advance, errors, qsel, qsel_ok, qcmd):
+        """Stage C: the error bit, the decision, the out and nak FIFOs; drives ``advance``
+        and the error bits. Returns ``(fire, err, violation, deny)``."""
+        Q = self.qps
+        qbits = self._qbits
         # The error bits are read and set here only, so the record behind sees the bit this
         # one sets; the carry chains of stage B end in registers before this.
         cause = c.cause
@@ -368,7 +427,6 @@ class MemoryProtect(wiring.Component):
                                (nak_fifo.level <= FIFO_DEPTH - 3))
         fire = Signal()
         m.d.comb += [
-
             fire.eq(c_valid & advance),
             out_fifo.w_en.eq(fire),
             nak_fifo.w_en.eq(fire & violation),
@@ -390,17 +448,19 @@ class MemoryProtect(wiring.Component):
             clr_mask.eq(Mux(qcmd["clear_error"] & qsel_ok, Const(1, Q) << qsel[:qbits], 0)),
         ]
         m.d.sync += errors.eq((errors & ~clr_mask) | set_mask)
+        return fire, err, violation, deny
 
-        # --- Counters --------------------------------------------------------------------------
+    def _counters(self, m, f, c, fire, err, violation, deny):
+        """The event counters (:data:`MP_COUNTERS`)."""
+        cause = c.cause
         ev = Signal(data.StructLayout({n: 1 for n in MP_COUNTERS}))
         m.d.comb += [
             ev.records.eq(fire), ev.checked.eq(fire & c.checked & ~err),
             ev.denied.eq(fire & deny), ev.qp_in_error.eq(fire & err),
             ev.naks.eq(fire & violation),
-            *[getattr(ev, c).eq(fire & violation & getattr(cause, c)) for c in CAUSES],
+            *[getattr(ev, n).eq(fire & violation & getattr(cause, n)) for n in CAUSES],
         ]
         event_counters(m, f, ev, MP_COUNTERS, f["control"]["clear"], width=self.counter_width)
-        return m
 
 
 async def table_op(drv, op):

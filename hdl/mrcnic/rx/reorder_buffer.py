@@ -9,6 +9,8 @@ or been declared lost. :mod:`mrcnic.model.rx.reorder_buffer` is the reference mo
 Operation, decisions and measured figures: docs/blocks/reorder-buffer.md.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
@@ -234,26 +236,73 @@ class ReorderBuffer(wiring.Component):
         return (((p_lap == e_lap) & (p_slot >= e_slot)) |
                 ((p_lap == lap1) & (p_slot < e_slot)))
 
+    @property
+    def _slot_bits(self):
+        """Bits of a slot number."""
+        return (self.depth - 1).bit_length()
+
+    @property
+    def _words(self):
+        """Words of the packet RAM: ``depth`` slots of ``slot_beats`` words."""
+        return self.depth * self.slot_beats
+
+    def _slot_base(self, slot):
+        """The RAM address of the first word of ``slot``."""
+        return _times(slot, self.slot_beats)[:max(1, (self._words - 1).bit_length())]
+
     def elaborate(self, platform):
         m = Module()
-        B = self.data_width // 8
-        D, S = self.depth, self.slot_beats
-        slot_bits = (D - 1).bit_length()
-        words = D * S
+        # Registers: the CSR block on s_axil; returns its fields.
+        f = self._register_block(m)
+        # The s_psn records, through a skid buffer (skip has none: judged as taken).
+        pin = self._psn_input(m)
+        # Storage: the packet RAM and the per-slot table (last beat's index, its tkeep).
+        wr, rd, iw, ir = self._storage(m)
+        # Shared state: expected, its slot's base and valid bit, the valid bits, busy, ...
+        st = self._shared_state()
+        # Write side: take each beat, write it to its slot, judge the window at a first beat.
+        w = self._write_side(m, pin, wr, st)
+        # Per-slot table: the last beat's index and tkeep, written at a packet's last beat.
+        self._slot_table_write(m, iw, w)
+        # Skip and restart: take a skip while nothing can be released; restart when idle.
+        ctl = self._skip_and_restart(m, f, st)
+        # The verdict, at the last beat: commit the packet, or which drop it is.
+        v = self._verdict(m, w, ctl)
+        # Release engine: read the packet of expected out of the RAM, through b and r.
+        rel = self._release_engine(m, rd, ir, st)
+        # Output: the m_axis and m_psn skid buffers.
+        self._output(m, rel, st.expected)
+        # Expected PSN and slots: move on after a release or skip, restart, valid bits.
+        self._expected_and_slots(m, f, ir, st, w, ctl, v, rel)
+        # For the formal checks: the decisions that move expected.
+        self._formal_events(m, st.expected, rel.start, ctl.skip_apply)
+        # Occupancy, for the register: counted from registered events, a cycle late.
+        self._occupancy(m, st.occupancy, v.commit, rel.advance, ctl.restart_apply)
+        # Registers: next_psn, occupancy and the event counters.
+        self._status_and_counters(m, f, st, w, ctl, v, rel)
+        return m
 
+    def _register_block(self, m):
+        """The CSR block on ``s_axil``; returns its fields."""
         m.submodules.csr = csr = CsrBlock(self.regmap)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
-        f = csr.fields
+        return csr.fields
 
+    def _psn_input(self, m):
+        """The ``s_psn`` records through a two-entry skid buffer; returns its output."""
         m.submodules.psn_skid = psn_skid = MetaSkidBuffer(PSN_META)
         wiring.connect(m, wiring.flipped(self.s_psn), psn_skid.i)
-        pin = psn_skid.o
         # No buffer on skip: a skip is judged in the cycle the port takes it, so that its
         # handshake tells the source exactly when it applied. Its ready comes from
         # flip-flops (through the valid-bit mux), never from an input.
-        skin = self.skip
+        return psn_skid.o
 
-        m.submodules.mem = mem = self.memory_type(shape=self.data_width, depth=words, init=[])
+    def _storage(self, m):
+        """The packet RAM (``depth`` slots of ``slot_beats`` words) and the per-slot table;
+        returns their ports: RAM write and read, table write and read."""
+        B, D, S = self.data_width // 8, self.depth, self.slot_beats
+        m.submodules.mem = mem = self.memory_type(shape=self.data_width, depth=self._words,
+                                                  init=[])
         wr = mem.write_port()
         rd = mem.read_port()
         # (At least one bit wide: a one-beat slot would give zero-width signals.)
@@ -262,23 +311,30 @@ class ReorderBuffer(wiring.Component):
         iw = info.write_port()
         # Transparent: a packet committed in one cycle can start in the next.
         ir = info.read_port(transparent_for=(iw,))
+        return wr, rd, iw, ir
 
-        def slot_base(slot):
-            return _times(slot, S)[:max(1, (words - 1).bit_length())]
-
-        # --- Shared state ---
+    def _shared_state(self):
+        """The registers the stages share (no logic: the stages drive them)."""
+        D, S = self.depth, self.slot_beats
         expected = Signal(PSN_BITS, init=self.expected_reset)
-        exp_base = Signal(range(words), init=(self.expected_reset % D) * S)
+        exp_base = Signal(range(self._words), init=(self.expected_reset % D) * S)
         valid = Signal(D)
         occupancy = Signal(OCCUPANCY_BITS)
         restart_pending = Signal()
         busy = Signal()                   # reading out the packet of `expected`
-        exp_slot = expected[:slot_bits]
+        exp_slot = expected[:self._slot_bits]
         # valid[slot of expected], kept in its own flip-flop so that starting a release (and
         # taking a skip) needs no D-way mux in the same cycle.
         valid_exp = Signal()
+        return SimpleNamespace(expected=expected, exp_base=exp_base, valid=valid,
+                               occupancy=occupancy, restart_pending=restart_pending,
+                               busy=busy, exp_slot=exp_slot, valid_exp=valid_exp)
 
-        # --- Write side ---
+    def _write_side(self, m, pin, wr, st):
+        """Write side: every beat taken, one a cycle; a first beat with its ``s_psn`` record.
+        The packet is written to its slot when its PSN is in the window and the slot empty."""
+        S, slot_bits, words = self.slot_beats, self._slot_bits, self._words
+        expected, valid = st.expected, st.valid
         s = self.s_axis
         first = Signal(init=1)            # the next beat is a packet's first
         wr_psn = Signal(PSN_BITS)
@@ -311,7 +367,7 @@ class ReorderBuffer(wiring.Component):
         dup = Mux(first, behind | (in_window & held), wr_dup)
         beat = Mux(first, 0, wr_beat)
         overflow = beat == S              # beat S + 1 or later: too long, not written
-        addr = Mux(first, slot_base(p_slot), wr_addr)
+        addr = Mux(first, self._slot_base(p_slot), wr_addr)
         m.d.comb += [wr.addr.eq(addr), wr.data.eq(s.tdata),
                      wr.en.eq(accept & writing & ~overflow)]
         with m.If(accept):
@@ -320,36 +376,58 @@ class ReorderBuffer(wiring.Component):
             with m.If(first):
                 m.d.sync += [wr_psn.eq(psn_rec), wr_writing.eq(writing),
                              wr_dup.eq(dup)]
+        return SimpleNamespace(first=first, wr_abort=wr_abort, accept=accept,
+                               last_acc=last_acc, lap1=lap1, lap2=lap2, in_window=in_window,
+                               at_expected=at_expected, p_slot=p_slot, writing=writing,
+                               dup=dup, beat=beat, overflow=overflow)
 
-        # Per-slot table, written at the last beat of a packet being written. A slot so
-        # written is empty and nobody else writes it, so an uncommitted write is harmless.
-        m.d.comb += [iw.addr.eq(p_slot), iw.data.last.eq(beat), iw.data.keep.eq(s.tkeep),
-                     iw.en.eq(last_acc & writing & ~overflow)]
+    def _slot_table_write(self, m, iw, w):
+        """Per-slot table, written at the last beat of a packet being written. A slot so
+        written is empty and nobody else writes it, so an uncommitted write is harmless."""
+        s = self.s_axis
+        m.d.comb += [iw.addr.eq(w.p_slot), iw.data.last.eq(w.beat), iw.data.keep.eq(s.tkeep),
+                     iw.en.eq(w.last_acc & w.writing & ~w.overflow)]
 
-        # --- Skip and restart ---
-        skip_ready = ~busy & ~valid_exp & ~restart_pending
+    def _skip_and_restart(self, m, f, st):
+        """Skip: taken only while nothing can be released, applied when its PSN is
+        expected. Restart: pending from the register write until no packet is read out."""
+        skin = self.skip
+        busy, restart_pending = st.busy, st.restart_pending
+        skip_ready = ~busy & ~st.valid_exp & ~restart_pending
         m.d.comb += skin.ready.eq(skip_ready)
         skip_fire = skin.valid & skip_ready
-        skip_apply = skip_fire & (skin.payload.psn == expected)
+        skip_apply = skip_fire & (skin.payload.psn == st.expected)
         restart_apply = restart_pending & ~busy
         m.d.sync += restart_pending.eq((restart_pending & ~restart_apply) |
                                        f["control"]["restart"])
+        return SimpleNamespace(skip_fire=skip_fire, skip_apply=skip_apply,
+                               restart_apply=restart_apply)
 
-        # --- The verdict, at the last beat ---
+    def _verdict(self, m, w, ctl):
+        """The verdict, at the last beat: ``commit`` (stored) or the drop (first match
+        wins: bad, too_long, duplicates, out_of_window); marks a packet a restart aborted."""
+        s = self.s_axis
+        first, wr_abort, writing = w.first, w.wr_abort, w.writing
+        restart_apply = ctl.restart_apply
         bad = s.tuser[0]
         aborted = (~first & wr_abort) | restart_apply
-        still = in_window & ~(skip_apply & at_expected)     # not passed by a skip
-        commit = last_acc & writing & ~bad & ~overflow & ~aborted & still
-        rest = last_acc & ~bad & ~overflow
-        v_dup = rest & ~aborted & Mux(writing, ~still, dup)
-        v_oow = rest & (aborted | (~writing & ~dup))
-        in_packet_after = Mux(accept, ~s.tlast, ~first)
-        with m.If(last_acc):
+        still = w.in_window & ~(ctl.skip_apply & w.at_expected)   # not passed by a skip
+        commit = w.last_acc & writing & ~bad & ~w.overflow & ~aborted & still
+        rest = w.last_acc & ~bad & ~w.overflow
+        v_dup = rest & ~aborted & Mux(writing, ~still, w.dup)
+        v_oow = rest & (aborted | (~writing & ~w.dup))
+        in_packet_after = Mux(w.accept, ~s.tlast, ~first)
+        with m.If(w.last_acc):
             m.d.sync += wr_abort.eq(0)
         with m.If(restart_apply & in_packet_after):
             m.d.sync += wr_abort.eq(1)
+        return SimpleNamespace(bad=bad, commit=commit, v_dup=v_dup, v_oow=v_oow)
 
-        # --- Read side ---
+    def _release_engine(self, m, rd, ir, st):
+        """Read side: whenever the slot of expected is valid, its packet is read out one
+        beat a cycle, through the RAM's read data register (b) and a plain register (r)."""
+        B, S = self.data_width // 8, self.slot_beats
+        busy, exp_base = st.busy, st.exp_base
         b_valid = Signal()                # the RAM's read data register holds a beat
         b_last = Signal()
         b_keep = Signal(B)
@@ -360,13 +438,13 @@ class ReorderBuffer(wiring.Component):
         r_data = Signal(self.data_width, reset_less=True)
         out_room = Signal()               # the output skid buffer takes a beat
         rec_room = Signal()               # the m_psn skid buffer takes a record
-        rd_addr = Signal(range(words))
+        rd_addr = Signal(range(self._words))
         left = Signal(range(max(S, 2)))   # beats still to read after the next one
         cur_keep = Signal(B)
         # b and r move together (a beat is read) when r is empty or moves on: flip-flops only.
         move = ~r_valid | out_room
         can_read = move
-        start = ~busy & valid_exp & can_read & rec_room & ~restart_pending
+        start = ~busy & st.valid_exp & can_read & rec_room & ~st.restart_pending
         cont = busy & can_read
         read = start | cont
         info_last = ir.data.last
@@ -387,22 +465,36 @@ class ReorderBuffer(wiring.Component):
         with m.If(move):
             m.d.sync += [b_valid.eq(read), r_valid.eq(b_valid), r_data.eq(rd.data),
                          r_last.eq(b_last), r_keep.eq(b_keep)]
+        return SimpleNamespace(start=start, advance=advance, r_valid=r_valid, r_data=r_data,
+                               r_keep=r_keep, r_last=r_last, out_room=out_room,
+                               rec_room=rec_room)
+
+    def _output(self, m, rel, expected):
+        """Output: ``m_axis`` through a two-entry skid buffer after r, and the ``m_psn``
+        record of each release (made as its first beat is read) through another."""
         o = self.m_axis
-        skid_buffer(m, i_valid=r_valid, i_ready=out_room,
-                    i_payload=Cat(r_data, r_keep, r_last, Const(0, 1)),
+        skid_buffer(m, i_valid=rel.r_valid, i_ready=rel.out_room,
+                    i_payload=Cat(rel.r_data, rel.r_keep, rel.r_last, Const(0, 1)),
                     o_valid=o.tvalid, o_ready=o.tready,
                     o_payload=Cat(o.tdata, o.tkeep, o.tlast, o.tuser), name="out")
-        skid_buffer(m, i_valid=start, i_ready=rec_room, i_payload=expected,
+        skid_buffer(m, i_valid=rel.start, i_ready=rel.rec_room, i_payload=expected,
                     o_valid=self.m_psn.valid, o_ready=self.m_psn.ready,
                     o_payload=self.m_psn.payload, name="rec")
 
-        # --- Expected PSN, slots, occupancy ---
-        step = advance | skip_apply
+    def _expected_and_slots(self, m, f, ir, st, w, ctl, v, rel):
+        """Expected PSN and slots: ``expected`` moves on after a release or an applied skip,
+        or becomes the ``expected`` register at a restart; the valid bits follow."""
+        D, S, slot_bits = self.depth, self.slot_beats, self._slot_bits
+        expected, exp_base, exp_slot = st.expected, st.exp_base, st.exp_slot
+        valid, valid_exp = st.valid, st.valid_exp
+        lap1, lap2 = w.lap1, w.lap2
+        advance, commit, p_slot = rel.advance, v.commit, w.p_slot
+        step = advance | ctl.skip_apply
         exp_next = Signal(PSN_BITS)
         new_start = f["expected"]["psn"]
-        with m.If(restart_apply):
+        with m.If(ctl.restart_apply):
             m.d.comb += exp_next.eq(new_start)
-            m.d.sync += [exp_base.eq(slot_base(new_start[:slot_bits])),
+            m.d.sync += [exp_base.eq(self._slot_base(new_start[:slot_bits])),
                          lap1.eq(new_start[slot_bits:] + 1), lap2.eq(new_start[slot_bits:] + 2),
                          valid.eq(0), valid_exp.eq(0)]
         with m.Else():
@@ -424,31 +516,33 @@ class ReorderBuffer(wiring.Component):
         # The table is read for the slot `expected` will have in the next cycle.
         m.d.comb += ir.addr.eq(exp_next[:slot_bits])
 
+    def _formal_events(self, m, expected, start, skip_apply):
+        """The decisions that move ``expected``, for the formal checks."""
         m.d.comb += [self.release_event.eq(start), self.skip_event.eq(skip_apply),
                      self.event_psn.eq(expected)]
 
-        # Occupancy, for the register only: counted from registered events, a cycle late,
-        # so that its adder is not behind the verdict logic.
+    def _occupancy(self, m, occupancy, commit, advance, restart_apply):
+        """Occupancy, for the register only: counted from registered events, a cycle late,
+        so that its adder is not behind the verdict logic."""
         got, left_ram, emptied = Signal(), Signal(), Signal()
         m.d.sync += [got.eq(commit), left_ram.eq(advance), emptied.eq(restart_apply)]
         m.d.sync += occupancy.eq(Mux(emptied, 0, occupancy + got - left_ram))
 
-        # --- Registers ---
-        m.d.comb += [f["next_psn"]["psn"].eq(expected),
-                     f["occupancy"]["slots"].eq(occupancy)]
+    def _status_and_counters(self, m, f, st, w, ctl, v, rel):
+        """Registers: ``next_psn``, ``occupancy`` and the event counters."""
+        last_acc, bad = w.last_acc, v.bad
+        m.d.comb += [f["next_psn"]["psn"].eq(st.expected),
+                     f["occupancy"]["slots"].eq(st.occupancy)]
         events = Signal(data.StructLayout({n: 1 for n in REORDER_COUNTERS}))
         m.d.comb += [
             events.packets_in.eq(last_acc),
-            events.released.eq(start),
-            events.duplicates.eq(v_dup),
-            events.out_of_window.eq(v_oow),
-            events.too_long.eq(last_acc & ~bad & overflow),
+            events.released.eq(rel.start),
+            events.duplicates.eq(v.v_dup),
+            events.out_of_window.eq(v.v_oow),
+            events.too_long.eq(last_acc & ~bad & w.overflow),
             events.bad.eq(last_acc & bad),
-            events.skipped.eq(skip_apply),
-            events.skip_ignored.eq(skip_fire & ~skip_apply),
+            events.skipped.eq(ctl.skip_apply),
+            events.skip_ignored.eq(ctl.skip_fire & ~ctl.skip_apply),
         ]
         event_counters(m, f, events, REORDER_COUNTERS, f["control"]["clear"],
                        width=self.counter_width)
-        return m
-
-
