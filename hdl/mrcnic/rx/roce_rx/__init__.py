@@ -4,12 +4,15 @@ The receive parser of one plane, in :class:`~mrcnic.rx.mrc_rx.MrcRx` after the p
 :class:`~mrcnic.rx.srv6_decap.Srv6Decap`: it checks each RoCEv2/MRC frame as it streams and
 turns it into one record (a packet for the PSN tracker, a received SACK or NACK, an AETH
 NAK, a port status update); a data packet's payload waits in a block-RAM buffer until its
-verdict comes back, and is then placed or dropped. :class:`HeaderCheck` is its stage B.
+verdict comes back, and is then placed or dropped. Its stage B,
+:class:`~mrcnic.rx.roce_rx.header_check.HeaderCheck`, is in :mod:`.header_check`.
 
 Operation, decisions and measured figures: docs/blocks/roce-rx.md.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -23,33 +26,17 @@ from mrcnic.base.crc import CrcStream
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters)
-from mrcnic.base.proto import (
-    AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH, TSETH, UDP,
-    EvMode, Opcode)
+from mrcnic.base.proto import Opcode
 from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer, SkidBuffer,
                      check_data_width, const_lt, drive_axis, keep_count, meta_stream)
+from mrcnic.rx.roce_rx.header_check import (
+    BTH_AT, C_IN_BAD, C_LENGTH, C_NONE, C_NOT_ROCE, C_OPCODE, C_TRUNCATED, HDR_BYTES,
+    K_ACK, K_DATA, K_NACK, K_NAK, K_PEER, K_PROBE, K_SACK, K_TRIM, KEPT, PAYLOAD_AT,
+    HeaderCheck)
 
 __all__ = ["RoceRx", "ROCE_RX_REGS",
            "RX_COUNTERS"]
 
-
-# Frame positions after decapsulation.
-IP_AT = ETH.size                        # 14
-UDP_AT = IP_AT + IPV6.size              # 54
-BTH_AT = UDP_AT + UDP.size              # 62
-EXT_AT = BTH_AT + BTH.size              # 74: the headers after the BTH
-HDR_BYTES = EXT_AT + SETH.size + CC_STATE.size      # 110: a SACK's, the longest read
-KEPT = [*range(12, IP_AT + 8), *range(UDP_AT, HDR_BYTES)]   # bytes stage B reads
-# Payload start: METH, then TSETH (ts bit), RETH, ImmDt (the _IMM opcodes).
-PAYLOAD_AT = [EXT_AT + 4 + RETH.size + 4 * k for k in range(3)]  # 94, 98, 102
-CONTROL_END = {Opcode.ACK: EXT_AT + AETH.size, Opcode.SACK: HDR_BYTES,
-               Opcode.NACK: EXT_AT + NETH.size, Opcode.PROBE: EXT_AT + PETH.size,
-               Opcode.EP_REQUEST: EXT_AT + PORT_STATUS.size}
-
-# Record kinds (stage B -> stage D).
-K_DATA, K_TRIM, K_PROBE, K_SACK, K_NACK, K_ACK, K_NAK, K_PEER = range(8)
-# Drop causes found in stage B, by priority; the ICRC, too_long and no_room come after.
-C_NONE, C_IN_BAD, C_NOT_ROCE, C_TRUNCATED, C_OPCODE, C_LENGTH = range(6)
 
 FIFO_DEPTH = 16         # record FIFOs and the summary FIFO; > frames in flight at 2048 bits
 
@@ -228,9 +215,34 @@ class RoceRx(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        B, W, AW = self.B, self.data_width, self.aw
-        PTR = AW + 1                      # buffer pointers carry a lap bit: full vs empty
+        # Skid buffers on s_axis, meta, verdict and m_axis; the register block.
+        io = self._ports(m)
+        # Stage A: frame cursor, ICRC pipeline, sticky bad flag, stage B's input registers.
+        a = self._stage_a_parse(m, io)
+        # Payload buffer: the block RAM, its write and free pointers.
+        buf = self._payload_buffer(m)
+        # Payload writer: the payload, realigned, into the buffer as the frame streams.
+        w = self._payload_writer(m, a, buf)
+        # The writer's per-frame state, handed to stage B with the last beat.
+        self._writer_frame_state(m, a, buf, w)
+        # Stage B: HeaderCheck's checks and record, the summary FIFO.
+        b = self._stage_b_check(m, io, a, buf, w)
+        # Stage D: the ICRC verdict, the drop decision, the record FIFOs and outputs.
+        d = self._stage_d_records(m, a, b)
+        # Credits: a last beat is taken only when every record FIFO has room for it.
+        self._credits(m, a, d)
+        # Buffer commit: keep (held entry), roll back or leave a hole; slots in use.
+        c = self._buffer_commit(m, buf, w, b, d)
+        # Release engine: verdicts, place records, payloads out on m_axis.
+        r = self._release_engine(m, io, buf, w, c)
+        # Event counters and the status register.
+        self._counters(m, io, buf, w, d, r)
+        a.cap.capture()
+        return m
 
+    def _ports(self, m):
+        """The skid buffers on the four streams and the register block."""
+        W = self.data_width
         m.submodules.in_skid = in_skid = SkidBuffer(W)
         wiring.connect(m, wiring.flipped(self.s_axis), in_skid.s_axis)
         m.submodules.meta_skid = meta_skid = MetaSkidBuffer(DECAP_META)
@@ -241,23 +253,13 @@ class RoceRx(wiring.Component):
         wiring.connect(m, out_skid.m_axis, wiring.flipped(self.m_axis))
         m.submodules.csr = csr = CsrBlock(ROCE_RX_REGS)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
-        regs = csr.fields
-        s, mi, vi = in_skid.m_axis, meta_skid.o, verdict_skid.o
+        return SimpleNamespace(regs=csr.fields, s=in_skid.m_axis, mi=meta_skid.o,
+                               vi=verdict_skid.o, out=out_skid.s_axis)
 
-        summary = data.StructLayout({
-            "cause": 3, "check_icrc": 1, "too_long": 1, "no_room": 1, "kind": 3,
-            "res": 1, "wrote": 1, "start": PTR, "end": PTR,
-            "body": data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
-                                      "peer": PEER_STATUS}),
-        })
-        lb = ceil_log2(B)
-        # A held-queue entry carries its payload's word count, whether it is one word, and
-        # the last word's last lane, worked out before the queue so that the reader, which
-        # decides from the entry in the cycle it sees it, has no arithmetic on that path.
-        held = data.StructLayout({"hole": 1, "wrote": 1, "start": PTR, "end": PTR,
-                                  "words": 16, "one": 1, "tail": lb, "place": PLACE})
-
-        # --- Parse: cursor, ICRC, sticky flags ----------------------------------------------
+    def _stage_a_parse(self, m, io):
+        """Stage A: the cursor keeping the header bytes, the input handshakes, the ICRC
+        pipeline, the sticky bad flag, and stage B's registers loaded with the last beat."""
+        s, mi = io.s, io.mi
         accept = Signal()
         cap = FrameCursor(m, s, accept, header_bytes=HDR_BYTES)
         for pos in KEPT:
@@ -288,9 +290,15 @@ class RoceRx(wiring.Component):
         with m.If(last):
             m.d.sync += [fin_len.eq(cap.off + keep_count(s.tkeep)),
                          fin_bad.eq(bad_now | mi.payload.bad), fin_meta.eq(mi.payload)]
+        return SimpleNamespace(s=s, cap=cap, accept=accept, room=room, last=last, crc=crc,
+                               fin=fin, fin_len=fin_len, fin_bad=fin_bad, fin_meta=fin_meta)
 
-        # --- Payload writer -----------------------------------------------------------------
-        mem = Memory(shape=W, depth=self.words, init=[])
+    def _payload_buffer(self, m):
+        """The payload buffer: block RAM of ``words`` words of B bytes, the write pointer
+        ``wp`` and the free pointer ``rp``."""
+        AW = self.aw
+        PTR = AW + 1                      # buffer pointers carry a lap bit: full vs empty
+        mem = Memory(shape=self.data_width, depth=self.words, init=[])
         m.submodules.mem = mem
         wr = mem.write_port()
         rd = mem.read_port(domain="sync")
@@ -298,7 +306,24 @@ class RoceRx(wiring.Component):
         wp = Signal(PTR)                 # next word to write
         rp = Signal(PTR)                 # words before this one are free
         full = (wp[:AW] == rp[:AW]) & (wp[AW] != rp[AW])
+        return SimpleNamespace(wr=wr, rd=rd, wp=wp, rp=rp, full=full)
 
+    def _per_p(self, m, fn, sel):
+        """``fn(p)`` for the payload start ``p`` = ``PAYLOAD_AT[sel]``, as a 1-bit signal."""
+        out = Signal(name=f"per_p_{fn.__name__}")
+        with m.Switch(sel):
+            for k, p in enumerate(PAYLOAD_AT):
+                with m.Case(k):
+                    m.d.comb += out.eq(fn(p))
+        return out
+
+    def _payload_writer(self, m, a, buf):
+        """The payload writer: each word of payload, realigned from the previous beat and
+        this one, goes into the buffer as the frame streams, and the tail's word in the
+        cycle after the last beat (the flush); a frame that finds no room stops writing."""
+        B, W, AW = self.B, self.data_width, self.aw
+        PTR = AW + 1
+        s, cap, accept = a.s, a.cap, a.accept
         op_now = cap.now(BTH_AT)
         is_write_now = (op_now >= Opcode.WRITE_FIRST) & (op_now <= Opcode.WRITE_ONLY_IMM)
         imm_now = (op_now == Opcode.WRITE_LAST_IMM) | (op_now == Opcode.WRITE_ONLY_IMM)
@@ -306,19 +331,8 @@ class RoceRx(wiring.Component):
         psel_now = Signal(2)
         m.d.comb += psel_now.eq(ts_now + imm_now)
 
-        def per_p(fn, sel):
-            out = Signal(name=f"per_p_{fn.__name__}")
-            with m.Switch(sel):
-                for k, p in enumerate(PAYLOAD_AT):
-                    with m.Case(k):
-                        m.d.comb += out.eq(fn(p))
-            return out
-
         def beats_after_start(p):          # this beat completes a word: beat >= P // B + 1
             return ~const_lt(cap.beat, p // B + 1)
-
-        def tail_word(p):                  # a last beat that holds payload-side bytes
-            return ~const_lt(cap.beat, p // B) & s.tkeep[p % B]
 
         # Per-frame state of the frame streaming in, cleared by its last beat; its final
         # value goes to stage B with the last beat (fin_*), where the flush may change it.
@@ -335,12 +349,12 @@ class RoceRx(wiring.Component):
         slot_ok = slots < self.max_held
         head_pop = Signal()                           # an entry leaves the head (reader)
 
-        wreq_n = accept & is_write_now & per_p(beats_after_start, psel_now) & ~fr_ovf
-        wreq_f = fin & fl_req & ~fin_ovf
+        wreq_n = accept & is_write_now & self._per_p(m, beats_after_start, psel_now) & ~fr_ovf
+        wreq_f = a.fin & fl_req & ~fin_ovf
         wreq = wreq_n | wreq_f
         cur_res = Mux(wreq_f, fin_res, fr_res)
         do_write = Signal()
-        m.d.comb += do_write.eq(wreq & ~full & (cur_res | slot_ok))
+        m.d.comb += do_write.eq(wreq & ~buf.full & (cur_res | slot_ok))
         ovf_set = wreq & ~do_write
         res_set = do_write & ~cur_res
 
@@ -353,27 +367,52 @@ class RoceRx(wiring.Component):
             for k, p in enumerate(PAYLOAD_AT):
                 with m.Case(k):
                     m.d.comb += wdata.eq(window[8 * (p % B):8 * (p % B) + W])
-        m.d.comb += [wr.addr.eq(wp[:AW]), wr.data.eq(wdata), wr.en.eq(do_write)]
+        m.d.comb += [buf.wr.addr.eq(buf.wp[:AW]), buf.wr.data.eq(wdata),
+                     buf.wr.en.eq(do_write)]
+        return SimpleNamespace(
+            is_write_now=is_write_now, psel_now=psel_now, fr_res=fr_res, fr_ovf=fr_ovf,
+            fr_wrote=fr_wrote, fr_start=fr_start, fin_res=fin_res, fin_ovf=fin_ovf,
+            fin_wrote=fin_wrote, fin_start=fin_start, fl_req=fl_req, fl_psel=fl_psel,
+            slots=slots, slot_ok=slot_ok, head_pop=head_pop, wreq_n=wreq_n, wreq_f=wreq_f,
+            do_write=do_write, ovf_set=ovf_set, res_set=res_set)
 
-        with m.If(last):
+    def _writer_frame_state(self, m, a, buf, w):
+        """The writer's per-frame state: set as the frame writes, moved to its ``fin_*``
+        registers (and the flush requested) with the last beat, then cleared."""
+        B, s, cap = self.B, a.s, a.cap
+
+        def tail_word(p):                  # a last beat that holds payload-side bytes
+            return ~const_lt(cap.beat, p // B) & s.tkeep[p % B]
+
+        wreq_n, do_write = w.wreq_n, w.do_write
+        with m.If(a.last):
             m.d.sync += [
-                fin_res.eq(fr_res | (wreq_n & res_set)),
-                fin_ovf.eq(fr_ovf | (wreq_n & ovf_set)),
-                fin_wrote.eq(fr_wrote | (wreq_n & do_write)),
-                fin_start.eq(Mux(fr_wrote, fr_start, wp)),
-                fl_req.eq(is_write_now & per_p(tail_word, psel_now)),
-                fl_psel.eq(psel_now),
-                fr_res.eq(0), fr_ovf.eq(0), fr_wrote.eq(0),
+                w.fin_res.eq(w.fr_res | (wreq_n & w.res_set)),
+                w.fin_ovf.eq(w.fr_ovf | (wreq_n & w.ovf_set)),
+                w.fin_wrote.eq(w.fr_wrote | (wreq_n & do_write)),
+                w.fin_start.eq(Mux(w.fr_wrote, w.fr_start, buf.wp)),
+                w.fl_req.eq(w.is_write_now & self._per_p(m, tail_word, w.psel_now)),
+                w.fl_psel.eq(w.psel_now),
+                w.fr_res.eq(0), w.fr_ovf.eq(0), w.fr_wrote.eq(0),
             ]
-        with m.Elif(accept):
-            with m.If(res_set & wreq_n):
-                m.d.sync += fr_res.eq(1)
-            with m.If(ovf_set & wreq_n):
-                m.d.sync += fr_ovf.eq(1)
-            with m.If(do_write & wreq_n & ~fr_wrote):
-                m.d.sync += [fr_wrote.eq(1), fr_start.eq(wp)]
+        with m.Elif(a.accept):
+            with m.If(w.res_set & wreq_n):
+                m.d.sync += w.fr_res.eq(1)
+            with m.If(w.ovf_set & wreq_n):
+                m.d.sync += w.fr_ovf.eq(1)
+            with m.If(do_write & wreq_n & ~w.fr_wrote):
+                m.d.sync += [w.fr_wrote.eq(1), w.fr_start.eq(buf.wp)]
 
-        # --- Stage B: checks and record from the kept header bytes --------------------------
+    def _stage_b_check(self, m, io, a, buf, w):
+        """Stage B, the cycle after the last beat: :class:`HeaderCheck` on the kept bytes,
+        the flush's share of the buffer state, and the frame's summary into the FIFO."""
+        regs, cap, PTR = io.regs, a.cap, self.aw + 1
+        summary = data.StructLayout({
+            "cause": 3, "check_icrc": 1, "too_long": 1, "no_room": 1, "kind": 3,
+            "res": 1, "wrote": 1, "start": PTR, "end": PTR,
+            "body": data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
+                                      "peer": PEER_STATUS}),
+        })
         m.submodules.check = chk = HeaderCheck(self.pmtu_max)
         pmtu = Signal(16)                # the register, at most pmtu_max; changes rarely
         m.d.sync += pmtu.eq(Mux(regs["pmtu"]["bytes"] > self.pmtu_max, self.pmtu_max,
@@ -381,7 +420,7 @@ class RoceRx(wiring.Component):
         m.d.comb += [
             chk.bus.eq(Cat(*(cap.regs[i] if i in cap.regs else Const(0, 8)
                              for i in range(HDR_BYTES)))),
-            chk.n.eq(fin_len), chk.bad.eq(fin_bad), chk.meta.eq(fin_meta),
+            chk.n.eq(a.fin_len), chk.bad.eq(a.fin_bad), chk.meta.eq(a.fin_meta),
             chk.udp_dport.eq(regs["udp_dport"]["port"]), chk.pmtu.eq(pmtu),
             chk.trim_dscp.eq(regs["trim_dscp"]["dscp"]),
             chk.trim_lasthop_dscp.eq(regs["trim_lasthop_dscp"]["dscp"]),
@@ -389,29 +428,35 @@ class RoceRx(wiring.Component):
         kind = chk.kind
         # The flush write happens in this cycle; a data frame that wrote nothing reserves its
         # held-queue entry now.
-        b_res = fin_res | (wreq_f & res_set)
-        b_ovf = fin_ovf | (wreq_f & ovf_set)
-        b_wrote = fin_wrote | (wreq_f & do_write)
+        wreq_f, do_write, fin = w.wreq_f, w.do_write, a.fin
+        b_res = w.fin_res | (wreq_f & w.res_set)
+        b_ovf = w.fin_ovf | (wreq_f & w.ovf_set)
+        b_wrote = w.fin_wrote | (wreq_f & do_write)
         late_res = fin & chk.data_frame & ~b_res & ~b_ovf
-        late_ok = late_res & slot_ok
+        late_ok = late_res & w.slot_ok
 
         sm = Signal(summary)
         m.d.comb += [
             sm.cause.eq(chk.cause), sm.check_icrc.eq(chk.check_icrc),
             sm.too_long.eq(chk.too_long),
-            sm.no_room.eq((kind == K_DATA) & (b_ovf | (late_res & ~slot_ok))),
+            sm.no_room.eq((kind == K_DATA) & (b_ovf | (late_res & ~w.slot_ok))),
             sm.kind.eq(kind), sm.res.eq(b_res | late_ok), sm.wrote.eq(b_wrote),
-            sm.start.eq(Mux(fin_wrote, fin_start, wp)), sm.end.eq(wp + (wreq_f & do_write)),
+            sm.start.eq(Mux(w.fin_wrote, w.fin_start, buf.wp)),
+            sm.end.eq(buf.wp + (wreq_f & do_write)),
             sm.body.eq(chk.body),
         ]
 
         m.submodules.summary = sfifo = SyncFIFO(width=summary.size, depth=FIFO_DEPTH)
         m.d.comb += [sfifo.w_en.eq(fin), sfifo.w_data.eq(sm)]
+        return SimpleNamespace(summary=summary, sfifo=sfifo, late_ok=late_ok)
 
-        # --- Stage D: the ICRC verdict, records out ----------------------------------------
+    def _stage_d_records(self, m, a, b):
+        """Stage D: the summary and the ICRC verdict registered, the drop decided, the
+        record written into its FIFO (the record outputs), ``tag`` counted."""
+        sfifo, crc = b.sfifo, a.crc
         # The ICRC verdict and the summary are registered first: both come at the end of
         # deep logic (the CRC's 32-bit compare, the summary's distributed RAM).
-        hd = Signal(summary)
+        hd = Signal(b.summary)
         done, icrc_ok = Signal(), Signal()
         m.d.comb += sfifo.r_en.eq(crc.done)
         m.d.sync += done.eq(crc.done)
@@ -452,29 +497,43 @@ class RoceRx(wiring.Component):
                          fifo.r_en.eq(port.ready)]
         with m.If(hold):
             m.d.sync += tag.eq(tag + 1)
+        return SimpleNamespace(hd=hd, done=done, late_cause=late_cause, take=take, hold=hold,
+                               tag=tag, fifos=(pkt_fifo, ack_fifo, nak_fifo, peer_fifo))
 
-        # Credits: frames past their last beat whose record is not yet in a FIFO, plus the
-        # FIFO's level, never exceed its depth. Registered from last cycle's counts, with one
-        # frame of margin (at most one last beat a cycle).
+    def _credits(self, m, a, d):
+        """Credits: frames past their last beat whose record is not yet in a FIFO, plus the
+        FIFO's level, never exceed its depth. Registered from last cycle's counts, with one
+        frame of margin (at most one last beat a cycle)."""
+        pkt_fifo, ack_fifo, nak_fifo, peer_fifo = d.fifos
         inflight = Signal(range(FIFO_DEPTH + 1))
-        m.d.sync += inflight.eq(inflight + last - done)
-        m.d.sync += room.eq((inflight + 2 <= FIFO_DEPTH) &
-                            (inflight + pkt_fifo.level + 2 <= FIFO_DEPTH) &
-                            (inflight + ack_fifo.level + 2 <= FIFO_DEPTH) &
-                            (inflight + nak_fifo.level + 2 <= FIFO_DEPTH) &
-                            (inflight + peer_fifo.level + 2 <= FIFO_DEPTH))
+        m.d.sync += inflight.eq(inflight + a.last - d.done)
+        m.d.sync += a.room.eq((inflight + 2 <= FIFO_DEPTH) &
+                              (inflight + pkt_fifo.level + 2 <= FIFO_DEPTH) &
+                              (inflight + ack_fifo.level + 2 <= FIFO_DEPTH) &
+                              (inflight + nak_fifo.level + 2 <= FIFO_DEPTH) &
+                              (inflight + peer_fifo.level + 2 <= FIFO_DEPTH))
 
-        # Buffer commit: keep (held entry), roll back, or leave a hole the reader skips.
+    def _buffer_commit(self, m, buf, w, b, d):
+        """Buffer commit: a kept frame's words become a held entry; a dropped frame's words
+        are rolled back, or become a hole the reader skips. The write pointer and the
+        held-queue slot count."""
+        B, PTR, lb = self.B, self.aw + 1, ceil_log2(self.B)
+        # A held-queue entry carries its payload's word count, whether it is one word, and
+        # the last word's last lane, worked out before the queue so that the reader, which
+        # decides from the entry in the cycle it sees it, has no arithmetic on that path.
+        held = data.StructLayout({"hole": 1, "wrote": 1, "start": PTR, "end": PTR,
+                                  "words": 16, "one": 1, "tail": lb, "place": PLACE})
+        hd, hold, wp, do_write = d.hd, d.hold, buf.wp, w.do_write
         m.submodules.held = queue = SyncFIFOBuffered(width=held.size, depth=self.max_held)
-        rollback = done & ~hold & hd.wrote & (wp == hd.end) & ~do_write
-        hole = done & ~hold & hd.wrote & ~rollback
+        rollback = d.done & ~hold & hd.wrote & (wp == hd.end) & ~do_write
+        hole = d.done & ~hold & hd.wrote & ~rollback
         entry = Signal(held)
         m.d.comb += [
             entry.hole.eq(~hold), entry.wrote.eq(hd.wrote), entry.start.eq(hd.start),
             entry.end.eq(hd.end),
             entry.place.qp.eq(hd.body.pkt.qp), entry.place.psn.eq(hd.body.pkt.psn),
             entry.place.va.eq(hd.body.pkt.va), entry.place.length.eq(hd.body.pkt.length),
-            entry.place.tag.eq(tag),
+            entry.place.tag.eq(d.tag),
             entry.words.eq((hd.body.pkt.length + B - 1) >> lb),
             entry.one.eq((hd.body.pkt.length != 0) & (hd.body.pkt.length <= B)),
             entry.tail.eq((hd.body.pkt.length - 1)[:lb]),
@@ -485,16 +544,22 @@ class RoceRx(wiring.Component):
         with m.Elif(do_write):
             m.d.sync += wp.eq(wp + 1)
         # A reserved frame keeps its slot when it leaves an entry; the slot is freed when the
-        # entry leaves the head (below) or when the frame leaves none.
-        m.d.sync += slots.eq(slots + (res_set | late_ok) - (done & hd.res & ~(hold | hole))
-                             - head_pop)
+        # entry leaves the head (release engine) or when the frame leaves none.
+        m.d.sync += w.slots.eq(w.slots + (w.res_set | b.late_ok)
+                               - (d.done & hd.res & ~(hold | hole)) - w.head_pop)
+        return SimpleNamespace(held=held, lb=lb, queue=queue)
 
-        # --- Reader: verdicts, place records, payload out ----------------------------------
+    def _release_engine(self, m, io, buf, w, c):
+        """The release engine (reader): the head held entry waits for its verdict; a place
+        verdict gives a place record and reads the payload out on ``m_axis``, a word a
+        cycle; a hole entry is freed without one."""
+        B, AW, PTR, lb = self.B, self.aw, self.aw + 1, c.lb
+        vi, out, rd, queue = io.vi, io.out, buf.rd, c.queue
         m.submodules.place_fifo = place_fifo = SyncFIFOBuffered(width=PLACE.size, depth=4)
         m.d.comb += [self.place.payload.eq(place_fifo.r_data),
                      self.place.valid.eq(place_fifo.r_rdy), place_fifo.r_en.eq(self.place.ready)]
         # The head entry comes from a register (block RAM has a slow clock-to-output).
-        m.submodules.head_skid = head_skid = MetaSkidBuffer(held)
+        m.submodules.head_skid = head_skid = MetaSkidBuffer(c.held)
         m.d.comb += [head_skid.i.payload.eq(queue.r_data), head_skid.i.valid.eq(queue.r_rdy),
                      queue.r_en.eq(head_skid.i.ready)]
         head = head_skid.o.payload
@@ -507,7 +572,7 @@ class RoceRx(wiring.Component):
         r_keep = Signal(B)
         o_valid, o_last = Signal(), Signal()
         o_keep = Signal(B)
-        out_free = ~o_valid | out_skid.s_axis.tready
+        out_free = ~o_valid | out.tready
 
         # Lane l of the last word is kept when l <= (length - 1) mod B (lane 0 always).
         head_keep = Cat(Const(1, 1), *(Const(l, lb) <= head.tail for l in range(1, B)))
@@ -535,21 +600,24 @@ class RoceRx(wiring.Component):
         with m.Elif(reading & issue & last_word):
             m.d.sync += reading.eq(0)
         with m.If(pop_hole | (v_take & ~start_read & head.wrote) | (start_read & head.one)):
-            m.d.sync += rp.eq(head.end)
+            m.d.sync += buf.rp.eq(head.end)
         with m.Elif(reading & issue & last_word):
-            m.d.sync += rp.eq(r_end)
-        m.d.comb += head_pop.eq(pop_hole | v_take)
+            m.d.sync += buf.rp.eq(r_end)
+        m.d.comb += w.head_pop.eq(pop_hole | v_take)
         m.d.comb += [head_skid.o.ready.eq(pop_hole | v_take), vi.ready.eq(v_take),
                      place_fifo.w_en.eq(v_take & place_it),
                      place_fifo.w_data.eq(head.place)]
-        drive_axis(m, out_skid.s_axis, valid=o_valid, data=rd.data, keep=o_keep,
-                   last=o_last, user=0)
+        drive_axis(m, out, valid=o_valid, data=rd.data, keep=o_keep, last=o_last, user=0)
+        return SimpleNamespace(vmatch=vmatch, place_it=place_it, v_take=v_take)
 
-        # --- Counters, status ----------------------------------------------------------------
+    def _counters(self, m, io, buf, w, d, r):
+        """The event counters (one event a cycle each) and the status register."""
+        regs, hd, done, take, late_cause = io.regs, d.hd, d.done, d.take, d.late_cause
+        v_take, place_it, vmatch = r.v_take, r.place_it, r.vmatch
         ev = Signal(data.StructLayout({name: 1 for name in RX_COUNTERS}))
         k = hd.kind
         m.d.comb += [
-            ev.frames.eq(done), ev.data.eq(hold),
+            ev.frames.eq(done), ev.data.eq(d.hold),
             ev.trimmed.eq(take & (k == K_TRIM)), ev.probes.eq(take & (k == K_PROBE)),
             ev.sacks.eq(take & (k == K_SACK)), ev.nacks.eq(take & (k == K_NACK)),
             ev.acks.eq(take & (k == K_ACK)), ev.naks.eq(take & (k == K_NAK)),
@@ -565,235 +633,7 @@ class RoceRx(wiring.Component):
             ev.too_long.eq(done & (hd.cause == C_NONE) & (late_cause == 2)),
             ev.no_room.eq(done & (hd.cause == C_NONE) & (late_cause == 3)),
         ]
-        event_counters(m, regs, ev, RX_COUNTERS, regs["control"]["clear"], width=self.counter_width)
-        m.d.comb += [regs["status"]["held"].eq(slots),
-                     regs["status"]["buffer_words"].eq((wp - rp)[:PTR])]
-        cap.capture()
-        return m
-
-
-
-class HeaderCheck(wiring.Component):
-    """Stage B of :class:`RoceRx`: every check but the ICRC, and the frame's record, from its
-    header bytes, its length, its sticky bad flag and its ``DECAP_META``. Combinational.
-
-    The checks are those of :class:`RoceRx` in its order (``in_bad``, ``not_roce``,
-    ``truncated``, ``opcode``, ``length``; ``too_long`` apart, since the ICRC comes before
-    it). The lengths a frame may have are subtracted from ``n`` in parallel and then
-    selected by the opcode, so that no subtraction waits for the opcode's decoding.
-
-    Parameters
-    ----------
-    pmtu_max : int
-        :class:`RoceRx`'s ``pmtu_max``, which checks it; ``pmtu`` comes in already limited
-        to it.
-
-    Attributes
-    ----------
-    bus : Signal(880), in
-        Header bytes 0 .. 109 of the frame, byte i at bits 8i .. 8i + 7 (those the
-        :class:`~mrcnic.base.stream.FrameCursor` keeps; the others 0).
-    n : Signal(17), in
-        The frame's length in bytes.
-    bad : Signal(1), in
-        ``tuser[0]`` on some beat of the frame, or ``meta.bad``.
-    meta : Signal(:data:`~mrcnic.base.records.DECAP_META`), in
-        The frame's record from :class:`~mrcnic.rx.srv6_decap.Srv6Decap`.
-    udp_dport, pmtu : Signal(16), in
-        The registers of those names (``pmtu`` at most ``pmtu_max``).
-    trim_dscp, trim_lasthop_dscp : Signal(6), in
-        The trimmed codepoints, the registers of those names.
-    cause : Signal(3), out
-        The first failing check: 0 none, 1 ``in_bad``, 2 ``not_roce``, 3 ``truncated``, 4
-        ``opcode``, 5 ``length``.
-    check_icrc : Signal(1), out
-        The ICRC is to be checked (the frame is not trimmed).
-    too_long : Signal(1), out
-        A WRITE, not trimmed, whose payload is longer than ``pmtu``.
-    kind : Signal(3), out
-        The record's kind: data, trimmed, probe, SACK, NACK, AETH ACK, AETH NAK, port
-        status (0 .. 7).
-    data_frame : Signal(1), out
-        A WRITE at least as long as Ethernet to BTH.
-    body : Signal(union of ``pkt``, ``ack``, ``nak``, ``peer``), out
-        The record, as :data:`~mrcnic.base.records.RX_PKT`,
-        :data:`~mrcnic.base.records.ACK_DESC`, :data:`~mrcnic.base.records.NAK` or
-        :data:`~mrcnic.base.records.PEER_STATUS` by ``kind``.
-
-    Latency
-    -------
-    None: combinational (:class:`RoceRx` registers its outputs).
-
-    Throughput
-    ----------
-    One frame per cycle.
-    """
-
-    def __init__(self, pmtu_max):
-        self.pmtu_max = pmtu_max         # ``pmtu`` comes in already limited to it
-        super().__init__({
-            "bus": In(8 * HDR_BYTES), "n": In(17), "bad": In(1), "meta": In(DECAP_META),
-            "udp_dport": In(16), "pmtu": In(16), "trim_dscp": In(6),
-            "trim_lasthop_dscp": In(6),
-            "cause": Out(3), "check_icrc": Out(1), "too_long": Out(1), "kind": Out(3),
-            "data_frame": Out(1),
-            "body": Out(data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
-                                      "peer": PEER_STATUS})),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        bus, n = self.bus, self.n
-
-        def get(h, name, at):
-            return h.get(bus, name, at)
-
-        meta = self.meta
-        passed = meta.mode == EvMode.PASS
-        dscp = Mux(passed, get(IPV6, "dscp", IP_AT), meta.dscp)
-        ecn = Mux(passed, get(IPV6, "ecn", IP_AT), meta.ecn)
-        lasthop = dscp == self.trim_lasthop_dscp
-        trimmed = Signal()
-        m.d.comb += trimmed.eq((dscp == self.trim_dscp) | lasthop)
-
-        op = get(BTH, "opcode", BTH_AT)
-        ts = get(BTH, "ts", BTH_AT)
-        is_write = (op >= Opcode.WRITE_FIRST) & (op <= Opcode.WRITE_ONLY_IMM)
-        has_imm = (op == Opcode.WRITE_LAST_IMM) | (op == Opcode.WRITE_ONLY_IMM)
-        known = is_write | Cat(*(op == c for c in CONTROL_END)).any()
-        # n minus each header length the frame may have (+ ICRC, + pad for the payload),
-        # worked out in parallel from the registered length and then selected by the opcode,
-        # so that no subtraction waits for the opcode's decoding.
-        icrc = proto.ICRC_LEN
-        constants = {UDP_AT, EXT_AT + 4 + RETH.size, EXT_AT + 8 + RETH.size,
-                     *(p + icrc + q for p in PAYLOAD_AT for q in range(4)),
-                     *(end + icrc for end in CONTROL_END.values())}
-        minus = {c: Signal(signed(19), name=f"n_minus_{c}") for c in sorted(constants)}
-        m.d.comb += [minus[c].eq(n - c) for c in minus]
-        n_minus = minus.__getitem__
-
-        psel = Signal(2)                 # payload at PAYLOAD_AT[psel]
-        m.d.comb += psel.eq(ts + has_imm)
-        pad = get(BTH, "pad", BTH_AT)
-        rest = Signal(signed(19))        # bytes between the headers and the ICRC
-        payload = Signal(signed(19))     # rest without the pad (writes)
-        reth_left = Signal(signed(19))   # bytes after a trimmed frame's RETH
-        with m.Switch(psel):
-            for k, p in enumerate(PAYLOAD_AT):
-                with m.Case(k):
-                    m.d.comb += rest.eq(n_minus(p + icrc))
-                    with m.Switch(pad):
-                        for q in range(4):
-                            with m.Case(q):
-                                m.d.comb += payload.eq(n_minus(p + icrc + q))
-        for c, end in CONTROL_END.items():
-            with m.If(op == c):
-                m.d.comb += rest.eq(n_minus(end + icrc))
-        m.d.comb += reth_left.eq(Mux(ts, n_minus(EXT_AT + 8 + RETH.size),
-                                     n_minus(EXT_AT + 4 + RETH.size)))
-
-        not_roce = (((n >= 14) & (get(ETH, "ethertype", 0) != proto.ETHERTYPE_IPV6)) |
-                    ((n >= 15) & (get(IPV6, "version", IP_AT) != proto.IPV6_VERSION)) |
-                    ((n >= 21) & (get(IPV6, "next_header", IP_AT) != proto.IPPROTO_UDP)) |
-                    ((n >= 58) & (get(UDP, "dst_port", UDP_AT) != self.udp_dport)))
-        short = n < EXT_AT
-        truncated = short | Mux(trimmed, is_write & reth_left[-1], known & rest[-1])
-        ep_bad = (op == Opcode.EP_REQUEST) & (
-            (get(BTH, "dest_qp", BTH_AT) != proto.ENDPOINT_QP) |
-            (get(PORT_STATUS, "type", EXT_AT) != proto.EP_PORT_STATUS))
-        opcode_bad = ~short & Mux(trimmed, ~is_write, ~known | ep_bad)
-        plen = get(IPV6, "payload_length", IP_AT)
-        length_bad = ((plen != n_minus(UDP_AT)) | (get(UDP, "length", UDP_AT) != plen) |
-                      Mux(is_write, (rest[:2] != 0) | payload[-1], (rest != 0) | (pad != 0)))
-        too_long = is_write & ~trimmed & (payload > self.pmtu)
-        cause = Mux(self.bad, C_IN_BAD, Mux(not_roce, C_NOT_ROCE, Mux(
-            truncated, C_TRUNCATED, Mux(opcode_bad, C_OPCODE, Mux(
-                ~trimmed & length_bad, C_LENGTH, C_NONE)))))
-
-        syndrome = get(AETH, "syndrome", EXT_AT)
-        kind = Signal(3)
-        with m.If(trimmed):
-            m.d.comb += kind.eq(K_TRIM)
-        with m.Elif(op == Opcode.PROBE):
-            m.d.comb += kind.eq(K_PROBE)
-        with m.Elif(op == Opcode.SACK):
-            m.d.comb += kind.eq(K_SACK)
-        with m.Elif(op == Opcode.NACK):
-            m.d.comb += kind.eq(K_NACK)
-        with m.Elif(op == Opcode.ACK):
-            m.d.comb += kind.eq(Mux(syndrome == 0, K_ACK, K_NAK))
-        with m.Elif(op == Opcode.EP_REQUEST):
-            m.d.comb += kind.eq(K_PEER)
-        with m.Else():
-            m.d.comb += kind.eq(K_DATA)
-
-        body = self.body
-        pk = body.pkt
-        with m.If((kind == K_SACK) | (kind == K_NACK)):
-            a = body.ack
-            m.d.comb += a.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16])
-            with m.If(kind == K_SACK):
-                m.d.comb += [
-                    a.cack.eq(get(SETH, "cack_psn", EXT_AT)),
-                    a.ack_psn_offset.eq(get(SETH, "ack_psn_offset", EXT_AT)),
-                    a.sack_offset.eq(get(SETH, "sack_offset", EXT_AT)),
-                    a.bitmap.eq(get(SETH, "bitmap", EXT_AT)),
-                    a.m.eq(get(SETH, "m", EXT_AT)), a.pr.eq(get(SETH, "pr", EXT_AT)),
-                    a.mpr.eq(get(SETH, "mpr", EXT_AT)),
-                    a.ooo_count.eq(get(CC_STATE, "ooo_count", EXT_AT + SETH.size)),
-                    a.rcvd_bytes.eq(get(CC_STATE, "rcvd_bytes", EXT_AT + SETH.size)),
-                    a.entropy.eq(get(SETH, "entropy", EXT_AT)),
-                    a.timestamp.eq(get(CC_STATE, "timestamp", EXT_AT + SETH.size)),
-                ]
-            with m.Else():
-                m.d.comb += [
-                    a.nack.eq(1), a.reason.eq(get(NETH, "reason", EXT_AT)),
-                    a.psn.eq(get(NETH, "nack_psn", EXT_AT)),
-                    a.entropy.eq(get(NETH, "entropy", EXT_AT)),
-                    a.timestamp.eq(get(NETH, "timestamp", EXT_AT)),
-                ]
-        with m.Elif(kind == K_PEER):
-            m.d.comb += [body.peer.qp.eq(get(PORT_STATUS, "dst_id", EXT_AT)),
-                         body.peer.ports.eq(get(PORT_STATUS, "ports", EXT_AT))]
-        with m.Elif(kind == K_NAK):
-            m.d.comb += [body.nak.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]),
-                         body.nak.psn.eq(get(BTH, "psn", BTH_AT)),
-                         body.nak.syndrome.eq(syndrome)]
-        with m.Else():
-            m.d.comb += [
-                pk.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]), pk.psn.eq(get(BTH, "psn", BTH_AT)),
-                pk.opcode.eq(op), pk.ack_req.eq(get(BTH, "ack_req", BTH_AT)),
-                pk.rtx.eq(get(BTH, "rtx", BTH_AT)), pk.ce.eq(ecn == proto.ECN_CE),
-                pk.trimmed.eq(trimmed), pk.lasthop.eq(trimmed & lasthop),
-                pk.entropy.eq(proto_stev(get(UDP, "src_port", UDP_AT),
-                                         get(IPV6, "flow_label", IP_AT))),
-            ]
-            with m.If(kind == K_PROBE):
-                m.d.comb += pk.timestamp.eq(get(PETH, "timestamp", EXT_AT))
-            with m.Else():
-                m.d.comb += [
-                    pk.timestamp.eq(Mux(ts, get(TSETH, "timestamp", EXT_AT + 4), 0)),
-                    pk.va.eq(Mux(ts, get(RETH, "va", EXT_AT + 8), get(RETH, "va", EXT_AT + 4))),
-                    pk.rkey.eq(Mux(ts, get(RETH, "rkey", EXT_AT + 8),
-                                   get(RETH, "rkey", EXT_AT + 4))),
-                    pk.dma_length.eq(Mux(ts, get(RETH, "dma_length", EXT_AT + 8),
-                                         get(RETH, "dma_length", EXT_AT + 4))),
-                ]
-                with m.If(kind == K_DATA):
-                    m.d.comb += [pk.length.eq(payload[:16]), pk.slot.eq(1)]
-                    with m.If(has_imm):
-                        m.d.comb += pk.imm.eq(Mux(ts, get(IMMDT, "imm", EXT_AT + 24),
-                                                  get(IMMDT, "imm", EXT_AT + 20)))
-
-        m.d.comb += [self.cause.eq(cause), self.check_icrc.eq(~trimmed),
-                     self.too_long.eq(too_long), self.kind.eq(kind),
-                     self.data_frame.eq(is_write & ~short)]
-        return m
-
-
-def proto_stev(udp_src_port, flow_label):
-    """Gateware :func:`mrcnic.base.proto.stev_join`: EV[15:0] from the port, EV[31:16] from the
-    flow label's low bits."""
-    return Cat(udp_src_port[:proto.STEV_PORT_BITS], flow_label[:proto.STEV_FLOW_BITS])
-
-
+        event_counters(m, regs, ev, RX_COUNTERS, regs["control"]["clear"],
+                       width=self.counter_width)
+        m.d.comb += [regs["status"]["held"].eq(w.slots),
+                     regs["status"]["buffer_words"].eq((buf.wp - buf.rp)[:self.aw + 1])]
