@@ -11,6 +11,8 @@ frame leaves whole on the port of its plane.
 Operation, decisions and measured figures: docs/blocks/mrc-tx.md.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -244,7 +246,39 @@ class MrcTx(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        P, Q = self.planes, self.qps
+        # The blocks, and the CSR bus over this block's registers and every block's.
+        f = self._blocks(m)
+        # The counters' event strobes, one bit each, raised by the parts below.
+        events = Signal(data.StructLayout({name: 1 for name in COUNTERS}))
+        # Time base: `now`, ticks of tick.cycles cycles, to the tracker and the register.
+        now = self._time_base(m, f)
+        # Around the blocks: work requests, completions, releases, cwnd, EV events, ports.
+        self._around_blocks(m)
+        # Path feedback to the selector: the tracker's, losses, probe answers, peers' ports.
+        self._path_feedback(m, events)
+        # QPs in error: set by the tracker, cleared by qp_command.clear_error.
+        error = self._qp_errors(m, f, events)
+        # 1. The send gate: credit for a new packet, drop for a QP in error.
+        gate = self._send_gate(m, error, events)
+        # 2. The selector's request loop: one request per packet, 'none' goes round again.
+        loop = self._request_loop(m, gate, events)
+        # 3. The fork: the branches, each with a FIFO but RoceTx's descriptor.
+        br = self._fork_branches(m)
+        # 3. The fork: a probe first; a packet with its EV when every branch has room.
+        dec = self._fork_go(m, gate, loop, br)
+        # 3. The fork: the records into every branch it takes, the counters.
+        self._fork_records(m, f, now, events, loop, br, dec)
+        # 3. The fork: the branch FIFOs out to Srv6Encap, the tracker's sent and preq.
+        self._fork_drains(m, gate, br)
+        # 4. Frames: RoceTx, Srv6Encap, the plane's port.
+        self._frames(m, br.plane_fifo)
+        # Event counters.
+        event_counters(m, f, events, COUNTERS, f["control"]["clear"], width=self.counter_width)
+        return m
+
+    def _blocks(self, m):
+        """The blocks as submodules; the CSR bus on ``s_axil`` to this block's registers
+        and each block's, in the directory's order; ``info``. Returns the fields."""
         m.submodules.bus = bus = self.bus
         wiring.connect(m, wiring.flipped(self.s_axil), bus.s_axil)
         m.submodules.csr = csr = CsrBlock(MRC_TX_REGS)
@@ -256,19 +290,24 @@ class MrcTx(wiring.Component):
         for k, block in enumerate((csr, seg, sel, trk, tx, encap)):
             wiring.connect(m, bus.m_axil[k], block.s_axil)
         f = csr.fields
-        m.d.comb += [f["info"]["planes"].eq(P), f["info"]["qps"].eq(Q)]
-        events = Signal(data.StructLayout({name: 1 for name in COUNTERS}))
+        m.d.comb += [f["info"]["planes"].eq(self.planes), f["info"]["qps"].eq(self.qps)]
+        return f
 
-        # --- Time base -------------------------------------------------------------------------
+    def _time_base(self, m, f):
+        """``now``: one tick every ``tick.cycles`` cycles; to the tracker and ``now``."""
         now = Signal(TIME_BITS)
         div = Signal(16)
         with m.If(div + 1 >= f["tick"]["cycles"]):
             m.d.sync += [div.eq(0), now.eq(now + 1)]
         with m.Else():
             m.d.sync += div.eq(div + 1)
-        m.d.comb += [trk.now.eq(now), f["now"]["ticks"].eq(now)]
+        m.d.comb += [self.trk.now.eq(now), f["now"]["ticks"].eq(now)]
+        return now
 
-        # --- Around the blocks -----------------------------------------------------------------
+    def _around_blocks(self, m):
+        """The connections that pass around the blocks: ``wr`` and ``done`` of the
+        segmenter, the tracker's releases, ``cwnd``, ``event``, the ports' state."""
+        seg, sel, trk = self.seg, self.sel, self.trk
         wiring.connect(m, wiring.flipped(self.wr), seg.wr)
         wiring.connect(m, seg.done, wiring.flipped(self.done))
         wiring.connect(m, trk.release, seg.release)
@@ -276,7 +315,20 @@ class MrcTx(wiring.Component):
         wiring.connect(m, sel.event, wiring.flipped(self.event))
         m.d.comb += [sel.port_up.eq(self.port_up), sel.credit.eq(self.credit)]
 
-        # --- Path feedback: the tracker's, losses, probe answers, peers' port status ---------
+    def _fork_stream(self, m, src, dst, side, want, record):
+        """``src`` to ``dst``; those records for which ``want`` also leave ``record`` on
+        ``side`` (a record waits until both can take it)."""
+        room = side.ready | ~want
+        m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(src.valid & room),
+                     src.ready.eq(dst.ready & room), side.valid.eq(src.valid & want &
+                                                                   dst.ready)]
+        for name, value in record.items():
+            m.d.comb += getattr(side.payload, name).eq(value)
+
+    def _path_feedback(self, m, events):
+        """Path feedback, merged round robin into the selector's ``fb``: the tracker's,
+        SACK holes as TIMEOUT (LOSS_FEEDBACK), probe answers, peers' port status."""
+        sel, trk, seg = self.sel, self.trk, self.seg
         fb = MetaArbiter(EV_FEEDBACK, 4)
         m.submodules.fb_merge = fb
         wiring.connect(m, trk.feedback, fb.i[0])
@@ -284,28 +336,19 @@ class MrcTx(wiring.Component):
             m.d.comb += getattr(sel.fb.payload, name).eq(getattr(fb.o.payload, name))
         m.d.comb += [sel.fb.valid.eq(fb.o.valid), fb.o.ready.eq(sel.fb.ready)]
 
-        def fork(src, dst, side, want, record):
-            """``src`` to ``dst``; those records for which ``want`` also leave ``record`` on
-            ``side`` (a record waits until both can take it)."""
-            room = side.ready | ~want
-            m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(src.valid & room),
-                         src.ready.eq(dst.ready & room), side.valid.eq(src.valid & want &
-                                                                       dst.ready)]
-            for name, value in record.items():
-                m.d.comb += getattr(side.payload, name).eq(value)
-
         # LOSS_FEEDBACK: a retransmission asked for a SACK hole reports its EV as TIMEOUT.
         rq = trk.rtx.payload
-        fork(trk.rtx, seg.rtx, fb.i[1], rq.cause == RtxCause.HOLE,
-             {"qp": rq.qp, "ev": rq.ev, "kind": FeedbackKind.TIMEOUT, "entropy": 0})
+        self._fork_stream(m, trk.rtx, seg.rtx, fb.i[1], rq.cause == RtxCause.HOLE,
+                          {"qp": rq.qp, "ev": rq.ev, "kind": FeedbackKind.TIMEOUT,
+                           "entropy": 0})
         # A SACK answering a probe (pr = 1) is the probe's feedback, by its M (3 as NONE).
         a = self.ack.payload
         m.d.comb += events.probe_answers.eq(fb.i[2].valid & fb.i[2].ready)
-        fork(self.ack, trk.ack, fb.i[2], ~a.nack & a.pr,
-             {"qp": a.qp, "ev": a.entropy[:EV_INDEX_BITS], "entropy": a.entropy,
-              "kind": Mux(a.m == SackMode.SKIP_ONCE, FeedbackKind.PROBE_SKIP,
-                          Mux(a.m == SackMode.ALWAYS_SKIP, FeedbackKind.PROBE_BAD,
-                              FeedbackKind.PROBE_GOOD))})
+        self._fork_stream(m, self.ack, trk.ack, fb.i[2], ~a.nack & a.pr,
+                          {"qp": a.qp, "ev": a.entropy[:EV_INDEX_BITS], "entropy": a.entropy,
+                           "kind": Mux(a.m == SackMode.SKIP_ONCE, FeedbackKind.PROBE_SKIP,
+                                       Mux(a.m == SackMode.ALWAYS_SKIP, FeedbackKind.PROBE_BAD,
+                                           FeedbackKind.PROBE_GOOD))})
         m.d.comb += events.losses.eq(fb.i[1].valid & fb.i[1].ready)
         # A peer's port status update is PEER_PORTS feedback for the QP it names.
         pr_in = self.peer
@@ -315,7 +358,10 @@ class MrcTx(wiring.Component):
                      fb.i[3].payload.entropy.eq(pr_in.payload.ports),
                      events.peer_ports.eq(pr_in.valid & pr_in.ready)]
 
-        # QPs in error (flip-flops): set by the tracker, cleared by a register command.
+    def _qp_errors(self, m, f, events):
+        """QPs in error (flip-flops): set by the tracker's ``qp_error``, cleared by
+        ``qp_command.clear_error``, read in ``qp_status``. Returns the bits."""
+        Q, trk = self.qps, self.trk
         error = Signal(Q)
         qsel = f["qp_select"]["qp"]
         m.d.comb += [trk.qp_error.ready.eq(1), events.qp_errors.eq(trk.qp_error.valid),
@@ -325,8 +371,12 @@ class MrcTx(wiring.Component):
         bad = trk.qp_error.payload.qp
         with m.If(trk.qp_error.valid & (bad < Q)):           # the tracker's own QP range
             m.d.sync += error.bit_select(bad, 1).eq(1)
+        return error
 
-        # --- 1. The send gate --------------------------------------------------------------------
+    def _send_gate(self, m, error, events):
+        """1. The send gate: the segmenter's next packet passes (a new one with its QP's
+        credit, CREDIT_RULE; a retransmission as it is) or is dropped (its QP in error)."""
+        Q, seg, trk = self.qps, self.seg, self.trk
         head = seg.pkt.payload
         in_flight = Signal(Q)             # a new packet of the QP is between gate and `sent`
         deciding = Signal()               # the credit asked last cycle is about `head`
@@ -350,8 +400,16 @@ class MrcTx(wiring.Component):
         # ASK in one cycle (the QP has nothing in flight), DECIDE in the next.
         m.d.sync += deciding.eq(seg.pkt.valid & ~q_err & ~head.rtx & ~q_busy & ~deciding)
         m.d.comb += events.dropped_error.eq(gate_drop)
+        return SimpleNamespace(head=head, in_flight=in_flight, loop_count=loop_count,
+                               retry=retry, retry_valid=retry_valid, gate_pass=gate_pass,
+                               gate_drop=gate_drop)
 
-        # --- 2. The selector's request loop --------------------------------------------------
+    def _request_loop(self, m, gate, events):
+        """2. The selector's request loop: a request for the packet sent round again, else
+        the gate's; the packet waits in a FIFO for the response. A response 'none', or for
+        a port gone down (STALE_PORT), sends it round again."""
+        sel, seg, head = self.sel, self.seg, gate.head
+        retry, retry_valid, gate_pass = gate.retry, gate.retry_valid, gate.gate_pass
         req = sel.req
         from_retry = retry_valid
         src = Mux(from_retry, retry, head)
@@ -360,9 +418,9 @@ class MrcTx(wiring.Component):
                      req.payload.rtx.eq(src_view.rtx), req.payload.avoid.eq(src_view.avoid),
                      req.valid.eq(from_retry | gate_pass)]
         requested = req.valid & req.ready
-        m.d.comb += seg.pkt.ready.eq(gate_drop | (gate_pass & req.ready))
+        m.d.comb += seg.pkt.ready.eq(gate.gate_drop | (gate_pass & req.ready))
         with m.If(gate_pass & req.ready & ~head.rtx):
-            m.d.sync += in_flight.bit_select(head.qp, 1).eq(1)
+            m.d.sync += gate.in_flight.bit_select(head.qp, 1).eq(1)
         waiting = SyncFIFOBuffered(width=SEG_PKT.size, depth=LOOP_PACKETS)
         m.submodules.waiting = waiting
         m.d.comb += [waiting.w_data.eq(src), waiting.w_en.eq(requested)]
@@ -379,8 +437,12 @@ class MrcTx(wiring.Component):
             m.d.sync += [retry.eq(waiting.r_data), retry_valid.eq(1)]
         m.d.comb += [events.no_path.eq(round_again & r.none),
                      events.port_down.eq(round_again & stale)]
+        return SimpleNamespace(waiting=waiting, pkt=pkt, rsp=rsp, r=r, none=none,
+                               round_again=round_again)
 
-        # --- 3. The fork ---------------------------------------------------------------------------
+    def _fork_branches(self, m):
+        """3. The fork's branches: ``ins``, each branch's record, by name; a FIFO for each
+        but RoceTx's descriptor (DESC_LOOKAHEAD); the plane FIFO."""
         branches = {
             "preq": (PAYLOAD_REQ, BRANCH_DEPTH),
             "encap": (ENCAP_DESC, BRANCH_DEPTH), "sent": (sent_layout(32), 4),
@@ -390,8 +452,8 @@ class MrcTx(wiring.Component):
         # stage (one) are all the frames decided ahead of the one it sends; its ready is a
         # register, so the fork offers a descriptor in the cycle it is taken, like a FIFO's
         # w_rdy.
-        ins["desc"] = tx.desc.payload
-        desc_room = tx.desc.ready
+        ins["desc"] = self.tx.desc.payload
+        desc_room = self.tx.desc.ready
         fifos = {}
         for name, (layout, depth) in branches.items():
             fifo = SyncFIFOBuffered(width=layout.size, depth=depth)
@@ -400,20 +462,35 @@ class MrcTx(wiring.Component):
             m.d.comb += fifo.w_data.eq(ins[name])
         plane_fifo = SyncFIFOBuffered(width=3, depth=2 * BRANCH_DEPTH)
         m.submodules.plane_fifo = plane_fifo
+        return SimpleNamespace(ins=ins, desc_room=desc_room, fifos=fifos, plane_fifo=plane_fifo)
+
+    def _fork_go(self, m, gate, loop, br):
+        """3. The fork's decision: a probe of the selector goes first; a packet with its EV
+        goes when every branch it takes has room. Takes the response (or sends it round
+        again)."""
+        fifos, plane_fifo, pkt = br.fifos, br.plane_fifo, loop.pkt
         # A probe (the selector's, one per probe interval at most) goes first: under a
         # steady stream of data it would otherwise never leave. It takes the frame branches
         # only: no payload, no PSN, no sent record (spec §2.2: never retransmitted).
-        pr = sel.probe
-        probe_room = desc_room & fifos["encap"].w_rdy & plane_fifo.w_rdy
+        pr = self.sel.probe
+        probe_room = br.desc_room & fifos["encap"].w_rdy & plane_fifo.w_rdy
         go_probe = pr.valid & probe_room
         m.d.comb += pr.ready.eq(probe_room)
         has_payload = pkt.length != 0
-        room = (desc_room & fifos["encap"].w_rdy & fifos["sent"].w_rdy
+        room = (br.desc_room & fifos["encap"].w_rdy & fifos["sent"].w_rdy
                 & plane_fifo.w_rdy & (fifos["preq"].w_rdy | ~has_payload))
-        go = rsp.valid & ~none & room & ~pr.valid
-        m.d.comb += [rsp.ready.eq(go | round_again), waiting.r_en.eq(rsp.ready),
-                     loop_count.eq(waiting.level)]
-        d, e, s, q = ins["desc"], ins["encap"], ins["sent"], ins["preq"]
+        go = loop.rsp.valid & ~loop.none & room & ~pr.valid
+        m.d.comb += [loop.rsp.ready.eq(go | loop.round_again),
+                     loop.waiting.r_en.eq(loop.rsp.ready), gate.loop_count.eq(loop.waiting.level)]
+        return SimpleNamespace(pr=pr, go_probe=go_probe, has_payload=has_payload, go=go)
+
+    def _fork_records(self, m, f, now, events, loop, br, dec):
+        """3. The fork's records: the RoceTx and Srv6Encap descriptors and the plane (of the
+        probe or the packet), the tracker's ``sent`` record, the payload request; the
+        write enables and the counters."""
+        fifos, plane_fifo, pkt, r = br.fifos, br.plane_fifo, loop.pkt, loop.r
+        pr, go_probe, has_payload, go = dec.pr, dec.go_probe, dec.has_payload, dec.go
+        d, e, s, q = br.ins["desc"], br.ins["encap"], br.ins["sent"], br.ins["preq"]
         probe_id = Signal(16)
         with m.If(go_probe & ~pr.payload.announce):
             m.d.sync += probe_id.eq(probe_id + 1)
@@ -443,7 +520,7 @@ class MrcTx(wiring.Component):
             s.tag.eq(pkt.tag), s.rtx.eq(pkt.rtx),
             q.qp.eq(pkt.qp), q.wr_id.eq(pkt.wr_id), q.offset.eq(pkt.offset),
             q.length.eq(pkt.length),
-            tx.desc.valid.eq(frame), fifos["encap"].w_en.eq(frame),
+            self.tx.desc.valid.eq(frame), fifos["encap"].w_en.eq(frame),
             fifos["sent"].w_en.eq(go), fifos["preq"].w_en.eq(go & has_payload),
             plane_fifo.w_en.eq(frame),
             events.packets.eq(go & ~pkt.rtx), events.retransmissions.eq(go & pkt.rtx),
@@ -452,25 +529,27 @@ class MrcTx(wiring.Component):
             events.announcements.eq(go_probe & pr.payload.announce),
         ]
 
-        def drain(fifo, port):
-            m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
-                         fifo.r_en.eq(port.ready)]
+    def _drain(self, m, fifo, port):
+        """``fifo`` out on the stream ``port``."""
+        m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
+                     fifo.r_en.eq(port.ready)]
 
-        drain(fifos["encap"], encap.desc)
-        drain(fifos["sent"], trk.sent)
-        drain(fifos["preq"], self.preq)
-        sent = trk.sent
+    def _fork_drains(self, m, gate, br):
+        """3. The fork's FIFOs out: to Srv6Encap's descriptor, the tracker's ``sent`` (which
+        ends a new packet's time in flight, CREDIT_RULE) and ``preq``."""
+        self._drain(m, br.fifos["encap"], self.encap.desc)
+        self._drain(m, br.fifos["sent"], self.trk.sent)
+        self._drain(m, br.fifos["preq"], self.preq)
+        sent = self.trk.sent
         with m.If(sent.valid & sent.ready & ~sent.payload.rtx):
-            m.d.sync += in_flight.bit_select(sent.payload.qp, 1).eq(0)
+            m.d.sync += gate.in_flight.bit_select(sent.payload.qp, 1).eq(0)
 
-        # --- 4. Frames: RoceTx, Srv6Encap, the plane's port ----------------------------------
+    def _frames(self, m, plane_fifo):
+        """4. Frames: the payload into RoceTx, RoceTx into Srv6Encap, each frame whole out
+        on the port of its plane (the plane FIFO's)."""
+        tx, encap = self.tx, self.encap
         wiring.connect(m, wiring.flipped(self.s_axis), tx.s_axis)
         wiring.connect(m, tx.m_axis, encap.s_axis)
-        outs = [getattr(self, f"m{p}_axis") for p in range(P)]
+        outs = [getattr(self, f"m{p}_axis") for p in range(self.planes)]
         done = frame_demux(m, encap.m_axis, plane_fifo.r_data, plane_fifo.r_rdy, outs)
         m.d.comb += plane_fifo.r_en.eq(done)
-
-        event_counters(m, f, events, COUNTERS, f["control"]["clear"], width=self.counter_width)
-        return m
-
-
