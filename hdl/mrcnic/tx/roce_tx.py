@@ -9,6 +9,8 @@ update, neither with a payload. The frames go on to :class:`~mrcnic.tx.srv6_enca
 Operation, decisions and measured figures: docs/blocks/roce-tx.md.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
@@ -174,34 +176,62 @@ class RoceTx(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        B, W = self.B, self.data_width
-        qps = self.qps
+        # The registers: sources, ports, DSCP, the context entry to write, counters.
+        f = self._registers(m)
+        # The context table: written from the ctx_* registers, read by the descriptor slice.
+        rd = self._context_table(m, f)
+        # R0 and S1: the descriptor slice addresses the table; S1 holds the descriptor.
+        s1x = self._stage_s1_descriptor(m, rd)
+        # S1's frame header, from its descriptor, its context and the registers.
+        hd = self._stage_s1_header(m, f, rd, s1x)
+        # G's state, the payload slice and the handshakes that move G.
+        g = self._stage_g_state(m, s1x, hd)
+        # G's beat: header, payload and zero lanes into o1, the CRC's input.
+        o1 = self._stage_g_beat(m, g)
+        # G steps a beat on, taking a payload beat when it needs one.
+        self._stage_g_step(m, g)
+        # G loads S1's frame when it takes S1.
+        self._stage_g_load(m, s1x, hd, g)
+        # The ICRC beside a delay line of its length, written into the frame's last bytes.
+        stage, out_lanes = self._stage_icrc(m, g, o1)
+        # The output slice, tuser[0] on a bad frame's last beat.
+        self._stage_output(m, g, stage, out_lanes)
+        # The counters of the frames handed on.
+        self._counters(m, f, g, stage)
+        return m
 
+    @staticmethod
+    def _ip(f, prefix):            # register 0 holds the address's first bytes
+        return Cat(*(f[f"{prefix}{i}"]["ip"] for i in reversed(range(4))))
+
+    def _below_qps(self, qp):
+        return Const(1, 1) if self.qps == 1 << QP_INDEX_BITS else qp < self.qps
+
+    def _registers(self, m):
+        """The register block on ``s_axil``; returns its fields."""
         m.submodules.csr = csr = CsrBlock(TX_REGS)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         f = csr.fields
-        m.d.comb += f["info"]["qps"].eq(qps)
+        m.d.comb += f["info"]["qps"].eq(self.qps)
+        return f
 
-        def ip(prefix):            # register 0 holds the address's first bytes
-            return Cat(*(f[f"{prefix}{i}"]["ip"] for i in reversed(range(4))))
-
-        def below_qps(qp):
-            return Const(1, 1) if qps == 1 << QP_INDEX_BITS else qp < qps
-
-        # --- Context table -------------------------------------------------------------
-        m.submodules.ctx = ctx = Memory(shape=_CTX, depth=max(qps, 2), init=[])
+    def _context_table(self, m, f):
+        """The context table, one entry per QP; returns its read port."""
+        m.submodules.ctx = ctx = Memory(shape=_CTX, depth=max(self.qps, 2), init=[])
         wr = ctx.write_port()
         rd = ctx.read_port()
         ctx_qp = f["ctx_qp"]["qp"]
         m.d.comb += [
             wr.addr.eq(ctx_qp),
             wr.data.mac.eq(Cat(f["ctx_mac_lo"]["mac"], f["ctx_mac_hi"]["mac"])),
-            wr.data.ip.eq(ip("ctx_ip")),
+            wr.data.ip.eq(self._ip(f, "ctx_ip")),
             wr.data.remote_qp.eq(f["ctx_remote_qp"]["qpn"]),
-            wr.en.eq(f["control"]["ctx_write"] & below_qps(ctx_qp)),
+            wr.en.eq(f["control"]["ctx_write"] & self._below_qps(ctx_qp)),
         ]
+        return rd
 
-        # --- R0 (descriptor slice, addresses the table) and S1 -----------------------------
+    def _stage_s1_descriptor(self, m, rd):
+        """R0 (descriptor slice, addresses the table) and S1 (the descriptor)."""
         m.submodules.desc_skid = r0 = MetaSkidBuffer(TX_DESC)
         wiring.connect(m, wiring.flipped(self.desc), r0.i)
         s1 = Signal(TX_DESC)
@@ -220,20 +250,24 @@ class RoceTx(wiring.Component):
             m.d.sync += [s1.eq(r0.o.payload), s1_valid.eq(r0.o.valid), s1_probe.eq(r0_probe),
                          s1_ep.eq(r0_ep),
                          s1_length.eq(Mux(r0_probe, 0, r0.o.payload.length))]
+        return SimpleNamespace(s1=s1, s1_valid=s1_valid, s1_take=s1_take, s1_probe=s1_probe,
+                               s1_ep=s1_ep, s1_length=s1_length)
 
-        # --- The header of S1's frame and its counters ---------------------------------------
+    def _stage_s1_header(self, m, f, rd, s1x):
+        """The header of S1's frame, and the decodes G loads and counts with it."""
+        s1, s1_ep = s1x.s1, s1x.s1_ep
         op = s1.opcode
-        probe = s1_probe
+        probe = s1x.s1_probe
         is_write = (op >= int(Opcode.WRITE_FIRST)) & (op <= int(Opcode.WRITE_ONLY_IMM))
         has_imm = (op == int(Opcode.WRITE_LAST_IMM)) | (op == int(Opcode.WRITE_ONLY_IMM))
-        length = s1_length
+        length = s1x.s1_length
         pad = (-length)[:2]
         ack_req = s1.ack_req & ~probe       # a probe: A = 0, rtx = 0 (never retransmitted)
         rtx = s1.rtx & ~probe
         l4_len = Signal(16)
         m.d.comb += l4_len.eq(Mux(probe, _L4_PROBE,
                                   _L4_FIXED + Mux(has_imm, IMMDT.size, 0)) + length + pad)
-        ctx_ok = below_qps(s1.qp)
+        ctx_ok = self._below_qps(s1.qp)
         c = rd.data
         ipv6 = f["ipv6"]
         sport, flow = s1.entropy[:proto.STEV_PORT_BITS], s1.entropy[proto.STEV_PORT_BITS:]
@@ -245,7 +279,7 @@ class RoceTx(wiring.Component):
                            "dscp": Mux(rtx, ipv6["dscp_rtx"], ipv6["dscp_data"]),
                            "ecn": ipv6["ecn"], "flow_label": flow,
                            "payload_length": l4_len, "next_header": proto.IPPROTO_UDP,
-                           "hop_limit": ipv6["hop_limit"], "src": ip("local_ip"),
+                           "hop_limit": ipv6["hop_limit"], "src": self._ip(f, "local_ip"),
                            "dst": Mux(ctx_ok, c.ip, 0)}),
             UDP.assemble({"src_port": sport, "dst_port": f["config"]["udp_dport"],
                           "length": l4_len}),
@@ -269,11 +303,15 @@ class RoceTx(wiring.Component):
                     IMMDT.assemble({"imm": s1.imm}))),
         )
         hlen = Mux(probe, PROBE_HEADER_LEN, Mux(has_imm, HEADER_LEN[1], HEADER_LEN[0]))
+        return SimpleNamespace(header=header, hlen=hlen, is_write=is_write, has_imm=has_imm,
+                               probe=probe, length=length, pad=pad, rtx=rtx, ctx_ok=ctx_ok)
 
-        # --- G: the beat generator ---------------------------------------------------------
+    def _stage_g_state(self, m, s1x, hd):
+        """G, the beat generator: its registers, the payload slice, and what moves G."""
+        B, W = self.B, self.data_width
         en = Signal()                       # the pipeline after S1 moves (output has room)
         g_active = Signal()                 # G holds a frame
-        hdr = Signal(len(header))           # header bytes still to send, from byte 0
+        hdr = Signal(len(hd.header))        # header bytes still to send, from byte 0
         imm = Signal()                      # the frame's header is 98 bytes
         # Bytes from this beat's first one to the end of: the header; the payload; the pad
         # (where the ICRC starts). Counted down a beat at a time, so that every lane's
@@ -304,7 +342,7 @@ class RoceTx(wiring.Component):
         g_last = Signal()
         fire = en & g_active & (~need | (p.tvalid & ~drain))
         take = fire & need
-        m.d.comb += s1_take.eq(en & (~g_active | (fire & g_last)))
+        m.d.comb += s1x.s1_take.eq(en & (~g_active | (fire & g_last)))
         m.d.comb += p.tready.eq(take | drain)
         with m.If(drain & p.tvalid & p.tlast):
             m.d.sync += drain.eq(0)
@@ -313,77 +351,105 @@ class RoceTx(wiring.Component):
         pay_wrong = p.tuser[0] | (p.tlast != last_pay) | Mux(
             last_pay, keep_count(p.tkeep) != last_keep, ~p.tkeep.all())
         pbad_now = pbad | (take & pay_wrong)
+        return SimpleNamespace(
+            en=en, g_active=g_active, hdr=hdr, imm=imm, rem_hdr=rem_hdr, rem_data=rem_data,
+            rem_crc=rem_crc, pay_left=pay_left, last_keep=last_keep, first=first, short=short,
+            drain=drain, pbad=pbad, prev=prev, cause=cause, p=p, need=need, g_last=g_last,
+            fire=fire, take=take, last_pay=last_pay, pbad_now=pbad_now)
 
+    def _stage_g_beat(self, m, g):
+        """G's beat into o1: header bytes, then payload bytes, then zeros; the CRC's view."""
+        B, W = self.B, self.data_width
         # The lanes: header bytes, then payload bytes from the current and previous payload
         # beats (the header ends at 94 or 98 mod B), then zeros.
         off = {k: HEADER_LEN[k] % B for k in (0, 1)}
-        cur = Mux(need, p.tdata, 0)
+        cur = Mux(g.need, g.p.tdata, 0)
         lanes = []
         for i in range(B):
             def src(o, i=i):
-                return cur.word_select(i - o, 8) if i >= o else prev.word_select(i - o + B, 8)
-            pay_byte = Mux(imm, src(off[1]), src(off[0])) if off[0] != off[1] else src(off[0])
-            hdr_byte = hdr.word_select(i, 8) if 8 * i < len(hdr) else Const(0, 8)
-            lanes.append(Mux(rem_hdr > i, hdr_byte, Mux(rem_data > i, pay_byte, 0)))
+                return cur.word_select(i - o, 8) if i >= o else g.prev.word_select(i - o + B, 8)
+            pay_byte = (Mux(g.imm, src(off[1]), src(off[0])) if off[0] != off[1]
+                        else src(off[0]))
+            hdr_byte = g.hdr.word_select(i, 8) if 8 * i < len(g.hdr) else Const(0, 8)
+            lanes.append(Mux(g.rem_hdr > i, hdr_byte, Mux(g.rem_data > i, pay_byte, 0)))
 
         def therm(n):
             return Cat(*[n > i for i in range(B)])
 
+        rem_crc = g.rem_crc
         o1 = {"valid": Signal(name="o1_valid"), "data": Signal(W, name="o1_data"),
               "keep": Signal(B, name="o1_keep"), "last": Signal(name="o1_last"),
               "crc_keep": Signal(B, name="o1_crc_keep"), "crc_valid": Signal(name="o1_crc_v"),
               "crc_first": Signal(name="o1_crc_first"), "crc_last": Signal(name="o1_crc_last"),
               "icrc": Signal(range(-proto.ICRC_LEN, B + 1), name="o1_icrc"),
               "cause": Signal(5, name="o1_cause")}
-        with m.If(en):
+        with m.If(g.en):
             m.d.sync += [
-                o1["valid"].eq(fire), o1["data"].eq(Cat(*lanes)),
-                o1["keep"].eq(therm(rem_crc + proto.ICRC_LEN)), o1["last"].eq(g_last),
-                o1["crc_keep"].eq(therm(rem_crc)), o1["crc_valid"].eq(fire & (rem_crc > 0)),
-                o1["crc_first"].eq(first), o1["crc_last"].eq(rem_crc <= B),
+                o1["valid"].eq(g.fire), o1["data"].eq(Cat(*lanes)),
+                o1["keep"].eq(therm(rem_crc + proto.ICRC_LEN)), o1["last"].eq(g.g_last),
+                o1["crc_keep"].eq(therm(rem_crc)), o1["crc_valid"].eq(g.fire & (rem_crc > 0)),
+                o1["crc_first"].eq(g.first), o1["crc_last"].eq(rem_crc <= B),
                 o1["icrc"].eq(Mux(rem_crc >= B, B, rem_crc)),
-                o1["cause"].eq(Cat(cause, pbad_now)),
+                o1["cause"].eq(Cat(g.cause, g.pbad_now)),
             ]
-        with m.If(fire):
+        return o1
+
+    def _stage_g_step(self, m, g):
+        """G moves a beat on; a payload beat taken becomes the previous one."""
+        B, W = self.B, self.data_width
+        p, take, last_pay = g.p, g.take, g.last_pay
+        rem_hdr, rem_data, rem_crc = g.rem_hdr, g.rem_data, g.rem_crc
+        with m.If(g.fire):
             ends_short = take & p.tlast & ~last_pay
-            left_next = Mux(take, pay_left != 1, pay_left != 0)
-            m.d.sync += need.eq((rem_hdr < 2 * B) & left_next & ~short & ~ends_short)
+            left_next = Mux(take, g.pay_left != 1, g.pay_left != 0)
+            m.d.sync += g.need.eq((rem_hdr < 2 * B) & left_next & ~g.short & ~ends_short)
             # rem_hdr stops once past the header, so that it never wraps on long frames.
-            m.d.sync += [rem_hdr.eq(Mux(rem_hdr < 0, rem_hdr, rem_hdr - B)), rem_data.eq(rem_data - B),
-                         g_last.eq(rem_crc <= 2 * B - proto.ICRC_LEN),
-                         rem_crc.eq(rem_crc - B), hdr.eq(hdr >> W), first.eq(0),
-                         pbad.eq(pbad_now)]
+            m.d.sync += [rem_hdr.eq(Mux(rem_hdr < 0, rem_hdr, rem_hdr - B)),
+                         rem_data.eq(rem_data - B),
+                         g.g_last.eq(rem_crc <= 2 * B - proto.ICRC_LEN),
+                         rem_crc.eq(rem_crc - B), g.hdr.eq(g.hdr >> W), g.first.eq(0),
+                         g.pbad.eq(g.pbad_now)]
         with m.If(take):
-            m.d.sync += [prev.eq(p.tdata), pay_left.eq(pay_left - 1)]
+            m.d.sync += [g.prev.eq(p.tdata), g.pay_left.eq(g.pay_left - 1)]
             with m.If(p.tlast & ~last_pay):
-                m.d.sync += short.eq(1)
+                m.d.sync += g.short.eq(1)
             with m.If(last_pay & ~p.tlast):
-                m.d.sync += drain.eq(1)
-        with m.If(s1_take):
+                m.d.sync += g.drain.eq(1)
+
+    def _stage_g_load(self, m, s1x, hd, g):
+        """G loads S1's frame: its header, its byte counts, its causes of badness."""
+        B = self.B
+        hlen, length, pad, probe = hd.hlen, hd.length, hd.pad, hd.probe
+        cause = g.cause
+        with m.If(s1x.s1_take):
             m.d.sync += [
-                need.eq(s1_valid & (hlen < B) & (length != 0)),
-                g_active.eq(s1_valid), hdr.eq(header), imm.eq(has_imm), first.eq(1),
-                rem_hdr.eq(hlen), rem_data.eq(hlen + length),
-                rem_crc.eq(hlen + length + pad),
-                g_last.eq(hlen + length + pad + proto.ICRC_LEN <= B),
-                pay_left.eq((length + B - 1) >> (B.bit_length() - 1)),
-                last_keep.eq(((length - 1) & (B - 1)) + 1),
-                short.eq(0), pbad.eq(0),
-                cause.bad_qp.eq(~ctx_ok), cause.bad_opcode.eq(~is_write & ~probe),
-                cause.too_long.eq((s1.length > MAX_PAYLOAD) | (probe & (s1.length != 0))),
-                cause.rtx.eq(rtx),
+                g.need.eq(s1x.s1_valid & (hlen < B) & (length != 0)),
+                g.g_active.eq(s1x.s1_valid), g.hdr.eq(hd.header), g.imm.eq(hd.has_imm),
+                g.first.eq(1),
+                g.rem_hdr.eq(hlen), g.rem_data.eq(hlen + length),
+                g.rem_crc.eq(hlen + length + pad),
+                g.g_last.eq(hlen + length + pad + proto.ICRC_LEN <= B),
+                g.pay_left.eq((length + B - 1) >> (B.bit_length() - 1)),
+                g.last_keep.eq(((length - 1) & (B - 1)) + 1),
+                g.short.eq(0), g.pbad.eq(0),
+                cause.bad_qp.eq(~hd.ctx_ok), cause.bad_opcode.eq(~hd.is_write & ~probe),
+                cause.too_long.eq((s1x.s1.length > MAX_PAYLOAD) | (probe & (s1x.s1.length != 0))),
+                cause.rtx.eq(hd.rtx),
             ]
 
-        # --- The ICRC beside a delay line of its length ----------------------------------------
+    def _stage_icrc(self, m, g, o1):
+        """The ICRC beside a delay line of its length; returns the line's end and the lanes
+        with the ICRC written in."""
+        B, W = self.B, self.data_width
         m.submodules.crc = crc = CrcStream(W)
-        m.d.comb += [crc.en.eq(en), crc.valid.eq(o1["crc_valid"]), crc.data.eq(o1["data"]),
+        m.d.comb += [crc.en.eq(g.en), crc.valid.eq(o1["crc_valid"]), crc.data.eq(o1["data"]),
                      crc.keep.eq(o1["crc_keep"]), crc.first.eq(o1["crc_first"]),
                      crc.last.eq(o1["crc_last"])]
         stage = o1
         for i in range(crc.latency):
             nxt = {n: Signal.like(v, name=f"d{i + 1}_{n}") for n, v in stage.items()
                    if not n.startswith("crc_")}
-            with m.If(en):
+            with m.If(g.en):
                 m.d.sync += [nxt[n].eq(stage[n]) for n in nxt]
             stage = nxt
         crc_hold = Signal(32)
@@ -397,16 +463,23 @@ class RoceTx(wiring.Component):
                 if -proto.ICRC_LEN < i - b <= B:
                     byte = Mux(stage["icrc"] == i - b, icrc.word_select(b, 8), byte)
             out_lanes.append(byte)
+        return stage, out_lanes
+
+    def _stage_output(self, m, g, stage, out_lanes):
+        """The output slice; its ready moves everything after S1."""
         cause_out = stage["cause"]
         bad_out = cause_out[0] | cause_out[1] | cause_out[2] | cause_out[4]
 
-        m.submodules.out_skid = out = SkidBuffer(W)
+        m.submodules.out_skid = out = SkidBuffer(self.data_width)
         wiring.connect(m, out.m_axis, wiring.flipped(self.m_axis))
         drive_axis(m, out.s_axis, valid=stage["valid"], data=Cat(*out_lanes),
                    keep=stage["keep"], last=stage["last"], user=stage["last"] & bad_out)
-        m.d.comb += en.eq(out.s_axis.tready)
+        m.d.comb += g.en.eq(out.s_axis.tready)
 
-        handed = en & stage["valid"] & stage["last"]
+    def _counters(self, m, f, g, stage):
+        """The event counters, one event per frame handed to the output slice."""
+        cause_out = stage["cause"]
+        handed = g.en & stage["valid"] & stage["last"]
         events = Signal(data.StructLayout({n: 1 for n in TX_COUNTERS}))
         m.d.comb += [
             events.frames.eq(handed), events.retransmissions.eq(handed & cause_out[3]),
@@ -414,6 +487,5 @@ class RoceTx(wiring.Component):
             events.too_long.eq(handed & cause_out[2]), events.payload.eq(handed & cause_out[4]),
         ]
         event_counters(m, f, events, TX_COUNTERS, f["control"]["clear"], width=self.counter_width)
-        return m
 
 

@@ -10,6 +10,8 @@ checks) and :class:`HeaderInsert` (the outer headers).
 Operation, decisions and measured figures: docs/blocks/srv6.md.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -162,19 +164,41 @@ class EntropyRewrite(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        B = self.data_width // 8
-        s, d = self.s_axis, self.desc.payload
+        # Stage 0: the frame cursor and the per-frame values from the descriptor.
+        fr = self._stage0_frame(m)
+        # Stage 0: E by the mode, and the in-place rewrite of flow label and UDP source port.
+        rw = self._stage0_rewrite(m, fr)
+        # Stage 0: the per-frame checks (not RoCEv2, bad on input, truncated, too long).
+        chk = self._stage0_checks(m, fr, rw)
+        # Stage 0: the record HeaderInsert needs, pushed once the payload length is known.
+        push = self._stage0_insert_record(m, fr, rw)
+        # Stage 0: the handshakes of input, descriptor and record; the per-frame registers.
+        self._stage0_handshake(m, fr, chk, push)
+        # ICRC patch launch: the port's change, advanced a beat at a time, into the shift.
+        icrc = self._icrc_launch(m, fr, rw)
+        # Stages 1 .. depth: the pipeline registers, the last aligned with the shift's output.
+        stages = self._stages_pipeline(m, fr, rw, chk, icrc)
+        # ICRC patch: the correction on the lanes where the ICRC falls; the expected keep.
+        pt = self._icrc_patch(m, fr, stages, icrc.shift)
+        # The output register: the patch applied, the frame marked bad on its last beat.
+        out = self._stage_out(m, fr, stages[-1], pt)
+        # The counted events: frames, bytes, and each check failed.
+        self._stats(m, out)
+        # The frame cursor's counters and byte copies, on accepted beats (outside any If).
+        fr.cap.capture()
+        return m
 
-        # --- stage 0: the accepted beat, rewritten ---------------------------------------
+    def _stage0_frame(self, m):
+        """Stage 0's position in the frame, its stall, and the descriptor's values."""
+        s, d = self.s_axis, self.desc.payload
         # Position in the frame, and the inner header bytes, each from the beat carrying it.
         accept = Signal()
         cap = FrameCursor(m, s, accept, header_bytes=MIN_ROCE_FRAME)
-        beat, first = cap.beat, cap.first
-        byte_at, now, field_now = cap.lane, cap.now, cap.field
         last_valid = Signal()             # the last pipeline stage holds a beat
         en = ~last_valid | self.m_axis.tready
 
         # Per-frame values: from the descriptor on the first beat, then held.
+        first = cap.first
         mode_r = Signal(3)
         ev_r = Signal(256)
         ent_r = Signal(32)
@@ -183,9 +207,15 @@ class EntropyRewrite(wiring.Component):
         ev = Mux(first, d.ev, ev_r)
         ent = Mux(first, d.entropy, ent_r)
         outer = Mux(first, Cat(d.outer_src, d.dscp, d.ecn, d.hop_limit), hdr_r)
-        outer_src, dscp, ecn, hop_limit = outer[:128], outer[128:134], outer[134:136], \
-            outer[136:144]
+        return SimpleNamespace(
+            accept=accept, cap=cap, beat=cap.beat, first=first, last_valid=last_valid, en=en,
+            mode_r=mode_r, ev_r=ev_r, ent_r=ent_r, hdr_r=hdr_r, mode=mode, ev=ev, ent=ent,
+            outer=outer)
 
+    def _stage0_rewrite(self, m, fr):
+        """E by the mode; the flow label and UDP source port rewritten in the beat."""
+        B = self.data_width // 8
+        s, cap, mode, ev = self.s_axis, fr.cap, fr.mode, fr.ev
         srv6 = (mode == EvMode.SRV6) | (mode == EvMode.SRV6_SRH)
         e32 = Signal(32)
         with m.Switch(mode):
@@ -194,29 +224,36 @@ class EntropyRewrite(wiring.Component):
             with m.Case(EvMode.UDP):
                 m.d.comb += e32.eq(Cat(ev[240:256], Const(0, 16)))
             with m.Default():
-                m.d.comb += e32.eq(ent)
+                m.d.comb += e32.eq(fr.ent)
         lo, hi = e32[:proto.STEV_PORT_BITS], e32[proto.STEV_PORT_BITS:]
         new_port = Mux(self.stev_swap & (mode != EvMode.UDP), hi, lo)
         new_flow = Mux(self.stev_swap, lo, hi)
         rewrite_flow = (mode == EvMode.STEV) | srv6
         rewrite_port = mode != EvMode.PASS
 
-        plen = field_now(POS_PLEN, 2)
-        old_port = field_now(POS_SPORT, 2)
+        plen = cap.field(POS_PLEN, 2)
+        old_port = cap.field(POS_SPORT, 2)
 
         # In-place rewrites (flow label bits 19:16 zeroed, 15:0 written; UDP source port).
         out_data = Signal(8 * B)
         m.d.comb += out_data.eq(s.tdata)
         fl_hi_pos = POS_VERSION + 1          # byte 15: traffic class low nibble, flow[19:16]
-        writes = [(fl_hi_pos, rewrite_flow, Cat(Const(0, 4), byte_at(fl_hi_pos)[4:])),
+        writes = [(fl_hi_pos, rewrite_flow, Cat(Const(0, 4), cap.lane(fl_hi_pos)[4:])),
                   (fl_hi_pos + 1, rewrite_flow, new_flow[8:16]),
                   (fl_hi_pos + 2, rewrite_flow, new_flow[0:8]),
                   (POS_SPORT, rewrite_port, new_port[8:16]),
                   (POS_SPORT + 1, rewrite_port, new_port[0:8])]
         for pos, cond, value in writes:
-            with m.If(cond & (beat == pos // B)):
+            with m.If(cond & (fr.beat == pos // B)):
                 m.d.comb += out_data.word_select(pos % B, 8).eq(value)
+        return SimpleNamespace(new_port=new_port, new_flow=new_flow, rewrite_port=rewrite_port,
+                               plen=plen, old_port=old_port, out_data=out_data)
 
+    def _stage0_checks(self, m, fr, rw):
+        """The per-frame checks, sticky over the frame."""
+        B = self.data_width // 8
+        s, cap, first, beat = self.s_axis, fr.cap, fr.first, fr.beat
+        now, field_now = cap.now, cap.field
         # Per-frame checks, sticky over the frame; a beat carries the value so far.
         ethertype = field_now(POS_ETHERTYPE, 2)
         not_roce_now = Signal()
@@ -231,12 +268,21 @@ class EntropyRewrite(wiring.Component):
         not_roce = Mux(first, 0, nr_r) | not_roce_now
         bad_in_r = Signal()
         bad_in = Mux(first, 0, bad_in_r) | s.tuser[0]
-        frame_len = POS_IP + IPV6.size + plen      # by the header
+        frame_len = POS_IP + IPV6.size + rw.plen      # by the header
         # Ended before the smallest RoCEv2 frame: the last beat ends below byte 78.
         min_beat, min_lane = (MIN_ROCE_FRAME - 1) // B, (MIN_ROCE_FRAME - 1) % B
         truncated = s.tlast & (_lt(beat, min_beat) | ((beat == min_beat) & ~s.tkeep[min_lane]))
         too_long = ~_lt(beat, POS_PLEN // B) & (frame_len > self.max_frame_reg)
+        return SimpleNamespace(not_roce=not_roce, nr_r=nr_r, bad_in=bad_in, bad_in_r=bad_in_r,
+                               truncated=truncated, too_long=too_long)
 
+    def _stage0_insert_record(self, m, fr, rw):
+        """The ``ins`` record: ``h`` and the prefix; returns when it is pushed."""
+        B = self.data_width // 8
+        s, now, mode, beat = self.s_axis, fr.cap.now, fr.mode, fr.beat
+        outer = fr.outer
+        outer_src, dscp, ecn, hop_limit = outer[:128], outer[128:134], outer[134:136], \
+            outer[136:144]
         # The record HeaderInsert needs, written once the payload length is known.
         ins_beat = (POS_PLEN + 1) // B
         h = Signal(2)
@@ -249,23 +295,27 @@ class EntropyRewrite(wiring.Component):
         srh_on = mode == EvMode.SRV6_SRH
         outer_hdr = IPV6.assemble({
             "version": proto.IPV6_VERSION, "dscp": dscp, "ecn": ecn,
-            "flow_label": new_flow,
-            "payload_length": (plen + Mux(srh_on, proto.OUTER_SRH_LEN,
-                                          proto.OUTER_IPV6_LEN))[:16],
+            "flow_label": rw.new_flow,
+            "payload_length": (rw.plen + Mux(srh_on, proto.OUTER_SRH_LEN,
+                                             proto.OUTER_IPV6_LEN))[:16],
             "next_header": Mux(srh_on, proto.IPPROTO_ROUTING, proto.IPPROTO_IPV6),
-            "hop_limit": hop_limit, "src": outer_src, "dst": ev[128:256],
+            "hop_limit": hop_limit, "src": outer_src, "dst": fr.ev[128:256],
         })
         srh_hdr = SRH.assemble({
             "next_header": proto.IPPROTO_IPV6, "hdr_ext_len": 2,
             "routing_type": proto.SRH_ROUTING_TYPE, "segments_left": 1, "last_entry": 0,
-            "segment": ev[0:128],
+            "segment": fr.ev[0:128],
         })
         push = s.tvalid & ((beat == ins_beat) | short)
         m.d.comb += [
             self.ins.payload.h.eq(Mux(short, 0, h)),
             self.ins.payload.prefix.eq(Cat(eth_bytes, outer_hdr, srh_hdr)),
         ]
+        return push
 
+    def _stage0_handshake(self, m, fr, chk, push):
+        """Stage 0's handshakes, and the per-frame registers loaded on accepted beats."""
+        s, d, first, en, accept = self.s_axis, self.desc.payload, fr.first, fr.en, fr.accept
         desc_ok = ~first | self.desc.valid
         # Beats wait while the insert FIFO is full, whether or not they write to it: the
         # FIFO outlasts the frames in flight, and the handshakes stay shallow.
@@ -279,10 +329,14 @@ class EntropyRewrite(wiring.Component):
 
         with m.If(accept):
             with m.If(first):
-                m.d.sync += [mode_r.eq(d.mode), ev_r.eq(d.ev), ent_r.eq(d.entropy),
-                             hdr_r.eq(outer)]
-            m.d.sync += [nr_r.eq(not_roce), bad_in_r.eq(bad_in)]
+                m.d.sync += [fr.mode_r.eq(d.mode), fr.ev_r.eq(d.ev), fr.ent_r.eq(d.entropy),
+                             fr.hdr_r.eq(fr.outer)]
+            m.d.sync += [chk.nr_r.eq(chk.not_roce), chk.bad_in_r.eq(chk.bad_in)]
 
+    def _icrc_launch(self, m, fr, rw):
+        """ICRC patch launch: the port's change, advanced a beat at a time, into the shift."""
+        B = self.data_width // 8
+        cap, beat, en, accept = fr.cap, fr.beat, fr.en, fr.accept
         # ICRC patch: launched on the beat that carries the UDP source port.
         # ICRC patch. The change of the port bytes moves the CRC register by S.delta right
         # after the port; the patch is that state advanced over the zero bytes up to the
@@ -292,7 +346,7 @@ class EntropyRewrite(wiring.Component):
         # starts. So the pipeline is only log2(B)/2 stages deep, whatever the frame length.
         port_beat = (POS_SPORT + 1) // B
         n_p = POS_SPORT + 2 - port_beat * B       # port beat bytes up to the port's end
-        delta = Mux(rewrite_port, old_port ^ new_port, 0)
+        delta = Mux(rw.rewrite_port, rw.old_port ^ rw.new_port, 0)
         m_s = crc.field_matrix(2)
         m_next = crc.mat_mul(crc.zero_bytes_matrix(B - n_p), m_s)
         e = Signal(32)
@@ -318,19 +372,28 @@ class EntropyRewrite(wiring.Component):
         m.submodules.shift = shift = crc.CrcShiftPipeline(self.k_bits)
         m.d.comb += [shift.en.eq(en), shift.v.eq(launch_v), shift.k.eq(launch_k),
                      shift.tag.eq(launch_tag)]
+        return SimpleNamespace(shift=shift, rel=rel, rel_ok=rel_ok)
 
+    def _stages_pipeline(self, m, fr, rw, chk, icrc):
+        """Stages 1 .. depth; returns the list of stages, stage 0 first."""
+        s = self.s_axis
         # --- stages 1 .. depth: the pipeline ---------------------------------------------
         # rem: bytes of the frame (by its header) from this beat's first byte on.
         rem0 = Signal(range(-2 ** 17, 2 ** 17))
-        m.d.comb += rem0.eq(rel + proto.ICRC_LEN)
+        m.d.comb += rem0.eq(icrc.rel + proto.ICRC_LEN)
         stage0 = {
-            "valid": accept, "data": out_data, "keep": s.tkeep, "last": s.tlast,
-            "bad_in": bad_in, "pass_": mode == EvMode.PASS, "not_roce": not_roce,
-            "truncated": truncated, "too_long": too_long, "rem": rem0, "rem_ok": rel_ok,
+            "valid": fr.accept, "data": rw.out_data, "keep": s.tkeep, "last": s.tlast,
+            "bad_in": chk.bad_in, "pass_": fr.mode == EvMode.PASS, "not_roce": chk.not_roce,
+            "truncated": chk.truncated, "too_long": chk.too_long, "rem": rem0,
+            "rem_ok": icrc.rel_ok,
         }
-        stages = register_stages(m, en, stage0, self.depth - 1, "s")
-        pen = stages[-1]           # aligned with the ICRC shift's output
+        stages = register_stages(m, fr.en, stage0, self.depth - 1, "s")
+        return stages
 
+    def _icrc_patch(self, m, fr, stages, shift):
+        """ICRC patch: the correction on the ICRC's lanes of `pen`; the keep expected."""
+        B = self.data_width // 8
+        en = fr.en
         # Computed on the way into `pen`, from `rem` of the stage before it, so that the
         # patch itself is shallow: where the ICRC's 4 bytes fall in this beat (one-hot over
         # lanes -3 .. B-1 of its first byte), and the keep the header's length implies.
@@ -353,35 +416,43 @@ class EntropyRewrite(wiring.Component):
             # Lane j holds ICRC byte i when the ICRC starts at lane j - i.
             terms = [Mux(onehot[j - i + 3], corr.word_select(i, 8), 0) for i in range(4)]
             m.d.comb += patch.word_select(j, 8).eq(terms[0] | terms[1] | terms[2] | terms[3])
+        return SimpleNamespace(patch=patch, exp_last=exp_last, exp_keep=exp_keep)
 
+    def _stage_out(self, m, fr, pen, pt):
+        """The output register and ``m_axis``; the length check."""
+        B = self.data_width // 8
+        en = fr.en
         # The output register: the pipeline's last stage, with the patch applied on the way.
-        fin = register_stages(m, en, {**pen, "data": pen["data"] ^ Mux(pen["pass_"], 0, patch)},
-                              1, "out")[-1]
+        patched = pen["data"] ^ Mux(pen["pass_"], 0, pt.patch)
+        fin = register_stages(m, en, {**pen, "data": patched}, 1, "out")[-1]
         length_bad = Signal()
         nbytes = Signal(range(B + 1))
         with m.If(en):
-            m.d.sync += length_bad.eq(pen["last"] & ~(exp_last & (pen["keep"] == exp_keep)))
+            m.d.sync += length_bad.eq(pen["last"] & ~(pt.exp_last & (pen["keep"] == pt.exp_keep)))
             m.d.sync += nbytes.eq(keep_count(pen["keep"]))
 
         errors = fin["not_roce"] | fin["truncated"] | fin["too_long"] | length_bad
         bad = fin["bad_in"] | (~fin["pass_"] & errors)
-        m.d.comb += last_valid.eq(fin["valid"])
+        m.d.comb += fr.last_valid.eq(fin["valid"])
         drive_axis(m, self.m_axis, valid=fin["valid"], data=fin["data"], keep=fin["keep"],
                    last=fin["last"], user=fin["last"] & bad)
+        return SimpleNamespace(fin=fin, length_bad=length_bad, nbytes=nbytes)
+
+    def _stats(self, m, out):
+        """``stats``: the events of the beats and frames ``m_axis`` takes."""
+        fin, length_bad = out.fin, out.length_bad
         moved = fin["valid"] & self.m_axis.tready
         counted = moved & fin["last"]
         nonpass = counted & ~fin["pass_"]
         m.d.comb += [
             self.stats.frames.eq(counted),
-            self.stats.bytes.eq(Mux(moved, nbytes, 0)),
+            self.stats.bytes.eq(Mux(moved, out.nbytes, 0)),
             self.stats.in_bad.eq(counted & fin["bad_in"]),
             self.stats.not_roce.eq(nonpass & fin["not_roce"]),
             self.stats.truncated.eq(nonpass & fin["truncated"]),
             self.stats.too_long.eq(nonpass & fin["too_long"] & ~fin["truncated"]),
             self.stats.length.eq(nonpass & length_bad & ~fin["truncated"]),
         ]
-        cap.capture()
-        return m
 
 
 class HeaderInsert(wiring.Component):
@@ -441,10 +512,8 @@ class HeaderInsert(wiring.Component):
         m = Module()
         B = self.data_width // 8
         s, ins = self.s_axis, self.ins
-        plen = {h: (POS_IP + n if n else 0) for h, n in enumerate(INSERT_CHOICES)}
-        q = {h: n // B for h, n in enumerate(INSERT_CHOICES)}
-        sh = {h: n % B for h, n in enumerate(INSERT_CHOICES)}
-        jmax = max(max(q.values()), max(-(-p // B) for p in plen.values())) + 1
+        plan = self._insert_plan(B)
+        jmax = plan.jmax
 
         j = Signal(range(jmax + 1))
         flush = Signal()            # the input's last beat spilled: one more output beat
@@ -460,34 +529,10 @@ class HeaderInsert(wiring.Component):
         cur_p = Signal(pwidth)
         m.d.comb += cur_p.eq(Mux(first, ins.payload.prefix, pfx_r))
 
-        need_cur = Signal()
-        pmask = Signal(B)
-        spill = Signal()
-        s_data, s_keep = Signal(8 * B), Signal(B)
-        with m.Switch(cur_h):
-            for h in range(len(INSERT_CHOICES)):
-                with m.Case(h):
-                    m.d.comb += need_cur.eq(~flush & ~_lt(j, q[h]))
-                    # Prefix lanes of beat j, a constant per (h, j).
-                    with m.Switch(j):
-                        for jj in range(jmax + 1):
-                            with m.Case(jj):
-                                lanes = max(0, min(B, plen[h] - jj * B))
-                                m.d.comb += pmask.eq((1 << lanes) - 1)
-                    n = sh[h]
-                    for l in range(B):
-                        if l >= n:      # from the beat being consumed
-                            m.d.comb += [
-                                s_data.word_select(l, 8).eq(s.tdata.word_select(l - n, 8)),
-                                s_keep[l].eq(~flush & s.tkeep[l - n]),
-                            ]
-                        else:           # from the beat before
-                            m.d.comb += [
-                                s_data.word_select(l, 8).eq(
-                                    prev_data.word_select(l - n + B, 8)),
-                                s_keep[l].eq(prev_keep[l - n + B]),
-                            ]
-                    m.d.comb += spill.eq(s.tkeep[B - n] if n else 0)
+        # The lanes of output beat j: prefix lanes, input lanes shifted by s, spill.
+        sl = self._shifted_lanes(m, plan, cur_h, j, flush, prev_data, prev_keep)
+        need_cur, pmask, spill = sl.need_cur, sl.pmask, sl.spill
+        s_data, s_keep = sl.s_data, sl.s_keep
 
         out_free = ~o_valid | self.m_axis.tready
         # A frame starts only once its first beat is here too, so that its prefix does not
@@ -526,6 +571,53 @@ class HeaderInsert(wiring.Component):
         with m.Elif(self.m_axis.tready):
             m.d.sync += o_valid.eq(0)
         return m
+
+    @staticmethod
+    def _insert_plan(B):
+        """Per ``h``: prefix bytes ``plen``, H = ``q``*B + ``sh``; ``jmax``, the last beat
+        index the frame counter tells apart."""
+        plen = {h: (POS_IP + n if n else 0) for h, n in enumerate(INSERT_CHOICES)}
+        q = {h: n // B for h, n in enumerate(INSERT_CHOICES)}
+        sh = {h: n % B for h, n in enumerate(INSERT_CHOICES)}
+        jmax = max(max(q.values()), max(-(-p // B) for p in plen.values())) + 1
+        return SimpleNamespace(plen=plen, q=q, sh=sh, jmax=jmax)
+
+    def _shifted_lanes(self, m, plan, cur_h, j, flush, prev_data, prev_keep):
+        """Output beat j by the frame's ``h``: its prefix lanes, the lanes ``l >= s`` of the
+        beat consumed and ``l < s`` of the beat before, and whether the last beat spills."""
+        B = self.data_width // 8
+        s = self.s_axis
+        plen, q, sh, jmax = plan.plen, plan.q, plan.sh, plan.jmax
+        need_cur = Signal()
+        pmask = Signal(B)
+        spill = Signal()
+        s_data, s_keep = Signal(8 * B), Signal(B)
+        with m.Switch(cur_h):
+            for h in range(len(INSERT_CHOICES)):
+                with m.Case(h):
+                    m.d.comb += need_cur.eq(~flush & ~_lt(j, q[h]))
+                    # Prefix lanes of beat j, a constant per (h, j).
+                    with m.Switch(j):
+                        for jj in range(jmax + 1):
+                            with m.Case(jj):
+                                lanes = max(0, min(B, plen[h] - jj * B))
+                                m.d.comb += pmask.eq((1 << lanes) - 1)
+                    n = sh[h]
+                    for l in range(B):
+                        if l >= n:      # from the beat being consumed
+                            m.d.comb += [
+                                s_data.word_select(l, 8).eq(s.tdata.word_select(l - n, 8)),
+                                s_keep[l].eq(~flush & s.tkeep[l - n]),
+                            ]
+                        else:           # from the beat before
+                            m.d.comb += [
+                                s_data.word_select(l, 8).eq(
+                                    prev_data.word_select(l - n + B, 8)),
+                                s_keep[l].eq(prev_keep[l - n + B]),
+                            ]
+                    m.d.comb += spill.eq(s.tkeep[B - n] if n else 0)
+        return SimpleNamespace(need_cur=need_cur, pmask=pmask, spill=spill, s_data=s_data,
+                               s_keep=s_keep)
 
 
 class Srv6Encap(wiring.Component):
