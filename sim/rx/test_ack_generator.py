@@ -645,6 +645,10 @@ def test_tshark_reads_the_frames(tmp_path):
     cfg["dport"] = 4791                   # Wireshark's RoCEv2 port
     contexts = {qp: random_ctx(rng) for qp in range(4)}
     descs = [random_desc(rng, 4, nack=i % 2) for i in range(8)]
+    for d in descs:
+        # The echoed entropy is the frame's UDP source port, and Wireshark decodes a UDP frame
+        # by its lower port: a well-known one (664, say) would hide the BTH from it.
+        d["entropy"] |= 0xC000
     naks = [random_nak(rng, 4) for _ in range(4)]
     sink, _, _, order = run_traffic(256, descs, naks=naks, qps=4, cfg=cfg, contexts=contexts,
                                     rng=rng, idle=0.2, backpressure=0.2)
