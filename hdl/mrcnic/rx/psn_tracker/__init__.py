@@ -1,0 +1,528 @@
+"""Receive PSN tracking (spec §5): :class:`PsnTracker` (``psn-tracker``).
+
+The receive half of MRC's reliability, in :class:`~mrcnic.rx.mrc_rx.MrcRx` after the memory
+check (:class:`~mrcnic.rx.memory_protect.MemoryProtect`): for every packet that arrives, in
+any order and on any plane, it decides whether the packet is placed, keeps each QP's
+cumulative ACK (CACK) and its bitmap of what arrived above it, and decides the SACKs and
+NACKs to send back (to :class:`~mrcnic.rx.ack_generator.AckGenerator`) and the
+WRITE-with-immediate completions to deliver.
+
+Operation, decisions and measured figures: docs/blocks/psn-tracker.md.
+"""
+
+import functools
+import operator
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict
+from mrcnic.base.csr import (
+    AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
+    event_counters)
+from mrcnic.base.gates import assign
+from mrcnic.base.rules import SACK_OFFSET
+from mrcnic.base.stream import meta_stream
+from mrcnic.rx.psn_tracker.stages import (
+    BITMAP_BITS, CHUNK, FIFO_DEPTH, HALF, IN_FLIGHT, LATE_SACK, OP, POOL, PSN, QUEUE_DEPTH,
+    WINDOW_CHUNKS, WORD, VERDICT_NAMES, TrackerStages)
+
+__all__ = ["PsnTracker", "TRACKER_REGS", "WINDOW_CHUNKS",
+           "SACK_OFFSET", "BITMAP_BITS", "LATE_SACK"]
+
+COUNTERS = ["packets", *[v.name.lower() for v in Verdict], "sacks", "nacks", "completions",
+            "continuations", "stall_cycles"]
+
+TRACKER_REGS = RegisterMap("psn_tracker", [
+    Register("config", [Field("sack_every", 8, "rw", reset=8,
+                              desc="SACK every N placed packets of a QP (0: only on the "
+                                   "other triggers)")]),
+    Register("qp_select", [Field("qp", 16, "rw", desc="QP the next command acts on")]),
+    Register("qp_start", [Field("psn", 24, "rw", desc="First PSN expected after open")]),
+    Register("qp_mpr", [Field("mpr", 8, "rw", desc="Receive window in 128-PSN units, "
+                                                   "1 .. mpr_max; 0 means mpr_max")]),
+    Register("qp_command", [
+        Field("open", 1, "w1p", desc="Open qp_select at qp_start with qp_mpr (its held "
+                                     "completions are dropped)"),
+        Field("close", 1, "w1p", desc="Close qp_select: its packets get verdict NO_QP"),
+    ]),
+    Register("status", [
+        Field("busy", 1, "ro", desc="A QP command, or the sweep that opens every QP after "
+                                    "reset, is in progress (the input waits)"),
+        Field("held", 8, "ro", desc="WRITE-with-immediate completions held"),
+    ]),
+    Register("error", [
+        Field("bad_qp", 1, "w1c", desc="A command named a QP >= qps; it was refused"),
+        Field("bad_mpr", 1, "w1c", desc="An open asked for MPR > mpr_max; it was refused"),
+        Field("busy", 1, "w1c", desc="A command came while status.busy; it was refused"),
+    ]),
+    Register("control", [Field("clear", 1, "w1p", desc="Zero every counter")]),
+    *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
+        ("packets", "Records in"),
+        ("place", "Packets placed (new PSN in the window)"),
+        ("duplicate", "Duplicates (at or before CACK, or already arrived): SACKed"),
+        ("out_of_window", "PSNs beyond CACK + MPR x 128: NACK 0x0B"),
+        ("trimmed", "Trimmed packets: NACK 0x01 / 0x02"),
+        ("no_qp", "Records for a QP index out of range or not open"),
+        ("bad_opcode", "Records with an opcode other than WRITE or probe"),
+        ("no_resource", "WRITE-with-immediate refused, completions full: NACK 0x0A"),
+        ("probe", "Probes answered"),
+        ("sacks", "SACK descriptors"),
+        ("nacks", "NACK descriptors"),
+        ("completions", "WRITE-with-immediate completions"),
+        ("continuations", "CACK advances or SACKs finished by a continuation"),
+        ("stall_cycles", "Cycles a record waited at the input"),
+    ]],
+])
+
+
+class PsnTracker(TrackerStages, wiring.Component):
+    """The receive PSN tracker: a verdict per packet, the SACKs and NACKs to send, and
+    WRITE-with-immediate completions in PSN order.
+
+    Each ``pkt`` record gives one ``verdict`` record, in order; the first check that applies
+    decides (:class:`~mrcnic.base.records.Verdict`): a QP index >= ``qps`` or a QP not open,
+    NO_QP (nothing answered); a probe (0xDE), PROBE (a SACK with pr = 1, no PSN consumed);
+    trimmed (flagged upstream from the DSCP), TRIMMED (NACK TRIMMED or TRIMMED_LASTHOP); not
+    a WRITE opcode, BAD_OPCODE (nothing answered); at or before CACK or already arrived,
+    DUPLICATE (a SACK); beyond CACK + MPR x 128, OUT_OF_WINDOW (NACK PSN_OUT_OF_WINDOW); a
+    WRITE-with-immediate not at CACK + 1 while ``max_wimm_dest`` completions are held,
+    NO_RESOURCE (NACK NO_RESOURCE, not placed: the one at CACK + 1 is always taken, so held
+    completions can always drain); otherwise PLACE: its bit is set, CACK advances over the
+    run of arrived PSNs and the completions held up to the new CACK leave in PSN order. A
+    placed packet is SACKed when it asks (BTH A), is a retransmission, carries ECN CE (then
+    M = SKIP_ONCE), opens a new hole, fills the lowest hole while later PSNs have arrived
+    (:data:`LATE_SACK`), or is the ``sack_every``-th placed packet of its QP since the QP's
+    last SACK. A SACK's bitmap starts at SACK_BASE = CACK + 1
+    (:data:`~mrcnic.base.rules.SACK_OFFSET`). After reset a sweep opens every QP at PSN 0
+    with MPR = ``mpr_max``; the ``qp_*`` registers open and close QPs.
+
+    Parameters
+    ----------
+    qps : int
+        QPs tracked, 1 .. 65536. Default 64.
+    mpr_max : int
+        Largest receive window in 128-PSN units (the size of each QP's arrival bitmap ring),
+        a power of two 1 .. 64. Default 8 (1024 PSNs).
+    max_wimm_dest : int
+        WRITE-with-immediate completions held at once, 1 .. 32. Default 8.
+    window_chunks : int
+        128-PSN chunks read from the packet's own chunk for the CACK advance, one of
+        :data:`WINDOW_CHUNKS`: 3 (default: a run of at least 257 PSNs after the packet in
+        one pass) or 2 (a third less search logic; at least 129).
+    counter_width : int
+        Width of the event counters: 32, 16 or 0 (no counters; they read 0, see
+        :func:`mrcnic.base.csr.gateware.event_counters`). Default 32.
+
+    Attributes
+    ----------
+    pkt : stream of :data:`~mrcnic.base.records.PKT_IN`, in
+        One record per received packet: QP index, PSN, opcode, BTH A and rtx, ECN CE, the
+        trimmed and last-hop-trimmed flags, payload length, the EV echoed as ``entropy``,
+        the TSETH timestamp, the immediate, and a free ``tag`` returned with the verdict.
+        ``pkt.ready`` is a register.
+    verdict : stream of :data:`~mrcnic.base.records.VERDICT`, out
+        One per ``pkt`` record, in order: ``qp``, ``psn``, ``verdict``, ``tag``.
+    ack : stream of :data:`~mrcnic.base.records.ACK_DESC`, out
+        SACK and NACK descriptors to send, in the order of their records.
+    cpl : stream of :data:`~mrcnic.base.records.COMPLETION`, out
+        WRITE-with-immediate completions, in PSN order per QP.
+    s_axil : AXI4-Lite, in
+        Registers, :data:`TRACKER_REGS`.
+    latency : int
+        Cycles from a ``pkt`` handshake to its verdict on ``verdict`` (idle tracker).
+    ack_latency : int
+        Cycles from a ``pkt`` handshake to its SACK or NACK on ``ack`` (idle tracker).
+
+    Pipeline
+    --------
+    Records wait in a :data:`QUEUE_DEPTH`-entry input queue until they have passed stage D,
+    and flow through stages that each do one job (their signals carry the stage's prefix):
+
+    * ``i_`` issue: a continuation, else the queue's next record, unless it is of the QP
+      issued in the cycle before (the one stall: a QP's records are two cycles apart);
+    * ``r_`` read: the QP's context (distributed RAM) and the ``window_chunks`` ring chunks
+      from the packet's own (block RAM, two 64-bit banks); works out the forwarding of the
+      record now in stage D, which will be in U;
+    * ``f_`` fetch: the window with the bit of the record in U forwarded, searched for its
+      first PSN not arrived per 32-bit word; the packet's own bit and the next;
+    * ``d_`` decide: the context, forwarded from U's write when the record two ahead was
+      of the QP; the verdict, the combined search, the SACK triggers; a continuation or a
+      release of held completions flushes the stages behind (registered, next cycle) and
+      the queue re-issues their records;
+    * ``u_`` update: the new CACK and context written (and forwarded), the ring bit, the
+      held completions admitted or released;
+    * ``a_`` answer: the verdict and the packet's own completion into their FIFOs; the
+      ring read at SACK_BASE, after this record's write and before any later one's;
+    * ``b_`` bitmap: the SACK's bitmap, ``ooo_count`` and ``ack_psn_offset``; the
+      descriptor into its FIFO.
+
+    Nothing a stage decides waits on a memory read of the same cycle or on a search wider
+    than a word. A QP's context and ring bits are forwarded to the record two behind; the
+    one three behind reads the write (context: from the forward register; ring: the block
+    RAM's read is transparent to its write).
+
+    Latency
+    -------
+    :attr:`latency` = 7 cycles to the verdict, :attr:`ack_latency` = 8 to the SACK or NACK
+    (and 7 to the packet's own completion), when the outputs are ready.
+
+    Throughput
+    ----------
+    One record per cycle while consecutive records are of different QPs; a record of the QP
+    of the one just before waits one cycle (one record every two cycles for one QP alone).
+    The exceptions flush the stages behind them and cost about 5 cycles each: a CACK advance
+    that runs past the window read for it (a continuation, at least 257 PSNs each; 129 with
+    ``window_chunks`` 2), and an advance on a QP that holds completions (plus one cycle per
+    completion released). The input also waits while a QP command, or the sweep after reset
+    (``qps`` x (``mpr_max`` + 1) cycles), runs. Every output comes from a
+    :data:`FIFO_DEPTH`-entry FIFO; a record is issued only while every output FIFO has room
+    for the records in flight, so nothing is ever dropped.
+
+    Raises
+    ------
+    ValueError
+        If ``qps`` is not an int in 1 .. 65536; ``mpr_max`` is not a power of two in
+        1 .. 64; ``max_wimm_dest`` is not an int in 1 .. 32; ``window_chunks`` is not 2 or
+        3 (:data:`WINDOW_CHUNKS`); or ``counter_width`` is not 0, 16 or 32.
+    """
+
+    latency = 8
+    ack_latency = 8
+
+    def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8, window_chunks=3, counter_width=32):
+        self.counter_width = check_counter_width(counter_width)
+        if not (isinstance(qps, int) and 1 <= qps <= 1 << QP_INDEX_BITS):
+            raise ValueError(f"qps must be 1 .. {1 << QP_INDEX_BITS}, not {qps!r}")
+        if not (isinstance(mpr_max, int) and 1 <= mpr_max <= 64
+                and mpr_max & (mpr_max - 1) == 0):
+            raise ValueError(f"mpr_max must be a power of two 1 .. 64, not {mpr_max!r}")
+        if not (isinstance(max_wimm_dest, int) and 1 <= max_wimm_dest <= 32):
+            raise ValueError(f"max_wimm_dest must be 1 .. 32, not {max_wimm_dest!r}")
+        if window_chunks not in WINDOW_CHUNKS:
+            raise ValueError(f"window_chunks must be one of {WINDOW_CHUNKS}, not "
+                             f"{window_chunks!r}")
+        self.qps, self.mpr_max, self.max_wimm_dest = qps, mpr_max, max_wimm_dest
+        self.window_chunks, self.window = window_chunks, window_chunks * CHUNK
+        self.words = self.window // WORD
+        self.ring = mpr_max * CHUNK
+        self.lap_bit = ceil_log2(self.ring)          # PSN bit giving the lap parity
+        self._qbits = max(1, ceil_log2(qps))       # QP index bits of the memory addresses
+        self._cbits = ceil_log2(mpr_max)            # chunk bits of a ring address
+        # Window chunks that hold a later lap of the packet's own chunk (a ring shorter
+        # than the window): the packet's position there must read "not arrived".
+        self._lap_chunks = [j for j in range(1, window_chunks) if j % mpr_max == 0]
+        # A QP's context: what the decisions read (forwarded between the stages), and what
+        # only its SACKs report (read and written in stage U alone). `pbase` is the CACK at
+        # open plus the packets placed since (mod 2^24): the out-of-order count is
+        # pbase - CACK.
+        self._ctx_layout = data.StructLayout({
+            "cack": PSN, "hi": PSN, "mpr_m1": max(1, self._cbits), "open": 1, "since": 8})
+        self._stats_layout = data.StructLayout({"pbase": PSN, "bytes": 32})
+        super().__init__({
+            "pkt": In(meta_stream(PKT_IN)),
+            "verdict": Out(meta_stream(VERDICT)),
+            "ack": Out(meta_stream(ACK_DESC)),
+            "cpl": Out(meta_stream(COMPLETION)),
+            "s_axil": In(AxiLiteSignature(TRACKER_REGS.addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        # Registers: the CSR block on s_axil; the engines below read and drive its fields.
+        f = self._registers(m)
+        # State: per-QP context, the arrival ring's two banks, the held completions.
+        mem = self._memories(m)
+        # Output FIFOs, and whether each has room for the records in flight.
+        fifos, room = self._output_fifos(m)
+        # The registers between the stages, and of the continuation, drain and commands.
+        st = self._stage_registers()
+        ctl = self._control_regs(m)
+        # The input queue; stage I issues from it.
+        q = self._queue(m, st, ctl)
+        self._stage_i_issue(m, q, st, ctl, room)
+        self._stage_r_read(m, mem, st)
+        self._stage_f_fetch(m, mem, st)
+        self._stage_d_decide(m, f, mem, st, ctl)
+        self._stage_u_update(m, mem, st, ctl, q)
+        self._stage_a_answer(m, mem, fifos, st)
+        # Held completions released, oldest PSN first, into the cpl FIFO.
+        self._completion_drain(m, mem, st, ctl, fifos["cpl"])
+        # QP commands: accept or refuse; rewrite the QP's ring and context (and the sweep).
+        self._qp_command_accept(m, f, ctl)
+        self._qp_command_run(m, mem, st, ctl, q)
+        self._status(m, f, mem, ctl)
+        self._counters(m, f, st, fifos["cpl"])
+        return m
+
+    # --- State -----------------------------------------------------------------------------
+
+    def _registers(self, m):
+        """The CSR block on ``s_axil``; returns its fields."""
+        m.submodules.csr = csr = CsrBlock(TRACKER_REGS)
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        return csr.fields
+
+    def _memories(self, m):
+        """Per-QP context (distributed RAM), the arrival ring in two banks of 64-bit words
+        (block RAM: even halves of each chunk in ``lo``, odd in ``hi``), the held
+        completions."""
+        qps, mpr_max, N = self.qps, self.mpr_max, self.max_wimm_dest
+        # Reset: every QP open, CACK = 2^24 - 1 (PSN 0 expected), MPR = mpr_max.
+        ctx_init = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1, "mpr_m1": mpr_max - 1,
+                    "open": 1}
+        m.submodules.ctx = ctx = Memory(shape=self._ctx_layout, depth=qps, init=[ctx_init] * qps)
+        ctx_w = ctx.write_port()
+        ctx_r = ctx.read_port(domain="comb")
+        m.submodules.stats = stats = Memory(shape=self._stats_layout, depth=qps,
+                                            init=[{"pbase": (1 << PSN) - 1}] * qps)
+        stats_w = stats.write_port()
+        stats_r = stats.read_port(domain="comb")
+        banks = {}
+        for name in ("lo", "hi"):
+            m.submodules[f"ring_{name}"] = ring = Memory(
+                shape=unsigned(HALF), depth=qps * mpr_max, init=[0] * (qps * mpr_max))
+            w = ring.write_port()
+            # Reads see the write of the same cycle: the window's, that of the record three
+            # ahead; the SACK's, its own record's.
+            win = [ring.read_port(transparent_for=(w,)) for _ in range(self.window_chunks)]
+            banks[name] = SimpleNamespace(w=w, win=win,
+                                          sack=ring.read_port(transparent_for=(w,)))
+        pool = Signal(data.ArrayLayout(POOL, N))
+        held = Signal(range(N + 1), name="pool_held")
+        m.d.sync += held.eq(sum(pool[i].valid for i in range(N)))
+        return SimpleNamespace(ctx_w=ctx_w, ctx_r=ctx_r, stats_w=stats_w, stats_r=stats_r,
+                               lo=banks["lo"], hi=banks["hi"], pool=pool, held=held)
+
+    def _output_fifos(self, m):
+        """The output FIFOs, by port name, and ``room`` (a register): each can take the
+        records in flight."""
+        fifos = {}
+        for name, layout in (("verdict", VERDICT), ("ack", ACK_DESC), ("cpl", COMPLETION)):
+            fifo = SyncFIFOBuffered(width=layout.size, depth=FIFO_DEPTH)
+            m.submodules[f"{name}_fifo"] = fifo
+            port = getattr(self, name)
+            m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
+                         fifo.r_en.eq(port.ready)]
+            fifos[name] = fifo
+        room = Signal(name="i_room")
+        m.d.sync += room.eq(Cat(*(fi.level < FIFO_DEPTH - IN_FLIGHT
+                                  for fi in fifos.values())).all())
+        return fifos, room
+
+    def _control_regs(self, m):
+        """Registers of the continuation, drain and QP command (and sweep) engines."""
+        mpr_max, N, qbits, cbits = self.mpr_max, self.max_wimm_dest, self._qbits, self._cbits
+        return SimpleNamespace(
+            cont_valid=Signal(name="cont_valid"), cont_op=Signal(OP, name="cont_op"),
+            cont_pkt=Signal(PKT_IN, name="cont_pkt"),
+            drain_busy=Signal(name="drain_busy"), drain_mask=Signal(N, name="drain_mask"),
+            drain_pos=Signal(data.ArrayLayout(9, N), name="drain_pos"),
+            drain_older=Signal(N * N, name="drain_older"),
+            drain_ordered=Signal(name="drain_ordered"),
+            emit_valid=Signal(name="drain_emit_valid"), emit_sel=Signal(N, name="drain_emit_sel"),
+            # After reset, a sweep opens every QP at PSN 0 with MPR mpr_max (block RAM keeps
+            # its contents through a reset): qps x (mpr_max + 1) cycles, nothing issued.
+            sweep=Signal(init=1), cmd_busy=Signal(init=1, name="cmd_busy"),
+            cmd_open=Signal(init=1, name="cmd_open"), cmd_qp=Signal(qbits, name="cmd_qp"),
+            cmd_start=Signal(PSN, name="cmd_start"), cmd_j=Signal(cbits + 1, name="cmd_j"),
+            cmd_mpr_m1=Signal(max(1, cbits), init=mpr_max - 1))
+
+    def _queue(self, m, st, ctl):
+        """The input queue: records are written as they are accepted and kept until they
+        leave stage U (``commit``), so that a flush can re-issue them (``issue`` rewinds to
+        ``commit``) and stage U reads the fields the stages before it do not carry.
+        ``pkt.ready`` is a register: room, and no QP command waiting."""
+        depth = QUEUE_DEPTH
+        m.submodules.queue = mq = Memory(shape=PKT_IN, depth=depth, init=[])
+        qw = mq.write_port()
+        qr, qu = mq.read_port(domain="comb"), mq.read_port(domain="comb")
+        pbits = ceil_log2(depth) + 1
+        wr = Signal(pbits, name="queue_wr")
+        iss = Signal(pbits, name="queue_issue")
+        cmt = Signal(pbits, name="queue_commit")
+        ready = Signal(name="queue_ready")
+        take = Signal()
+        m.d.comb += [
+            self.pkt.ready.eq(ready),
+            take.eq(self.pkt.valid & ready),
+            qw.addr.eq(wr[:pbits - 1]), qw.data.eq(self.pkt.payload), qw.en.eq(take),
+            qr.addr.eq(iss[:pbits - 1]), qu.addr.eq(st.u.op.idx),
+        ]
+        wr_next, cmt_next = Signal(pbits), Signal(pbits)
+        m.d.comb += [wr_next.eq(wr + take), cmt_next.eq(cmt + st.commit)]
+        # From registers only: room for this cycle's record and the next.
+        m.d.sync += [wr.eq(wr_next), cmt.eq(cmt_next),
+                     ready.eq(((wr - cmt)[:pbits] < depth - 2) & ~ctl.cmd_busy)]
+        return SimpleNamespace(rd=qr, at_u=qu, wr=wr, iss=iss, cmt=cmt, cmt_next=cmt_next,
+                               empty=(cmt == wr), pending=(iss != wr))
+
+    # --- Stage I: issue --------------------------------------------------------------------
+
+    def _stage_i_issue(self, m, q, st, ctl, room):
+        """Stage I: a continuation, else the queue's next record unless it is of the QP
+        issued in the cycle before; nothing while the stages behind a deferral are flushed
+        (``kill``), held completions drain, or an output FIFO lacks room."""
+        qps, qbits, r = self.qps, self._qbits, st.r
+        rec = q.rd.data
+        qop = Signal(OP)
+        m.d.comb += assign(qop, qp=rec.qp, psn=rec.psn, opcode=rec.opcode,
+                            ack_req=rec.ack_req, rtx=rec.rtx, ce=rec.ce, trimmed=rec.trimmed,
+                            lasthop=rec.lasthop, idx=q.iss[:len(qop.idx)])
+        hazard = r.valid & (rec.qp[:qbits] == r.op.qp[:qbits])
+        go = ~st.kill & ~ctl.drain_busy & room
+        issue_cont = Signal()
+        issue_q = Signal()
+        m.d.comb += [issue_cont.eq(go & ctl.cont_valid),
+                     issue_q.eq(go & ~ctl.cont_valid & q.pending & ~hazard)]
+        op = Signal(OP, name="i_op")
+        m.d.comb += op.eq(Mux(ctl.cont_valid, ctl.cont_op, qop))
+        m.d.sync += [r.valid.eq(issue_cont | issue_q), r.op.eq(op),
+                     r.qp_in.eq(op.qp < qps),
+                     r.qpi.eq(Mux(op.qp < qps, op.qp[:qbits], 0))]
+        with m.If(issue_cont):
+            m.d.sync += ctl.cont_valid.eq(0)
+        with m.If(st.kill):
+            m.d.sync += q.iss.eq(q.cmt_next)
+        with m.Elif(issue_q):
+            m.d.sync += q.iss.eq(q.iss + 1)
+
+    # --- Engines beside the pipeline -------------------------------------------------------
+
+    def _completion_drain(self, m, mem, st, ctl, cpl_fifo):
+        """Release of held completions, oldest PSN first, one a cycle into the cpl FIFO: the
+        order of the released entries (their window positions) is compared once, then each
+        step picks the oldest left and the next cycle writes it. Nothing is issued
+        meanwhile."""
+        N, pool = self.max_wimm_dest, mem.pool
+        mask, older = ctl.drain_mask, ctl.drain_older
+        with m.If(ctl.drain_busy & ~ctl.drain_ordered):
+            m.d.sync += [older[i * N + j].eq(ctl.drain_pos[i] < ctl.drain_pos[j])
+                         for i in range(N) for j in range(N)]
+            m.d.sync += ctl.drain_ordered.eq(1)
+        best = Signal(N, name="drain_best")
+        for i in range(N):
+            m.d.comb += best[i].eq(mask[i] & Cat(*(~mask[j] | older[i * N + j]
+                                                   for j in range(N) if j != i)).all()
+                                   if N > 1 else mask[i])
+        step = Signal(name="drain_step")
+        own = st.a.cpl_valid
+        m.d.comb += step.eq(ctl.drain_busy & ctl.drain_ordered & mask.any() &
+                            (cpl_fifo.level < FIFO_DEPTH - 2) & ~(ctl.emit_valid & own))
+        with m.If(step):
+            m.d.sync += [mask.eq(mask & ~best), ctl.emit_sel.eq(best), ctl.emit_valid.eq(1)]
+        with m.Elif(~(ctl.emit_valid & own)):
+            m.d.sync += ctl.emit_valid.eq(0)
+        entry = Signal(POOL, name="drain_entry")
+        m.d.comb += entry.eq(functools.reduce(
+            operator.or_, (Mux(ctl.emit_sel[i], pool[i].as_value(), 0) for i in range(N))))
+        emit = ctl.emit_valid & ~own
+        cpl_rec = Signal(COMPLETION)
+        # Plain expressions, not an If chain: an Icarus always-block that no input has woken
+        # yet stays X after reset, and an X write enable would poison the counter.
+        m.d.comb += [*assign(cpl_rec, qp=entry.qp, psn=entry.psn, imm=entry.imm,
+                             tag=entry.tag),
+                     cpl_fifo.w_data.eq(Mux(own, st.a.cpl, cpl_rec)),
+                     cpl_fifo.w_en.eq(own | emit)]
+        with m.If(emit):
+            for i in range(N):
+                with m.If(ctl.emit_sel[i]):
+                    m.d.sync += pool[i].valid.eq(0)
+        with m.If(ctl.drain_busy & ctl.drain_ordered & ~mask.any() & ~ctl.emit_valid):
+            m.d.sync += ctl.drain_busy.eq(0)
+
+    def _qp_command_accept(self, m, f, ctl):
+        """QP commands: a write of ``qp_command.open`` or ``.close`` loads the command
+        registers, or is refused and flagged in ``error`` (bad QP, bad MPR, busy)."""
+        qps, mpr_max = self.qps, self.mpr_max
+        cmd_busy = ctl.cmd_busy
+        sel_qp = f["qp_select"]["qp"]
+        req_mpr = f["qp_mpr"]["mpr"]
+        start_cmd = f["qp_command"]["open"] | f["qp_command"]["close"]
+        m.d.comb += [
+            f["error"]["bad_qp_set"].eq(start_cmd & (sel_qp >= qps)),
+            f["error"]["bad_mpr_set"].eq(f["qp_command"]["open"] & (sel_qp < qps) &
+                                         (req_mpr > mpr_max)),
+            f["error"]["busy_set"].eq(start_cmd & cmd_busy),
+        ]
+        with m.If(start_cmd & ~cmd_busy & (sel_qp < qps) &
+                  ~(f["qp_command"]["open"] & (req_mpr > mpr_max))):
+            m.d.sync += [cmd_busy.eq(1), ctl.cmd_open.eq(f["qp_command"]["open"]),
+                         ctl.cmd_qp.eq(sel_qp), ctl.cmd_start.eq(f["qp_start"]["psn"]),
+                         ctl.cmd_mpr_m1.eq(Mux(req_mpr == 0, mpr_max - 1, req_mpr - 1)),
+                         ctl.cmd_j.eq(0)]
+
+    def _qp_command_run(self, m, mem, st, ctl, q):
+        """QP commands, once every record accepted before them is done and the pipeline is
+        idle: rewrite the ring (a chunk a cycle), then the context, drop held completions.
+        The sweep after reset runs them for every QP in turn."""
+        qps, mpr_max, N = self.qps, self.mpr_max, self.max_wimm_dest
+        cbits, lap = self._cbits, self.lap_bit
+        parity = self._parity
+        pool = mem.pool
+        cmd_qp, cmd_start, cmd_j = ctl.cmd_qp, ctl.cmd_start, ctl.cmd_j
+        idle = (q.empty & ~st.r.valid & ~st.f.valid & ~st.d.valid & ~st.u.valid &
+                ~ctl.cont_valid & ~ctl.drain_busy)
+        cmd_run = ctl.cmd_busy & idle
+        # A chunk of a fresh ring reads "not arrived" for every PSN of the first window:
+        # positions at or after the start's belong to its lap, those before to the next.
+        r0 = cmd_start[:lap] if lap else Const(0, 1)
+        fresh = Signal(CHUNK)
+        for k in range(CHUNK):
+            pos = Cat(Const(k, 7), cmd_j[:cbits]) if cbits else Const(k, 7)
+            m.d.comb += fresh[k].eq(Mux(pos >= r0, parity(cmd_start), ~parity(cmd_start)))
+        # The chunk is written a cycle after it is worked out, from registers.
+        w_valid = Signal(name="cmd_ring_w_valid")
+        w_addr = Signal(len(mem.lo.w.addr), name="cmd_ring_w_addr")
+        w_data = Signal(CHUNK, name="cmd_ring_w_data")
+        m.d.sync += [w_valid.eq(0), w_addr.eq(self._ring_addr(cmd_qp, cmd_j)),
+                     w_data.eq(fresh)]
+        with m.If(w_valid):
+            m.d.comb += [mem.lo.w.addr.eq(w_addr), mem.lo.w.data.eq(w_data[:HALF]),
+                         mem.lo.w.en.eq(1),
+                         mem.hi.w.addr.eq(w_addr), mem.hi.w.data.eq(w_data[HALF:]),
+                         mem.hi.w.en.eq(1)]
+        with m.If(cmd_run):
+            with m.If(cmd_j < mpr_max):
+                m.d.sync += [cmd_j.eq(cmd_j + 1), w_valid.eq(1)]
+            with m.Else():
+                start_m1 = (cmd_start - 1)[:PSN]
+                m.d.comb += [mem.ctx_w.addr.eq(cmd_qp), mem.ctx_w.en.eq(1),
+                             *assign(mem.ctx_w.data, cack=start_m1, hi=start_m1,
+                                     mpr_m1=ctl.cmd_mpr_m1, open=ctl.cmd_open),
+                             mem.stats_w.addr.eq(cmd_qp), mem.stats_w.en.eq(1),
+                             *assign(mem.stats_w.data, pbase=start_m1)]
+                for i in range(N):
+                    with m.If(pool[i].qp == cmd_qp):
+                        m.d.sync += pool[i].valid.eq(0)
+                # The sweep after reset: on to the next QP until every one is open.
+                with m.If(ctl.sweep & (cmd_qp != qps - 1)):
+                    m.d.sync += [cmd_qp.eq(cmd_qp + 1), cmd_j.eq(0)]
+                with m.Else():
+                    m.d.sync += [ctl.cmd_busy.eq(0), ctl.sweep.eq(0)]
+
+    def _status(self, m, f, mem, ctl):
+        """The status register: a command or the sweep in progress, completions held."""
+        m.d.comb += [f["status"]["busy"].eq(ctl.cmd_busy), f["status"]["held"].eq(mem.held)]
+
+    def _counters(self, m, f, st, cpl_fifo):
+        """The event counters (:data:`COUNTERS`), cleared by ``control.clear``, from the
+        decisions stage D registered into U."""
+        u = st.u
+        ev = Signal(data.StructLayout({n: 1 for n in COUNTERS}))
+        m.d.comb += [
+            ev.packets.eq(u.pkt_op),
+            *[getattr(ev, name).eq(u.valid & getattr(u.events, name))
+              for name in VERDICT_NAMES],
+            ev.sacks.eq(u.emit_sack),
+            ev.nacks.eq(u.emit_nack),
+            ev.completions.eq(cpl_fifo.w_en),
+            ev.continuations.eq(u.valid & u.need_cont),
+            ev.stall_cycles.eq(self.pkt.valid & ~self.pkt.ready),
+        ]
+        event_counters(m, f, ev, COUNTERS, f["control"]["clear"], width=self.counter_width)
