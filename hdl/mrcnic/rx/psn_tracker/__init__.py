@@ -29,8 +29,8 @@ from mrcnic.base.gates import assign
 from mrcnic.base.rules import SACK_OFFSET
 from mrcnic.base.stream import meta_stream
 from mrcnic.rx.psn_tracker.stages import (
-    BITMAP_BITS, CHUNK, FIFO_DEPTH, HALF, IN_FLIGHT, LATE_SACK, OP, POOL, PSN, QUEUE_DEPTH,
-    WINDOW_CHUNKS, WORD, VERDICT_NAMES, TrackerStages)
+    ACK_BODY, ACK_TAIL, BITMAP_BITS, CHUNK, FIFO_DEPTH, HALF, IN_FLIGHT, LATE_SACK, OP, POOL,
+    PSN, QUEUE_DEPTH, WINDOW_CHUNKS, WORD, VERDICT_NAMES, TrackerStages)
 
 __all__ = ["PsnTracker", "TRACKER_REGS", "WINDOW_CHUNKS",
            "SACK_OFFSET", "BITMAP_BITS", "LATE_SACK"]
@@ -192,8 +192,8 @@ class PsnTracker(TrackerStages, wiring.Component):
         3 (:data:`WINDOW_CHUNKS`); or ``counter_width`` is not 0, 16 or 32.
     """
 
-    latency = 8
-    ack_latency = 8
+    latency = 7
+    ack_latency = 10
 
     def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8, window_chunks=3, counter_width=32):
         self.counter_width = check_counter_width(counter_width)
@@ -249,8 +249,10 @@ class PsnTracker(TrackerStages, wiring.Component):
         self._stage_r_read(m, mem, st)
         self._stage_f_fetch(m, mem, st)
         self._stage_d_decide(m, f, mem, st, ctl)
-        self._stage_u_update(m, mem, st, ctl, q)
-        self._stage_a_answer(m, mem, fifos, st)
+        self._stage_u_update(m, mem, fifos, st, ctl, q)
+        self._stage_a_sack_read(m, mem, st)
+        self._stage_b_sack_data(m, mem, st)
+        self._stage_c_bitmap(m, fifos, st)
         # Held completions released, oldest PSN first, into the cpl FIFO.
         self._completion_drain(m, mem, st, ctl, fifos["cpl"])
         # QP commands: accept or refuse; rewrite the QP's ring and context (and the sweep).
@@ -303,16 +305,31 @@ class PsnTracker(TrackerStages, wiring.Component):
         """The output FIFOs, by port name, and ``room`` (a register): each can take the
         records in flight."""
         fifos = {}
-        for name, layout in (("verdict", VERDICT), ("ack", ACK_DESC), ("cpl", COMPLETION)):
+        for name, layout in (("verdict", VERDICT), ("ack", ACK_BODY), ("ack_tail", ACK_TAIL),
+                             ("cpl", COMPLETION)):
             fifo = SyncFIFOBuffered(width=layout.size, depth=FIFO_DEPTH)
             m.submodules[f"{name}_fifo"] = fifo
-            port = getattr(self, name)
+            fifos[name] = fifo
+        for name in ("verdict", "cpl"):
+            port, fifo = getattr(self, name), fifos[name]
             m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
                          fifo.r_en.eq(port.ready)]
-            fifos[name] = fifo
+        # A descriptor leaves when both its parts are in (the tail comes three cycles after
+        # the body).
+        body, tail = fifos["ack"], fifos["ack_tail"]
+        body_v, tail_v = Signal(ACK_BODY), Signal(ACK_TAIL)
+        m.d.comb += [body_v.eq(body.r_data), tail_v.eq(tail.r_data),
+                     *[getattr(self.ack.payload, name).eq(getattr(body_v, name))
+                       for name, _ in ACK_BODY],
+                     *[getattr(self.ack.payload, name).eq(getattr(tail_v, name))
+                       for name, _ in ACK_TAIL],
+                     self.ack.valid.eq(body.r_rdy & tail.r_rdy),
+                     body.r_en.eq(self.ack.ready & tail.r_rdy),
+                     tail.r_en.eq(self.ack.ready & body.r_rdy)]
+        # The body's FIFO holds at least as many records as the tail's.
         room = Signal(name="i_room")
-        m.d.sync += room.eq(Cat(*(fi.level < FIFO_DEPTH - IN_FLIGHT
-                                  for fi in fifos.values())).all())
+        m.d.sync += room.eq(Cat(*(fifos[name].level < FIFO_DEPTH - IN_FLIGHT
+                                  for name in ("verdict", "ack", "cpl"))).all())
         return fifos, room
 
     def _control_regs(self, m):
@@ -411,7 +428,7 @@ class PsnTracker(TrackerStages, wiring.Component):
                                                    for j in range(N) if j != i)).all()
                                    if N > 1 else mask[i])
         step = Signal(name="drain_step")
-        own = st.a.cpl_valid
+        own = st.own.valid
         m.d.comb += step.eq(ctl.drain_busy & ctl.drain_ordered & mask.any() &
                             (cpl_fifo.level < FIFO_DEPTH - 2) & ~(ctl.emit_valid & own))
         with m.If(step):
@@ -427,7 +444,7 @@ class PsnTracker(TrackerStages, wiring.Component):
         # yet stays X after reset, and an X write enable would poison the counter.
         m.d.comb += [*assign(cpl_rec, qp=entry.qp, psn=entry.psn, imm=entry.imm,
                              tag=entry.tag),
-                     cpl_fifo.w_data.eq(Mux(own, st.a.cpl, cpl_rec)),
+                     cpl_fifo.w_data.eq(Mux(own, st.own.cpl, cpl_rec)),
                      cpl_fifo.w_en.eq(own | emit)]
         with m.If(emit):
             for i in range(N):
@@ -467,7 +484,7 @@ class PsnTracker(TrackerStages, wiring.Component):
         pool = mem.pool
         cmd_qp, cmd_start, cmd_j = ctl.cmd_qp, ctl.cmd_start, ctl.cmd_j
         idle = (q.empty & ~st.r.valid & ~st.f.valid & ~st.d.valid & ~st.u.valid &
-                ~ctl.cont_valid & ~ctl.drain_busy)
+                ~st.a.valid & ~ctl.cont_valid & ~ctl.drain_busy)
         cmd_run = ctl.cmd_busy & idle
         # A chunk of a fresh ring reads "not arrived" for every PSN of the first window:
         # positions at or after the start's belong to its lap, those before to the next.

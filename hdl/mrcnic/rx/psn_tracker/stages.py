@@ -16,13 +16,15 @@ from amaranth.lib import data
 from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
-from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict
+from mrcnic.base.records import (
+    ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict)
 from mrcnic.base.gates import assign, first_set, signed_fits
 from mrcnic.base.proto import NackCode, Opcode, SackMode
 from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET
 
 __all__ = ["TrackerStages", "PSN", "CHUNK", "HALF", "WORD", "WINDOW_CHUNKS", "LATE_SACK",
-           "BITMAP_BITS", "QUEUE_DEPTH", "FIFO_DEPTH", "IN_FLIGHT", "POOL", "OP",
+           "BITMAP_BITS", "QUEUE_DEPTH", "FIFO_DEPTH", "IN_FLIGHT", "POOL", "OP", "ACK_BODY",
+           "ACK_TAIL",
            "VERDICT_NAMES"]
 
 PSN = proto.PSN_BITS
@@ -43,7 +45,7 @@ LATE_SACK = "a packet that fills the lowest hole, CACK moving past it"
 BITMAP_BITS = SACK_BITMAP_BITS
 QUEUE_DEPTH = 16                      # input queue: records accepted, not yet past stage U
 FIFO_DEPTH = 16                       # each output FIFO
-IN_FLIGHT = 8                         # records issued, or about to be, not yet in the FIFOs
+IN_FLIGHT = 10                        # records issued, or about to be, not yet in the FIFOs
 # A held WRITE-with-immediate completion.
 POOL = data.StructLayout({"valid": 1, "qp": QP_INDEX_BITS, "psn": PSN, "imm": 32, "tag": 16})
 # A record in the pipeline: the fields of a packet its decisions need, and its place in the
@@ -52,6 +54,11 @@ POOL = data.StructLayout({"valid": 1, "qp": QP_INDEX_BITS, "psn": PSN, "imm": 32
 # the first PSN after the window searched before (its search starts at it, a packet's after
 # its PSN), the packet itself being held in the continuation register.
 VERDICT_NAMES = [v.name.lower() for v in Verdict]     # the verdict flags, by code
+# A descriptor in two parts: the body, written in stage U, and the tail, three cycles later
+# (the bitmap read after the record's write, and the figures worked out beside it).
+ACK_TAIL = data.StructLayout({"bitmap": BITMAP_BITS, "ooo_count": 15, "ack_psn_offset": 16})
+ACK_BODY = data.StructLayout({name: f.shape for name, f in ACK_DESC
+                              if name not in ("bitmap", "ooo_count", "ack_psn_offset")})
 OP = data.StructLayout({"qp": QP_INDEX_BITS, "psn": PSN, "opcode": 8, "ack_req": 1, "rtx": 1,
                         "ce": 1, "trimmed": 1, "lasthop": 1, "cont": 1, "due": 1,
                         "idx": ceil_log2(QUEUE_DEPTH)})
@@ -103,9 +110,13 @@ class TrackerStages:
                      due=1, need_cont=1, above_hi=1, admit=1, own_cpl=1, raw=HALF,
                      cand=self.max_wimm_dest,
                      events=data.StructLayout({n: 1 for n in VERDICT_NAMES}))
-        st.a = stage("a", valid=1, admit=1, verdict_valid=1, verdict=VERDICT, cpl_valid=1,
-                     cpl=COMPLETION, ack_valid=1, ack=ACK_DESC, shift=6, half=1, par0=1,
-                     par1=1, pbase=PSN)
+        st.a = stage("a", valid=1, admit=1, qpi=qbits, base=PSN, cack=PSN, pbase=PSN,
+                     psn=PSN, plain=1, nack=1)
+        tail = dict(valid=1, shift=6, half=1, par0=1, par1=1, nack=1, tail=ACK_TAIL)
+        st.b = stage("b", **tail)
+        st.c = stage("c", **tail, lo=HALF, hi=HALF)
+        # The packet's own completion, written in stage U.
+        st.own = stage("own", valid=1, cpl=COMPLETION)
         st.w = stage("w", valid=1, qpi=qbits, ctx=CTX)
         st.kill = Signal(name="d_kill")
         st.commit = Signal(name="u_commit")
@@ -342,7 +353,7 @@ class TrackerStages:
 
     # --- Stage U: update -------------------------------------------------------------------
 
-    def _stage_u_update(self, m, mem, st, ctl, q):
+    def _stage_u_update(self, m, mem, fifos, st, ctl, q):
         """Stage U: the new CACK and context (written, and forwarded in ``w``); the ring bit
         written back into its bank word; the packet's completion held, or the held ones the
         new CACK passes released; the ring read at SACK_BASE (the bank word holding it and
@@ -393,14 +404,6 @@ class TrackerStages:
         with m.If(u.valid & u.place):
             for bank, sel in ((mem.lo, ~op.psn[6]), (mem.hi, op.psn[6])):
                 m.d.comb += [bank.w.addr.eq(addr), bank.w.data.eq(word), bank.w.en.eq(sel)]
-        # The SACK's bitmap: the bank word of SACK_BASE and the next, read after the write.
-        sack = SACK_OFFSET - 1                           # SACK_BASE = base + sack
-        sbase = base + sack if sack else base
-        chunk = sbase[7:]
-        chunk1 = Signal(PSN - 7, name="u_sack_chunk_next")
-        m.d.comb += [chunk1.eq(chunk + 1),
-                     mem.lo.sack.addr.eq(self._ring_addr(u.qpi, Mux(sbase[6], chunk1, chunk))),
-                     mem.hi.sack.addr.eq(self._ring_addr(u.qpi, chunk))]
         # Held completions: admit the packet's, or release those the new CACK passes (all
         # after the old CACK, so at or after the window base: a 9-bit compare).
         free = Signal(N, name="u_pool_free")
@@ -420,53 +423,77 @@ class TrackerStages:
             m.d.sync += [ctl.drain_busy.eq(1), ctl.drain_mask.eq(release),
                          ctl.drain_ordered.eq(0),
                          *[ctl.drain_pos[i].eq(pos[i]) for i in range(N)]]
-        # To stage A.
+        # The verdict, the packet's own completion and the descriptor (but for the part that
+        # waits for the bitmap, stage C) into their FIFOs; to stage A, what that part needs.
+        is_probe = p.opcode == Opcode.PROBE
+        body = Signal(ACK_BODY, name="u_ack_body")
         ack = {"nack": u.emit_nack, "qp": p.qp, "cack": cack, "mpr": c.mpr_m1 + 1,
                "rcvd_bytes": new_stats.bytes[8:], "entropy": p.entropy,
                "timestamp": p.timestamp}
-        m.d.sync += [
-            a.valid.eq(u.valid), a.admit.eq(u.valid & u.admit),
-            a.verdict_valid.eq(u.pkt_op),
-            *assign(a.verdict, qp=p.qp, psn=p.psn, verdict=u.verdict, tag=p.tag),
-            a.cpl_valid.eq(u.valid & u.own_cpl),
-            *assign(a.cpl, qp=p.qp, psn=p.psn, imm=p.imm, tag=p.tag),
-            a.ack_valid.eq(u.emit_sack | u.emit_nack),
-            a.shift.eq(sbase[:6]), a.half.eq(sbase[6]),
-            a.par0.eq(self._chunk_parity(chunk)), a.par1.eq(self._chunk_parity(chunk1)),
-            a.pbase.eq(new_stats.pbase),
-        ]
-        is_probe = p.opcode == Opcode.PROBE
         with m.If(u.emit_nack):
-            m.d.sync += assign(a.ack, **ack, reason=u.reason, psn=p.psn)
+            m.d.comb += assign(body, **ack, reason=u.reason, psn=p.psn)
         with m.Else():
-            m.d.sync += assign(a.ack, **ack, sack_offset=SACK_OFFSET,
+            m.d.comb += assign(body, **ack, sack_offset=SACK_OFFSET,
                                m=Mux(p.ce, SackMode.SKIP_ONCE, SackMode.NONE), pr=is_probe,
                                psn=Mux(is_probe, 0, p.psn))
+        verdict = Signal(VERDICT, name="u_verdict_record")
+        m.d.comb += [
+            assign(verdict, qp=op.qp, psn=op.psn, verdict=u.verdict, tag=p.tag),
+            fifos["verdict"].w_en.eq(u.pkt_op), fifos["verdict"].w_data.eq(verdict),
+            st.own.valid.eq(u.valid & u.own_cpl),
+            assign(st.own.cpl, qp=op.qp, psn=op.psn, imm=p.imm, tag=p.tag),
+            fifos["ack"].w_en.eq(u.emit_sack | u.emit_nack),
+            fifos["ack"].w_data.eq(body),
+        ]
+        m.d.sync += [
+            a.valid.eq(u.emit_sack | u.emit_nack), a.admit.eq(u.valid & u.admit),
+            a.qpi.eq(u.qpi), a.base.eq(base + SACK_OFFSET - 1), a.cack.eq(cack),
+            a.pbase.eq(new_stats.pbase), a.psn.eq(body.psn), a.nack.eq(u.emit_nack),
+            a.plain.eq(u.emit_nack | is_probe),
+        ]
 
-    # --- Stage A: the answer ---------------------------------------------------------------
+    # --- Stages A, B and C: the SACK's bitmap ----------------------------------------------
 
-    def _stage_a_answer(self, m, mem, fifos, st):
-        """Stage A: the verdict (and the packet's own completion, in the drain) into their
-        FIFOs; the bitmap from SACK_BASE, ``ack_psn_offset`` and ``ooo_count``; the
-        descriptor into the ack FIFO."""
-        a = st.a
-        lo, hi = mem.lo.sack.data, mem.hi.sack.data
-        arr = Signal(CHUNK, name="a_arrived")
-        m.d.comb += arr.eq(Mux(a.half,
-                               Cat(hi ^ a.par0.replicate(HALF), lo ^ a.par1.replicate(HALF)),
-                               Cat(lo ^ a.par0.replicate(HALF), hi ^ a.par0.replicate(HALF))))
-        bitmap = Signal(BITMAP_BITS, name="a_bitmap")
-        m.d.comb += bitmap.eq((arr >> a.shift)[:BITMAP_BITS])
-        ack = a.ack
-        trigger = Signal(PSN)
-        m.d.comb += trigger.eq(ack.psn - ack.cack)
-        ooo = Signal(PSN)
-        m.d.comb += ooo.eq(a.pbase - ack.cack)
-        out = Signal(ACK_DESC)
-        m.d.comb += [out.eq(ack), out.bitmap.eq(Mux(ack.nack, 0, bitmap)),
-                     out.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
-                     out.ack_psn_offset.eq(
-                         Mux(ack.nack | ack.pr | ~signed_fits(trigger, 16), 0, trigger[:16])),
-                     fifos["ack"].w_data.eq(out), fifos["ack"].w_en.eq(a.ack_valid),
-                     fifos["verdict"].w_data.eq(a.verdict),
-                     fifos["verdict"].w_en.eq(a.verdict_valid)]
+    def _stage_a_sack_read(self, m, mem, st):
+        """Stage A: reads the ring at SACK_BASE (the bank word holding it and the next),
+        after this record's own write and before the next record of the QP writes;
+        ``ack_psn_offset`` and ``ooo_count``."""
+        a, b = st.a, st.b
+        chunk = a.base[7:]
+        chunk1 = Signal(PSN - 7, name="a_sack_chunk_next")
+        m.d.comb += [chunk1.eq(chunk + 1),
+                     mem.lo.sack.addr.eq(self._ring_addr(a.qpi, Mux(a.base[6], chunk1, chunk))),
+                     mem.hi.sack.addr.eq(self._ring_addr(a.qpi, chunk))]
+        trigger = Signal(PSN, name="a_trigger")
+        ooo = Signal(PSN, name="a_ooo")
+        m.d.comb += [trigger.eq(a.psn - a.cack), ooo.eq(a.pbase - a.cack)]
+        m.d.sync += [
+            b.valid.eq(a.valid), b.shift.eq(a.base[:6]), b.half.eq(a.base[6]),
+            b.par0.eq(self._chunk_parity(chunk)), b.par1.eq(self._chunk_parity(chunk1)),
+            b.nack.eq(a.nack),
+            b.tail.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
+            b.tail.ack_psn_offset.eq(Mux(a.plain | ~signed_fits(trigger, 16), 0,
+                                         trigger[:16])),
+        ]
+
+    def _stage_b_sack_data(self, m, mem, st):
+        """Stage B: the two bank words as read, into registers (a block RAM's output feeds
+        nothing else)."""
+        b, c = st.b, st.c
+        m.d.sync += [c.valid.eq(b.valid), c.shift.eq(b.shift), c.half.eq(b.half),
+                     c.par0.eq(b.par0), c.par1.eq(b.par1), c.nack.eq(b.nack),
+                     c.tail.eq(b.tail), c.lo.eq(mem.lo.sack.data), c.hi.eq(mem.hi.sack.data)]
+
+    def _stage_c_bitmap(self, m, fifos, st):
+        """Stage C: the bitmap from SACK_BASE (lap parity removed, shifted), into the tail
+        of the descriptor's FIFO."""
+        c = st.c
+        arr = Signal(CHUNK, name="c_arrived")
+        m.d.comb += arr.eq(Mux(c.half,
+                               Cat(c.hi ^ c.par0.replicate(HALF), c.lo ^ c.par1.replicate(HALF)),
+                               Cat(c.lo ^ c.par0.replicate(HALF), c.hi ^ c.par0.replicate(HALF))))
+        bitmap = Signal(BITMAP_BITS, name="c_bitmap")
+        m.d.comb += bitmap.eq((arr >> c.shift)[:BITMAP_BITS])
+        tail = Signal(ACK_TAIL)
+        m.d.comb += [tail.eq(c.tail), tail.bitmap.eq(Mux(c.nack, 0, bitmap)),
+                     fifos["ack_tail"].w_data.eq(tail), fifos["ack_tail"].w_en.eq(c.valid)]
