@@ -173,42 +173,42 @@ class TrackerStages:
     def _stage_f_fetch(self, m, mem, st):
         """Stage F: the QP's context; the window (lap parity removed), positions before the
         search start read as arrived and later laps of the packet's own position as not,
-        searched per 16-bit word (all arrived, or the first that is not) twice, as read and
-        with the bit of the record ahead (now in U) forwarded, and one kept. The
+        with the bit of the record ahead (now in U) forwarded if it placed its packet, searched
+        per 16-bit word (all arrived, or the first that is not). The
         packet's own bit and the next; the raw bank word of its own bit for the write
         back."""
         f, d, u = st.f, st.d, st.u
         C, nw = self.window_chunks, self.words
         m.d.comb += mem.ctx_r.addr.eq(f.qpi)
         # Each window bit is one function of six inputs: the bit read, the chunk's lap
-        # parity, and the forward (the word, the bit, its value) or the search mask.
-        hits = Signal(self.window, name="f_fwd_mask")
-        m.d.comb += hits.eq(Cat(*(Mux(f.fwd_hit[k], f.fwd_bsel, 0) for k in range(nw))))
-        vecs = {"plain": [], "fwded": []}
+        # parity, the search mask, and the forward: its word (with the record ahead's
+        # placement, a register of stage U), its bit, its value.
+        hitw = Signal(nw, name="f_fwd_words")
+        m.d.comb += hitw.eq(f.fwd_hit & u.place.replicate(nw))
+        parts = []
         arr0 = []
         for j in range(C):
             raw = Cat(mem.lo.win[j].data, mem.hi.win[j].data)
-            hit = hits[j * CHUNK:(j + 1) * CHUNK]
+            hit = Cat(*(Mux(hitw[k], f.fwd_bsel, 0)
+                        for k in range(j * CHUNK // WORD, (j + 1) * CHUNK // WORD)))
             arr = raw ^ f.par[j].replicate(CHUNK)
-            fwd = (arr & ~hit) | (f.fwd_val[j].replicate(CHUNK) & hit)
             if j < 2:
                 arr0.append(arr)
-            for name, vec in (("plain", arr), ("fwded", fwd)):
-                if j == 0:
-                    vec = vec | f.therm
-                if j in self._lap_chunks:
-                    vec = vec & ~f.own
-                vecs[name].append(vec)
+            vec = (arr & ~hit) | (f.fwd_val[j].replicate(CHUNK) & hit)
+            if j == 0:
+                vec = vec | f.therm
+            if j in self._lap_chunks:
+                vec = vec & ~f.own
+            parts.append(vec)
+        vec = Signal(self.window, name="f_search")
+        m.d.comb += vec.eq(Cat(*parts))
         allones, fzw = [], []
         for k in range(nw):
-            res = {}
-            for name, parts in vecs.items():
-                holes = Signal(WORD, name=f"f_holes_{name}{k}")
-                m.d.comb += holes.eq(~Cat(*parts)[k * WORD:(k + 1) * WORD])
-                res[name] = first_set(holes)
-            # The record ahead's bit counts if it was placed (a register of stage U).
-            allones.append(~Mux(u.place, res["fwded"][0], res["plain"][0]))
-            fzw.append(Mux(u.place, res["fwded"][1], res["plain"][1]))
+            holes = Signal(WORD, name=f"f_holes{k}")
+            m.d.comb += holes.eq(~vec[k * WORD:(k + 1) * WORD])
+            found, idx = first_set(holes)
+            allones.append(~found)
+            fzw.append(idx)
         p = f.op
         rel7 = p.psn[:7]
         # The packet's own bit and the next, as read (a 128:1 mux each), or the value the
