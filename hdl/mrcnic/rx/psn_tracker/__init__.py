@@ -141,36 +141,42 @@ class PsnTracker(TrackerStages, wiring.Component):
 
     Pipeline
     --------
-    Records wait in a :data:`QUEUE_DEPTH`-entry input queue until they have passed stage D,
-    and flow through stages that each do one job (their signals carry the stage's prefix):
+    Records wait in a :data:`QUEUE_DEPTH`-entry input queue until they have passed stage U,
+    and flow through stages that each do one job in one cycle (their signals carry the
+    stage's prefix; stages R to C are :mod:`mrcnic.rx.psn_tracker.stages`):
 
     * ``i_`` issue: a continuation, else the queue's next record, unless it is of the QP
       issued in the cycle before (the one stall: a QP's records are two cycles apart);
-    * ``r_`` read: the QP's context (distributed RAM) and the ``window_chunks`` ring chunks
-      from the packet's own (block RAM, two 64-bit banks); works out the forwarding of the
-      record now in stage D, which will be in U;
-    * ``f_`` fetch: the window with the bit of the record in U forwarded, searched for its
-      first PSN not arrived per 32-bit word; the packet's own bit and the next;
+    * ``r_`` read: the ``window_chunks`` ring chunks from the packet's own (block RAM, two
+      64-bit banks); works out what the record now in D (in U next cycle) writes that this
+      read misses;
+    * ``f_`` fetch: the QP's context (distributed RAM); the window, with the bit of the
+      record in U forwarded when it placed its packet, searched per 16-bit word; the
+      packet's own bit and the next;
     * ``d_`` decide: the context, forwarded from U's write when the record two ahead was
-      of the QP; the verdict, the combined search, the SACK triggers; a continuation or a
-      release of held completions flushes the stages behind (registered, next cycle) and
-      the queue re-issues their records;
+      of the QP; the verdict, the combined search, the SACK triggers; a continuation or an
+      advance on a QP holding completions flushes stages I to D (a registered flag, next
+      cycle) and the queue re-issues their records;
     * ``u_`` update: the new CACK and context written (and forwarded), the ring bit, the
-      held completions admitted or released;
-    * ``a_`` answer: the verdict and the packet's own completion into their FIFOs; the
-      ring read at SACK_BASE, after this record's write and before any later one's;
-    * ``b_`` bitmap: the SACK's bitmap, ``ooo_count`` and ``ack_psn_offset``; the
-      descriptor into its FIFO.
+      held completions admitted or released; the verdict, the packet's own completion and
+      the descriptor's body into their FIFOs;
+    * ``a_``, ``b_``, ``c_``: the ring read at SACK_BASE (after this record's write, before
+      the next of its QP writes), registered as it leaves the block RAM, and cut into the
+      bitmap: the descriptor's tail, with ``ooo_count`` and ``ack_psn_offset``, into a
+      second FIFO; ``ack`` carries a descriptor when both its parts are in.
 
     Nothing a stage decides waits on a memory read of the same cycle or on a search wider
     than a word. A QP's context and ring bits are forwarded to the record two behind; the
-    one three behind reads the write (context: from the forward register; ring: the block
-    RAM's read is transparent to its write).
+    one three behind reads the writes (the context in F; the ring in R, whose block RAM
+    read is transparent to the write of the same cycle).
+
+    For formal checks, :meth:`elaborate` sets ``probe``: the context write (``cack_write``,
+    ``cack``) and the placement decided in U (``place``, ``place_psn``).
 
     Latency
     -------
-    :attr:`latency` = 7 cycles to the verdict, :attr:`ack_latency` = 8 to the SACK or NACK
-    (and 7 to the packet's own completion), when the outputs are ready.
+    :attr:`latency` = 7 cycles to the verdict (and to the packet's own completion),
+    :attr:`ack_latency` = 10 to the SACK or NACK, with the queue empty and the outputs ready.
 
     Throughput
     ----------
