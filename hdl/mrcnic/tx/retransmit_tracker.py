@@ -96,7 +96,9 @@ RT_REGS = RegisterMap("retransmit_tracker", [
 
 
 def _clamp(diff):
-    """A PSN distance as a position 0 .. 128 in a two-word window: 0 when negative."""
+    """A PSN distance (mod 2^24) as a position 0 .. 128 in a two-word window: 0 when
+    negative."""
+    diff = Value.cast(diff)[:PSN]
     return Mux(diff[-1], 0, Mux(diff > 2 * WORD, 2 * WORD, diff))
 
 
@@ -114,7 +116,7 @@ def lowest_set(m, vec, name):
     n = len(vec)
     iso = Signal(n, name=f"{name}_iso")
     m.d.comb += iso.eq(vec & (~vec + 1)[:n])
-    return vec.any(), _or_index(iso)
+    return vec.any(), _or_index(iso), iso
 
 
 def highest_set(m, vec, name):
@@ -130,9 +132,43 @@ def highest_set(m, vec, name):
     return vec.any(), _or_index(smear & ~(smear >> 1))
 
 
+def _after(x, y):
+    """PSN ``x`` after ``y`` (mod 2^24, within half the space)."""
+    d = (x - y)[:PSN]
+    return (d != 0) & ~d[-1]
+
+
 def ge_mask(pos, n):
-    """Bits j of an n-bit mask set where j >= pos (pos 0 .. n)."""
-    return (Const((1 << n) - 1, n + 1) << pos)[:n]
+    """Bits j of an n-bit mask set where j >= pos (pos 0 .. n), as a two-level decode (the
+    high and the low bits of pos compared apart) rather than a shifter."""
+    pos = Value.cast(pos)
+    w = max(1, (n - 1).bit_length())
+    top = pos[w:].any() if len(pos) > w else Const(0)
+    x = pos[:w]
+    lb = min(4, w)
+    lo, hi = x[:lb], x[lb:]
+    le_lo = [lo <= k for k in range(1 << lb)]
+    if len(hi):
+        lt_hi = [hi < k for k in range((n - 1 >> lb) + 1)]
+        eq_hi = [hi == k for k in range((n - 1 >> lb) + 1)]
+        bits = [lt_hi[j >> lb] | (eq_hi[j >> lb] & le_lo[j & ((1 << lb) - 1)])
+                for j in range(n)]
+    else:
+        bits = [le_lo[j] for j in range(n)]
+    return Cat(*(~top & b for b in bits))
+
+
+def dist_ge_mask(diff, n):
+    """``ge_mask(_clamp(diff), n)`` from the PSN distance itself: all ones when it is
+    negative, none when it is n or more, else the bits at or above it (no clamp in
+    front of the decode)."""
+    diff = Value.cast(diff)[:PSN]
+    return Mux(diff[-1], Const((1 << n) - 1, n), ge_mask(diff[:-1], n))
+
+
+def dist_lt_mask(diff, n):
+    """``lt_mask(_clamp(diff), n)``."""
+    return ~dist_ge_mask(diff, n)
 
 
 def lt_mask(pos, n):
@@ -222,9 +258,20 @@ class RetransmitTracker(wiring.Component):
     input pauses only while the hole engine sends requests (one cycle per hole, requested
     or skipped as pending: a SACK that opens k holes costs k + 1 cycles) or an output FIFO
     is full; a retransmission record waits while a SACK of its QP is in stage E or in the
-    hole engine. The pending table adds no cycle and no pause. Stage E (bitmap alignment,
-    checks, highest acknowledged PSN, hole search) is one cycle on purpose: a hole found by
-    one SACK must be requested before the next SACK is applied.
+    hole engine. The pending table adds no cycle and no pause.
+
+    Stages
+    ------
+    SACK/NACK path: stage A (``sack_a_*``) takes the record, reads the bitmap words and the
+    record rings, and works out from the record alone the aligned bitmap, the highest PSN
+    it acknowledges and the end of the hole search that gives; stage E (``sack_e_*``)
+    reads the QP's context, checks and applies the record, and finds its holes (each bound
+    of the search a mask of its own, ANDed); the hole engine (``hole_*``) requests them
+    one per cycle. A hole found by one SACK is requested before the next SACK is applied:
+    the next ack record waits in stage E while the engine runs. Stage E's CACK and error
+    are forwarded to the sent path (a sent record taken with a SACK of its QP leaving
+    stage E sees it); nothing is forwarded to the timer scan, whose stage S2 tries its PSN
+    again while stage E holds a record of the same QP.
 
     Raises
     ------
@@ -297,11 +344,16 @@ class RetransmitTracker(wiring.Component):
             return Cat(wnum[1:wq], qp)
 
         # --- State -------------------------------------------------------------------------
-        CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mark": PSN, "mpr": 8})
-        init_ctx = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1, "mark": 0,
+        CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mpr": 8})
+        init_ctx = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1,
                     "mpr": RT_REGS["config2"].fields["initial_mpr"].reset}
         m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[init_ctx] * qps)
         ctx_w = ctx.write_port()
+        # The hole mark in a memory of its own: stage E reads and writes it, and the hole
+        # engine writes it alone (TIME_RULE) without the rest of the context.
+        m.submodules.mark = markm = Memory(shape=PSN, depth=qps, init=[0] * qps)
+        mark_w = markm.write_port()
+        mark_re = markm.read_port(domain="comb")
         ctx_re = ctx.read_port(domain="comb")     # SACK path, stage E
         ctx_rs = ctx.read_port(domain="comb")     # sent path
         ctx_rt = ctx.read_port(domain="comb")     # timer scan
@@ -391,21 +443,19 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [qs.eq(qidx(s.qp)), ctx_rs.addr.eq(qs), nxt_rs.addr.eq(qs)]
         # The SACK stage E writes CACK and error at the end of this cycle: forwarded, so a
         # sent record sees every ack record taken before its own cycle.
-        e_ctx_we, e_new_cack, e_fatal, e_q = Signal(), Signal(PSN), Signal(), Signal(qb)
-        s_cack = Signal(PSN)
-        m.d.comb += s_cack.eq(Mux(e_ctx_we & (e_q == qs), e_new_cack, ctx_rs.data.cack))
+        # (Stage E's decisions before e_go: a sent record is taken only when stage E goes
+        # or is empty, so the forwarded values need not wait for e_go.)
+        e_ctx_we, e_new_cack, e_fatal = Signal(), Signal(PSN), Signal()
+        e_q = Signal(qb, name="sack_e_q")
+        # Stage E advances CACK only to its SACK's CACK (e.cack), so the sent record is
+        # judged against both CACKs at once (sent_s1_*_e: stage E's, sent_s1_*_c: the
+        # stored one) and stage E's decision picks one at the end: the forwarding adds one
+        # multiplexer after the comparisons instead of a stage E in front of them.
+        e_adv = Signal()
+        s_fwd = Signal(name="sent_s1_fwd")
+        m.d.comb += s_fwd.eq(e_ctx_we & e_adv & (e_q == qs))
         s_err = err.bit_select(qs, 1) | (e_fatal & (e_q == qs))
         s_n = nxt_rs.data
-        s_out = Signal(PSN)                  # PSNs outstanding once n is sent
-        m.d.comb += s_out.eq(s_n - s_cack)
-        s_dp = Signal(PSN)
-        m.d.comb += s_dp.eq(s.psn - s_cack)
-        s_ok = take_s & (s.qp < qps) & ~s_err
-        s_new = s_ok & ~s.rtx & (s.psn == s_n)
-        s_full = s_new & (s_out > O)
-        s_new_ok = s_new & ~s_full
-        s_rtx_ok = s_ok & s.rtx & (s_dp != 0) & (s_dp < s_out)
-        s_rtx_acked = s_ok & s.rtx & ((s_dp == 0) | s_dp[-1])
 
         def credit(n_out, mpr, cw):
             return ((n_out <= (mpr << 7)) & (n_out <= O) &
@@ -413,7 +463,22 @@ class RetransmitTracker(wiring.Component):
 
         cwnd_rs = cwnd.read_port(domain="comb")
         m.d.comb += cwnd_rs.addr.eq(qs)
-        s_credit = credit(s_out, ctx_rs.data.mpr, cwnd_rs.data)
+
+        def judge(cack, tag):
+            out = Signal(PSN, name=f"sent_s1_out_{tag}")     # PSNs outstanding once n is sent
+            dp = Signal(PSN, name=f"sent_s1_dp_{tag}")
+            m.d.comb += [out.eq(s_n - cack), dp.eq(s.psn - cack)]
+            return (out > O, (dp != 0) & (dp < out), (dp == 0) | dp[-1],
+                    credit(out, ctx_rs.data.mpr, cwnd_rs.data))
+
+        j_e, j_c = judge(e_new_cack, "e"), judge(ctx_rs.data.cack, "c")
+        over, in_win, behind, s_credit = (Mux(s_fwd, a, b) for a, b in zip(j_e, j_c))
+        s_ok = take_s & (s.qp < qps) & ~s_err
+        s_new = s_ok & ~s.rtx & (s.psn == s_n)
+        s_full = s_new & over
+        s_new_ok = s_new & ~s_full
+        s_rtx_ok = s_ok & s.rtx & in_win
+        s_rtx_acked = s_ok & s.rtx & behind
         with m.If(s_new_ok | s_rtx_ok):
             m.d.comb += [rec_w.addr.eq(rec_addr(qs, s.psn)), rec_w.en.eq(1),
                          rec_w.data.ev.eq(s.ev), rec_w.data.time.eq(s.time),
@@ -469,22 +534,52 @@ class RetransmitTracker(wiring.Component):
             rec_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a_trig))), rec_ra.en.eq(take_a),
             tag_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a.cack))), tag_ra.en.eq(take_a),
         ]
+        # What does not depend on per-QP state is worked out here, from the input record,
+        # so that stage E starts from registers: the bitmap aligned to the two words with
+        # the bits at or before CACK dropped (sack_a_vn), the highest PSN it acknowledges
+        # (sack_a_hcand), and where the SACK's own evidence (CACK and that PSN) puts the
+        # end of the hole search (sack_e_ehx).
+        a_p0 = Cat(Const(0, 6), a_base[6:])
+        a_found, a_hidx = highest_set(m, a.bitmap, "sack_a_hi")
+        a_hcand = Signal(PSN, name="sack_a_hcand")
+        a_v = Signal(2 * WORD, name="sack_a_v")
+        a_lo = Signal(8, name="sack_a_lo")
+        a_vn = Signal(2 * WORD, name="sack_a_vn")
+        a_hx = Signal(PSN, name="sack_a_hx")
+        a_pg = Signal(PSN, name="sack_a_pg")
+        m.d.comb += [
+            a_hcand.eq(a_base + a_hidx),
+            a_v.eq(Cat(a.bitmap, Const(0, WORD)) << a_base[:6]),
+            a_lo.eq(_clamp(a.cack + 1 - a_p0)),
+            a_vn.eq(a_v & ge_mask(a_lo, 2 * WORD)),
+            a_hx.eq(Mux(a_found & _after(a_hcand, a.cack), a_hcand, a.cack)),
+            a_pg.eq(a_p0 + guard - 1),
+        ]
         e = Signal(ACK_DESC)
-        e_base, e_trig = Signal(PSN), Signal(PSN)
+        e_base, e_trig1 = Signal(PSN), Signal(PSN)
+        e_found, e_hcand = Signal(name="sack_e_found"), Signal(PSN, name="sack_e_hcand")
+        e_vn = Signal(2 * WORD, name="sack_e_vn")
+        e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
+        e_epoch = Signal(EPOCH_BITS, name="sack_e_epoch")
+        e_qp_ok = Signal(name="sack_e_qp_ok")
         with m.If(take_a):
-            m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig.eq(a_trig)]
+            m.d.sync += [e.eq(a), e.bitmap.eq(0), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
+                         e_found.eq(a_found), e_hcand.eq(a_hcand), e_vn.eq(a_vn),
+                         e_pg.eq(a_pg), e_ehx.eq(_clamp(a_hx - a_pg)),
+                         e_epoch.eq(epoch[qa]), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
         with m.If(take_a):
             m.d.sync += e_valid.eq(1)
         with m.Elif(e_go):
             m.d.sync += e_valid.eq(0)
 
         # --- Stage E -----------------------------------------------------------------------
-        m.d.comb += [e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy), e_q.eq(qidx(e.qp)),
-                     ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q)]
+        m.d.comb += [e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy),
+                     ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
         c = ctx_re.data
         n = nxt_re.data
-        qp_ok = e.qp < qps
+        qp_ok = e_qp_ok
         in_err = err.bit_select(e_q, 1)
+        live_u = e_valid & qp_ok & ~in_err
         live = e_go & qp_ok & ~in_err
         ew0 = e_base[6:]
         ew1 = (ew0 + 1)[:PSN - 6]
@@ -493,65 +588,56 @@ class RetransmitTracker(wiring.Component):
         d1 = Signal(WORDL)
         m.d.comb += [d0.eq(Mux(ew0[0], d_odd, d_even)), d1.eq(Mux(ew0[0], d_even, d_odd))]
         old = Signal(2 * WORD)
-        e_epoch = epoch[e_q]
         m.d.comb += old.eq(Cat(Mux((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch), d0.bits, 0),
                                Mux((d1.lap == ew1[wq:]) & (d1.epoch == e_epoch), d1.bits, 0)))
         p0 = Cat(Const(0, 6), ew0)              # first PSN of the two words
+        e_lo = Signal(8)
+        m.d.comb += e_lo.eq(_clamp(e.cack + 1 - p0))
         C = e.cack
-        v = Signal(2 * WORD)
-        m.d.comb += v.eq(Cat(e.bitmap, Const(0, WORD)) << e_base[:6])
-        d_lo, d_hi = Signal(PSN), Signal(PSN)
-        m.d.comb += [d_lo.eq(C + 1 - p0), d_hi.eq(n - p0)]
-        lo, hl = Signal(8), Signal(8)
-        m.d.comb += [lo.eq(_clamp(d_lo)), hl.eq(_clamp(d_hi))]
-        ge_lo = Signal(2 * WORD)
-        lt_hl = Signal(2 * WORD)
-        m.d.comb += [ge_lo.eq(ge_mask(lo, 2 * WORD)), lt_hl.eq(lt_mask(hl, 2 * WORD))]
-        dC, dnC = Signal(PSN), Signal(PSN)
-        m.d.comb += [dC.eq(C - c.cack), dnC.eq(n - C)]
+        dC, dnC, dhn = Signal(PSN), Signal(PSN), Signal(PSN)
+        m.d.comb += [dC.eq(C - c.cack), dnC.eq(n - C), dhn.eq(e_hcand - n)]
         stale = dC[-1]
         adv = (dC != 0) & ~dC[-1]
         c_unsent = (dnC == 0) | dnC[-1]
-        b_unsent = (v & ~lt_hl).any()
+        # A bit for an unsent PSN: the highest bit the SACK sets is at or after n.
+        b_unsent = e_found & ~dhn[-1]
         is_sack = live & ~e.nack
-        sack_ok = Signal()
-        m.d.comb += sack_ok.eq(is_sack & ~stale & ~c_unsent & ~b_unsent)
-        newbits = Signal(2 * WORD)
-        m.d.comb += newbits.eq(v & ge_lo & lt_hl)
+        sack_ok, sack_ok_u = Signal(), Signal()
+        m.d.comb += [sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent),
+                     sack_ok.eq(sack_ok_u & e_go)]
+        # With every bit before n (else the SACK is ignored), the new bits are e_vn.
         after = Signal(2 * WORD)
-        m.d.comb += after.eq(old | newbits)
-        changed = adv | (newbits & ~old).any()
+        m.d.comb += after.eq(old | e_vn)
+        changed = adv | (e_vn & ~old).any()
         new_cack = Signal(PSN)
         m.d.comb += new_cack.eq(Mux(adv, C, c.cack))
-        # Highest acknowledged PSN, from the raw bitmap (in parallel with its alignment): a
-        # bit at or before CACK cannot move hi past CACK, and a bit for an unsent PSN
-        # rejects the SACK, so this equals the highest bit of ``newbits`` when it matters.
-        hb_found, hb_idx = highest_set(m, e.bitmap, "hi_bit")
-        h1, h2, hcand = Signal(PSN), Signal(PSN), Signal(PSN)
-        dh1 = Signal(PSN)
-        m.d.comb += dh1.eq(C - c.hi)
-        m.d.comb += h1.eq(Mux((dh1 != 0) & ~dh1[-1], C, c.hi))
-        m.d.comb += hcand.eq(e_base + hb_idx)
-        dh2 = Signal(PSN)
-        m.d.comb += dh2.eq(hcand - h1)
-        m.d.comb += h2.eq(Mux(hb_found & (dh2 != 0) & ~dh2[-1], hcand, h1))
-        # Holes: after CACK, not acknowledged, not before mark, hi - psn >= guard.
-        d_mk, d_end = Signal(PSN), Signal(PSN)
-        m.d.comb += [d_mk.eq(c.mark - p0), d_end.eq(h2 - guard + 1 - p0)]
-        mk = Signal(8)
-        m.d.comb += mk.eq(_clamp(d_mk))
-        e_end = Signal(8)
+        # Highest acknowledged PSN: the larger of the stored one and the SACK's own (CACK
+        # or its highest bit, stage A).
+        e_hx = Signal(PSN)
+        m.d.comb += e_hx.eq(Mux(e_found & _after(e_hcand, C), e_hcand, C))
+        h2 = Signal(PSN)
+        m.d.comb += h2.eq(Mux(_after(e_hx, c.hi), e_hx, c.hi))
+        # Holes: after CACK (lo), not before mark (mk), before n (hl), hi - psn >= guard
+        # (before ehx or ehi: the end that the SACK's evidence or the stored hi gives), not
+        # acknowledged. Positions in the two words, each bound a mask of its own.
+        mk, hl, ehi = Signal(8), Signal(8), Signal(8)
+        m.d.comb += [mk.eq(_clamp(mark_re.data - p0)), hl.eq(_clamp(n - p0)),
+                     ehi.eq(_clamp(c.hi - e_pg))]
+        holes = Signal(2 * WORD)
+        m.d.comb += holes.eq(~old & ~e_vn & dist_ge_mask(e.cack + 1 - p0, 2 * WORD) &
+                             dist_ge_mask(mark_re.data - p0, 2 * WORD) &
+                             dist_lt_mask(n - p0, 2 * WORD) &
+                             (lt_mask(e_ehx, 2 * WORD) | dist_lt_mask(c.hi - e_pg, 2 * WORD)))
         end_raw = Signal(8)
-        m.d.comb += end_raw.eq(_clamp(d_end))
+        m.d.comb += end_raw.eq(Mux(e_ehx > ehi, e_ehx, ehi))
+        e_end = Signal(8)
         m.d.comb += e_end.eq(Mux(end_raw < hl, end_raw, hl))
         s_pos = Signal(8)
-        m.d.comb += s_pos.eq(Mux(lo > mk, lo, mk))
-        holes = Signal(2 * WORD)
-        m.d.comb += holes.eq(~after & ge_mask(s_pos, 2 * WORD) & lt_mask(e_end, 2 * WORD))
+        m.d.comb += s_pos.eq(Mux(e_lo > mk, e_lo, mk))
         new_mark = Signal(PSN)
-        m.d.comb += new_mark.eq(Mux(e_end > s_pos, p0 + e_end, c.mark))
+        m.d.comb += new_mark.eq(Mux(e_end > s_pos, p0 + e_end, mark_re.data))
         trig_d = Signal(PSN)
-        m.d.comb += trig_d.eq(n - 1 - e_trig)
+        m.d.comb += trig_d.eq(n - e_trig1)
         trig_ok = trig_d < O
         m_kind = Mux(e.m == SackMode.SKIP_ONCE, int(FeedbackKind.SKIP_ONCE),
                      Mux(e.m == SackMode.ALWAYS_SKIP, int(FeedbackKind.ALWAYS_SKIP),
@@ -560,7 +646,8 @@ class RetransmitTracker(wiring.Component):
 
         with m.If(sack_ok):
             m.d.comb += [ctx_w.addr.eq(e_q), ctx_w.en.eq(1),
-                         *assign(ctx_w.data, cack=new_cack, hi=h2, mark=new_mark, mpr=e.mpr)]
+                         *assign(ctx_w.data, cack=new_cack, hi=h2, mpr=e.mpr),
+                         mark_w.addr.eq(e_q), mark_w.en.eq(1), mark_w.data.eq(new_mark)]
             for b in range(2):
                 wp = banks[b][0]
                 mine = ew0[0] == b
@@ -570,7 +657,7 @@ class RetransmitTracker(wiring.Component):
                     wp.data.epoch.eq(e_epoch),
                     wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
                 ]
-        m.d.comb += [e_ctx_we.eq(sack_ok), e_new_cack.eq(new_cack)]
+        m.d.comb += [e_ctx_we.eq(sack_ok_u), e_new_cack.eq(C), e_adv.eq(adv)]
 
         # NACK.
         reason = e.reason
@@ -586,14 +673,15 @@ class RetransmitTracker(wiring.Component):
             with m.Case(*[int(r) for r in RESOURCE_NACKS]):
                 m.d.comb += [nk.eq(FeedbackKind.RESOURCE), known.eq(1)]
         np_d, nn_d = Signal(PSN), Signal(PSN)
-        m.d.comb += [np_d.eq(e.psn - c.cack), nn_d.eq(n - e.psn)]
+        # (For a NACK, e_base is its PSN.)
+        m.d.comb += [np_d.eq(e_base - c.cack), nn_d.eq(n - e_base)]
         n_unsent = (nn_d == 0) | nn_d[-1]
-        n_acked = (np_d == 0) | np_d[-1] | old.bit_select(e.psn[:6], 1)
+        n_acked = (np_d == 0) | np_d[-1] | old.bit_select(e_base[:6], 1)
         nack_unknown = is_nack & ~fatal & ~known
         nack_unsent = is_nack & known & n_unsent
         nack_acked = is_nack & known & ~n_unsent & n_acked
         nack_ok = is_nack & known & ~n_unsent & ~n_acked
-        m.d.comb += e_fatal.eq(fatal)
+        m.d.comb += e_fatal.eq(live_u & e.nack & (reason == NackCode.UNEXPECTED_EVENT))
 
         # Outputs of stage E.
         e_rtx = Signal()
@@ -603,14 +691,14 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [e_rtx.eq(nack_ok & ~p_hit), e_fb.eq(nack_ok | sack_fb), e_err.eq(fatal)]
         e_release = sack_ok & adv
         with m.If(e_rtx):
-            m.d.comb += assign(rtx_rec, qp=e.qp, psn=e.psn, tag=tag_ra.data,
+            m.d.comb += assign(rtx_rec, qp=e_q, psn=e_base, tag=tag_ra.data,
                                ev=rec_ra.data.ev, cause=RtxCause.NACK)
         with m.If(e_fb):
-            m.d.comb += assign(fb_rec, qp=e.qp, ev=rec_ra.data.ev,
+            m.d.comb += assign(fb_rec, qp=e_q, ev=rec_ra.data.ev,
                                kind=Mux(e.nack, nk, m_kind), entropy=e.entropy)
-        m.d.comb += assign(rel_rec, qp=e.qp, first=c.cack + 1, last=C, tag=tag_ra.data)
+        m.d.comb += assign(rel_rec, qp=e_q, first=c.cack + 1, last=C, tag=tag_ra.data)
         with m.If(e_err):
-            m.d.comb += assign(err_rec, qp=e.qp, cause=ErrorCause.NACK_FATAL)
+            m.d.comb += assign(err_rec, qp=e_q, cause=ErrorCause.NACK_FATAL)
         m.d.comb += fifos["release"].w_en.eq(e_release)
         m.d.comb += [
             ev.sacks.eq(sack_ok),
@@ -629,15 +717,18 @@ class RetransmitTracker(wiring.Component):
         # --- Hole engine: the holes one SACK found, oldest first ---------------------------
         h_vec = Signal(2 * WORD)
         h_q = Signal(qb)
-        h_qp = Signal(QP_INDEX_BITS)
         h_p0 = Signal(PSN)
         h_emit = Signal()                      # a request whose records are being read
         h_psn = Signal(PSN)
-        m.d.comb += [hole_busy.eq(h_vec.any() | h_emit),
-                     h_busy_qp.eq((hole_busy & (s.qp == h_qp)) |
-                                  (e_valid & (s.qp == e.qp)))]
-        h_found, h_idx = lowest_set(m, h_vec, "hole")
-        h_issue = h_found & (fifos["rtx"].level <= FIFO_DEPTH - 2)
+        # h_vec is not zero, as a register of its own: the SACK input, stage E and the sent
+        # input wait on it, and a 128-bit OR in front of them would lengthen every path
+        # that starts at their handshakes.
+        h_nz = Signal(name="hole_nz")
+        m.d.comb += [hole_busy.eq(h_nz | h_emit),
+                     h_busy_qp.eq((hole_busy & (s.qp == h_q)) |
+                                  (e_valid & (s.qp == e_q)))]
+        h_found, h_idx, h_iso = lowest_set(m, h_vec, "hole")
+        h_issue = h_nz & (fifos["rtx"].level <= FIFO_DEPTH - 2)
         h_next_psn = Signal(PSN)
         m.d.comb += h_next_psn.eq(h_p0 + h_idx)
         # Loaded whenever stage E goes (the engine is idle then): no enable behind the
@@ -646,18 +737,17 @@ class RetransmitTracker(wiring.Component):
         # E wrote, to write the mark back at the first hole too young to count as lost.
         h_ttime = Signal(TIME_BITS)
         h_tok = Signal()
-        h_ctx = Signal(CTX)
         h_young_seen = Signal()
         with m.If(e_go):
-            m.d.sync += [h_vec.eq(Mux(sack_ok, holes, 0)), h_q.eq(e_q), h_qp.eq(e.qp),
+            m.d.sync += [h_vec.eq(Mux(sack_ok, holes, 0)), h_q.eq(e_q),
                          h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(trig_ok),
-                         h_young_seen.eq(0),
-                         *assign(h_ctx, cack=new_cack, hi=h2, mark=new_mark, mpr=e.mpr)]
+                         h_young_seen.eq(0)]
+            m.d.sync += h_nz.eq(sack_ok & holes.any())
         with m.Elif(h_issue):
-            m.d.sync += h_vec.bit_select(h_idx, 1).eq(0)
+            m.d.sync += [h_vec.eq(h_vec & ~h_iso), h_nz.eq((h_vec & ~h_iso).any())]
         m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
         with m.If(h_emit):
-            m.d.comb += assign(rtx_rec, qp=h_qp, psn=h_psn, tag=tag_rh.data,
+            m.d.comb += assign(rtx_rec, qp=h_q, psn=h_psn, tag=tag_rh.data,
                                ev=rec_rh.data.ev, cause=RtxCause.HOLE)
         h_age = Signal(signed(TIME_BITS))      # trigger's send time - the hole's
         m.d.comb += h_age.eq(h_ttime - rec_rh.data.time)
@@ -665,12 +755,11 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += h_young.eq((r_time != 0) & (~h_tok | (h_age < r_time)))
         h_old = h_emit & ~h_young              # a hole that counts as lost
         h_rtx = h_old & ~p_hit
-        # Stage E is idle while the engine runs (e_go needs ~hole_busy), so the context's
-        # write port is free; only mark changes.
+        # Stage E is idle while the engine runs (e_go needs ~hole_busy), so the mark's
+        # write port is free.
         with m.If(h_emit & h_young & ~h_young_seen):
             m.d.sync += h_young_seen.eq(1)
-            m.d.comb += [ctx_w.addr.eq(h_q), ctx_w.en.eq(1), ctx_w.data.eq(h_ctx),
-                         ctx_w.data.mark.eq(h_psn)]
+            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(h_psn)]
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(h_emit & h_young)]
 
         # --- Timer scan ---------------------------------------------------------------------
@@ -689,9 +778,29 @@ class RetransmitTracker(wiring.Component):
             banks[1][2].addr.eq(bank_addr(sc_q, s_w)),
         ]
         m.d.sync += [s2_valid.eq(issue), s2_q.eq(sc_q), s2_p.eq(sc_p), s2_port.eq(~h_issue)]
+        # Stage S1 (the issue cycle) works out the QP's timeout from its retry count: the
+        # exponent k (timeout = 2^k ticks), whether the count is at retry_max, and the QP's
+        # epoch, registered for stage S2. A retry count written in this cycle for the QP
+        # (scan_s2_kstale) makes stage S2 try the PSN again.
+        r_s1 = retries[sc_q]
+        k_sum = Signal(7)
+        m.d.comb += k_sum.eq(t_exp + Mux(r_s1 > r_lin, r_s1 - r_lin, 0))
+        t_k = Signal(5, name="scan_s2_k")
+        t_rmax = Signal(name="scan_s2_rmax")
+        t_epoch = Signal(EPOCH_BITS, name="scan_s2_epoch")
+        t_kstale = Signal(name="scan_s2_kstale")
+        r_written = Signal()
+        m.d.sync += [t_k.eq(Mux(k_sum > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, k_sum)),
+                     t_rmax.eq(r_s1 == r_max), t_epoch.eq(epoch[sc_q]),
+                     t_kstale.eq(r_written)]
         m.d.comb += [ctx_rt.addr.eq(s2_q), nxt_rt.addr.eq(s2_q)]
+        # Stage S2 holds (tries the PSN again) while stage E holds a record of its QP, which
+        # may write the QP's context and bitmap words at the end of this cycle: no value is
+        # forwarded from stage E into the scan.
+        t_hold = Signal(name="scan_s2_hold")
+        m.d.comb += t_hold.eq(e_valid & (e_q == s2_q))
         t_cack = Signal(PSN)
-        m.d.comb += t_cack.eq(Mux(e_ctx_we & (e_q == s2_q), new_cack, ctx_rt.data.cack))
+        m.d.comb += t_cack.eq(ctx_rt.data.cack)
         t_n = nxt_rt.data
         t_dp, t_dn = Signal(PSN), Signal(PSN)
         m.d.comb += [t_dp.eq(s2_p - t_cack), t_dn.eq(t_n - t_cack)]
@@ -700,40 +809,31 @@ class RetransmitTracker(wiring.Component):
         s2w = s2_p[6:]
         t_word = Signal(WORDL)
         m.d.comb += t_word.eq(Mux(s2w[0], banks[1][2].data, banks[0][2].data))
-        # Stage E writes the words of its SACK at the end of this cycle: forwarded.
-        for b in range(2):
-            wp = banks[b][0]
-            with m.If(wp.en & (s2w[0] == b) & (wp.addr == bank_addr(s2_q, s2w))):
-                m.d.comb += t_word.eq(wp.data)
-        t_epoch = epoch[s2_q]
         t_bit = ((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
                  t_word.bits.bit_select(s2_p[:6], 1))
         t_acked = t_bit
-        r_q = retries[s2_q]
-        t_shift = Signal(7)
-        m.d.comb += t_shift.eq(t_exp + Mux(r_q > r_lin, r_q - r_lin, 0))
-        t_to = Signal(TIME_BITS + 1)
-        m.d.comb += t_to.eq(Const(1, TIME_BITS + 1) <<
-                            Mux(t_shift > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, t_shift))
         t_el = Signal(TIME_BITS)
         m.d.comb += t_el.eq(self.now - rec_rh.data.time)
+        t_late = Signal(name="scan_s2_late")          # t_el >= 2^k: a bit at k or above
+        m.d.comb += t_late.eq((t_el & ge_mask(t_k, TIME_BITS)).any())
         rq_d = rq_r.data
         fired = (rq_d.valid & (rq_d.time == rec_rh.data.time) & (rq_d.rtx == rec_rh.data.rtx)
                  & (rq_d.lap == s2_p[ob:]) & (rq_d.epoch == t_epoch))
         t_err = err.bit_select(s2_q, 1)
-        expired = ~t_acked & (t_el >= t_to) & ~fired
+        expired = ~t_acked & t_late & ~fired
         head = t_dp == 1
-        exhaust = expired & head & (r_q == r_max) & (r_max < RETRY_FOREVER)
-        busy_out = e_go | h_emit | ~room3
+        exhaust = expired & head & t_rmax & (r_max < RETRY_FOREVER)
+        busy_out = e_valid | h_emit | ~room3
         s2 = s2_valid & ~cmd_busy
+        s2_go = s2 & ~t_hold
         # What stage S2 does: end the visit, go back to CACK + 1, retry the PSN, or step.
-        t_end = s2 & (t_err | (~t_behind & ~t_in))
-        t_rewind = s2 & ~t_err & t_behind
-        t_eval = s2 & ~t_err & t_in
-        t_retry = t_eval & (~s2_port | (expired & busy_out))
+        t_end = s2_go & (t_err | (~t_behind & ~t_in))
+        t_rewind = s2_go & ~t_err & t_behind
+        t_eval = s2_go & ~t_err & t_in
+        t_retry = (s2 & t_hold) | (t_eval & (~s2_port | t_kstale | (expired & busy_out)))
         # The pending lookup below is keyed on (s2_q, s2_p) when neither the hole engine nor
         # stage E uses it (~busy_out): an expired PSN whose resend is pending just steps on.
-        t_fire = t_eval & s2_port & expired & ~busy_out & ~p_hit
+        t_fire = t_eval & s2_port & ~t_kstale & expired & ~busy_out & ~p_hit
         t_timeout = t_fire & ~exhaust
         t_exhaust = t_fire & exhaust
         next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
@@ -789,8 +889,8 @@ class RetransmitTracker(wiring.Component):
         k_q, k_p = Signal(qb), Signal(PSN)
         with m.If(h_emit):
             m.d.comb += [k_q.eq(h_q), k_p.eq(h_psn)]
-        with m.Elif(e_go):
-            m.d.comb += [k_q.eq(e_q), k_p.eq(e.psn)]
+        with m.Elif(e_valid):
+            m.d.comb += [k_q.eq(e_q), k_p.eq(e_base)]
         with m.Else():
             m.d.comb += [k_q.eq(s2_q), k_p.eq(s2_p)]
         p_match = Signal(P)
@@ -823,6 +923,8 @@ class RetransmitTracker(wiring.Component):
                      ev.pending_full.eq(p_want & ~p_free.any())]
 
         # --- Per-QP error and retry count --------------------------------------------------
+        m.d.comb += r_written.eq(cmd_apply | (sack_ok & adv & (e_q == sc_q)) |
+                                 (t_timeout & head & (s2_q == sc_q)))
         for i in range(qps):
             with m.If(cmd_apply & (cmd_qp == i)):
                 m.d.sync += [err[i].eq(0), retries[i].eq(0), epoch[i].eq(epoch[i] + 1)]
@@ -839,7 +941,8 @@ class RetransmitTracker(wiring.Component):
         with m.If(cmd_apply):
             m.d.comb += [
                 ctx_w.addr.eq(cmd_qp), ctx_w.en.eq(1),
-                *assign(ctx_w.data, cack=start - 1, hi=start - 1, mark=start,
+                mark_w.addr.eq(cmd_qp), mark_w.en.eq(1), mark_w.data.eq(start),
+                *assign(ctx_w.data, cack=start - 1, hi=start - 1,
                         mpr=f["config2"]["initial_mpr"]),
                 nxt_w.addr.eq(cmd_qp), nxt_w.data.eq(start), nxt_w.en.eq(1),
                 cwnd_w.addr.eq(cmd_qp), cwnd_w.data.eq((1 << 32) - 1), cwnd_w.en.eq(1),
