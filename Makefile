@@ -21,7 +21,8 @@ BOARD   ?= ulx3s-85f
 all: help
 
 help:
-	@echo "make demo      run the main job: two NICs over an 8-plane fabric (see README)"
+	@echo "make demo      run the main job: two NICs over a 4-plane fabric, three runs (no fault,"
+	@echo "               a plane failing, 1% loss; see README)"
 	@echo "make test      full suite: unit tests, cocotb on Icarus and Verilator, lint, ECP5 build"
 	@echo "make test-fast unit tests on Amaranth's simulator only"
 	@echo "make soak      long randomized runs, every width, full-length Icarus runs"

@@ -213,12 +213,14 @@ def _run_packet(args):
 
 
 def _add_demo(sub):
-    p = sub.add_parser("demo", help="two NICs over an 8-plane fabric, simulated on Verilator",
+    p = sub.add_parser("demo", help="two NICs over the fabric model (8 planes unless --planes; "
+                                    "make demo runs 4), simulated on Verilator",
                        description="Export two MrcNic, run them on Verilator over the fabric "
                                    "model, print goodput, retransmissions, EV state changes, "
                                    "failure recovery and the data check; metrics.json, "
                                    "goodput.png (and wire.pcap with --pcap) in --out.")
-    p.add_argument("--planes", type=int, default=8)
+    p.add_argument("--planes", type=int, default=8,
+                   help="planes of each NIC and of the fabric (default 8; make demo runs 4)")
     p.add_argument("--loss", type=float, default=0.0, help="random loss per frame (0..1)")
     p.add_argument("--fail", action="append", default=[], metavar="PLANE@US",
                    help="fail every link of a plane at a time in microseconds (repeatable)")
@@ -347,7 +349,10 @@ def _add_ev_expand(sub):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="mrcnic", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="mrcnic", description="The mrcnic command: Verilog export, ECP5 builds, the EV "
+                                   "expansion tool, frame decoding, the two-NIC demo and the "
+                                   "performance report.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_verilog(sub)
     _add_build(sub)
