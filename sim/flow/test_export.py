@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from amaranth.lib import data
@@ -129,3 +130,15 @@ def test_pip_install_gives_a_working_command(tmp_path):
     check = subprocess.run([sys.executable, "-c", "import mrcnic; print(mrcnic.__file__)"],
                            capture_output=True, text=True, env=env, cwd=tmp_path)
     assert str(site) in check.stdout
+
+
+def test_the_demo_says_what_it_needs_before_it_builds(monkeypatch, capsys):
+    """Here everything `mrcnic demo` needs is installed; without one of its packages (the
+    "sim" extra) it stops before exporting anything and names the package and the extra."""
+    from mrcnic import cli as cli_module
+    assert cli_module.demo_missing() == ([], [])
+    monkeypatch.setitem(cli_module.DEMO_MODULES, "no_such_module.sub", "no-such-package")
+    assert cli(["demo", "--out", "never-made"]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-package" in err and "mrcnic[sim]" in err and "nothing was run" in err
+    assert not Path("never-made").exists()
