@@ -151,8 +151,8 @@ TABLE = {
                              BoardPins(True, _SIX_LEDS, (("button", 0), ("button", 1))),
                              None,
                              prepare_overrides={"ecppack_opts": "--compress --freq 38.8"}),
-    "kcu105": Board(KCU105Platform, XILINX,      # XCKU040-2E, 125 MHz LVDS clock
+    "kcu105": Board(KCU105Platform, XILINX,      # XCKU040-2E, the board's LVDS clock
                     BoardPins(False, _SIX_LEDS, (), freq_mhz=62.5), None),
-    "kc705": Board(KC705Platform, XILINX,        # XC7K325T-2, 156 MHz LVDS clock
+    "kc705": Board(KC705Platform, XILINX,        # XC7K325T-2, the board's LVDS clock
                    BoardPins(True, _SIX_LEDS, (), freq_mhz=62.5), None),
 }

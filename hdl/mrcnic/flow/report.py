@@ -102,12 +102,11 @@ ECP5_CASES = [
     Case.of("path-selector", qps=8, ev_count=32, planes=4, profiles=2, ev_bits=32),
     Case.of("psn-tracker", qps=8, mpr_max=8, max_wimm_dest=4),
     Case.of("retransmit-tracker", qps=8, outstanding=128),
-    # router1 had not converged on mrc-rx after an hour: the NIC's rows route with router2.
+    # The NIC's rows route with router2 (why: docs/synthesis.md).
     _as_in_selftest("mrc-rx", "router2"),
     _as_in_selftest("mrc-tx", "router1"),
-    # Decision: the whole NIC's fmax is the board self-test's. In the register harness
-    # router2 did not converge, against 100 MHz or against the self-test's clock
-    # (docs/synthesis.md); the self-test, the same NIC with its traffic around it, routes.
+    # Decision: the whole NIC's fmax is the board self-test's, the same NIC with its traffic
+    # around it; the register harness does not route (docs/synthesis.md).
     _as_in_selftest("mrc-nic", "router2", freq_mhz=_selftest_clock(), selftest=True),
 ]
 

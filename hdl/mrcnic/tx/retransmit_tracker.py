@@ -10,6 +10,8 @@ Operation, decisions and measured figures: docs/blocks/retransmit-tracker.md.
 """
 
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -176,6 +178,11 @@ def lt_mask(pos, n):
     return ~ge_mask(pos, n)
 
 
+def _take(v, names):
+    """The values ``v`` (a namespace) holds under ``names`` (space separated), in order."""
+    return [getattr(v, name) for name in names.split()]
+
+
 class RetransmitTracker(wiring.Component):
     """The sender's reliability: records sent packets, takes SACKs and NACKs, asks for
     retransmissions, gives path feedback, releases and send credit.
@@ -313,7 +320,30 @@ class RetransmitTracker(wiring.Component):
         })
 
     def elaborate(self, platform):
+        # One method per stage or engine, in the order they were written as one body: each
+        # takes what the earlier ones made from ``v`` (a namespace) and leaves there what
+        # the later ones use.
         m = Module()
+        v = SimpleNamespace()
+        self._setup(m, v)
+        self._state(m, v)
+        self._output_fifos(m, v)
+        self._qp_open(m, v)
+        self._sent_path(m, v)
+        self._cwnd_input(m, v)
+        self._credit_query(m, v)
+        self._ack_stage_a(m, v)
+        self._ack_stage_e(m, v)
+        self._ack_stage_e_answer(m, v)
+        self._hole_engine(m, v)
+        self._timer_scan(m, v)
+        self._pending_table(m, v)
+        self._error_and_retries(m, v)
+        self._open_sweep_writes(m, v)
+        return m
+
+    def _setup(self, m, v):
+        """Parameters derived, the register block, the helpers the sections share."""
         qps, O, W = self.qps, self.outstanding, self.tag_width
         qb = max(1, ceil_log2(qps))
         ob = ceil_log2(O)
@@ -343,6 +373,16 @@ class RetransmitTracker(wiring.Component):
         def bank_addr(qp, wnum):
             return Cat(wnum[1:wq], qp)
 
+        vars(v).update(
+            O=O, RQ=RQ, W=W, WORDL=WORDL, bank_addr=bank_addr, f=f, guard=guard, ob=ob,
+            pmtu_log2=pmtu_log2, qb=qb, qidx=qidx, qps=qps, r_lin=r_lin, r_max=r_max,
+            r_time=r_time, rec_addr=rec_addr, t_exp=t_exp, wq=wq)
+
+    def _state(self, m, v):
+        """State: per-QP context, CACK and next PSN, the mark, the bitmap banks, the per-PSN
+        record rings and the epoch."""
+        (qps, WORDL, wq, O, W, RQ) = _take(v, """
+            qps WORDL wq O W RQ""")
         # --- State -------------------------------------------------------------------------
         CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mpr": 8})
         init_ctx = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1,
@@ -391,6 +431,16 @@ class RetransmitTracker(wiring.Component):
         rq_w = rqm.write_port()
         rq_r = rqm.read_port(transparent_for=(rq_w,))
 
+        vars(v).update(
+            banks=banks, ctx=ctx, ctx_rc=ctx_rc, ctx_re=ctx_re, ctx_rs=ctx_rs, ctx_rt=ctx_rt,
+            ctx_w=ctx_w, cwnd=cwnd, cwnd_rc=cwnd_rc, cwnd_w=cwnd_w, epoch=epoch, err=err,
+            mark_re=mark_re, mark_w=mark_w, nxt_rc=nxt_rc, nxt_re=nxt_re, nxt_rs=nxt_rs,
+            nxt_rt=nxt_rt, nxt_w=nxt_w, rec_ra=rec_ra, rec_rh=rec_rh, rec_w=rec_w, retries=retries,
+            rq_r=rq_r, rq_w=rq_w, tag_ra=tag_ra, tag_rh=tag_rh, tag_w=tag_w)
+
+    def _output_fifos(self, m, v):
+        """The output FIFOs and the records written into them."""
+        W = v.W
         # --- Output FIFOs ------------------------------------------------------------------
         fifos = {}
         for name in ("rtx", "feedback", "release", "qp_error"):
@@ -413,6 +463,14 @@ class RetransmitTracker(wiring.Component):
 
         ev = Signal(data.StructLayout({n: 2 for n in COUNTER_NAMES}))
 
+        vars(v).update(
+            err_rec=err_rec, ev=ev, fb_rec=fb_rec, fifos=fifos, rel_rec=rel_rec, room2=room2,
+            room3=room3, rtx_rec=rtx_rec, w_rdy=w_rdy)
+
+    def _qp_open(self, m, v):
+        """QP open commands, and the sweep that opens every QP after reset."""
+        (qb, f, qps) = _take(v, """
+            qb f qps""")
         # --- QP open, and the reset sweep --------------------------------------------------
         cmd_busy = Signal(init=1)
         sweep = Signal(init=1)
@@ -427,6 +485,17 @@ class RetransmitTracker(wiring.Component):
             m.d.sync += [cmd_busy.eq(1), cmd_qp.eq(sel_qp), cmd_start.eq(f["qp_start"]["psn"])]
         m.d.comb += f["status"]["busy"].eq(cmd_busy)
 
+        vars(v).update(
+            cmd_apply=cmd_apply, cmd_busy=cmd_busy, cmd_qp=cmd_qp, cmd_start=cmd_start,
+            e_valid=e_valid, hole_busy=hole_busy, sweep=sweep)
+
+    def _sent_path(self, m, v):
+        """The sent path, one stage: each record judged against the stored CACK and stage
+        E's (forwarded), recorded or refused."""
+        (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err, O, pmtu_log2, cwnd, qps, rec_w,
+         rec_addr, tag_w, nxt_w, ev) = _take(v, """
+            cmd_busy e_valid qb qidx ctx_rs nxt_rs err O pmtu_log2 cwnd qps rec_w rec_addr tag_w
+            nxt_w ev""")
         # --- Sent path: one stage ---------------------------------------------------------
         s = self.sent.payload
         e_go = Signal()
@@ -496,6 +565,15 @@ class RetransmitTracker(wiring.Component):
             ev.sent_bad.eq(s_ok & ~s_new & ~s_rtx_ok & ~s_rtx_acked),
         ]
 
+        vars(v).update(
+            credit=credit, e_adv=e_adv, e_ctx_we=e_ctx_we, e_fatal=e_fatal, e_go=e_go,
+            e_new_cack=e_new_cack, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
+            s_rtx_ok=s_rtx_ok, take_s=take_s)
+
+    def _cwnd_input(self, m, v):
+        """The cwnd input: a QP's congestion window, written into its table."""
+        (cmd_busy, qps, cwnd_w, qidx) = _take(v, """
+            cmd_busy qps cwnd_w qidx""")
         # --- cwnd input -------------------------------------------------------------------
         m.d.comb += self.cwnd.ready.eq(~cmd_busy)
         take_c = self.cwnd.valid & self.cwnd.ready
@@ -503,6 +581,13 @@ class RetransmitTracker(wiring.Component):
             m.d.comb += [cwnd_w.addr.eq(qidx(self.cwnd.payload.qp)), cwnd_w.en.eq(1),
                          cwnd_w.data.eq(self.cwnd.payload.cwnd)]
 
+        vars(v).update(
+            take_c=take_c)
+
+    def _credit_query(self, m, v):
+        """The credit query: may ``credit_qp`` send its next PSN."""
+        (qb, qidx, ctx_rc, nxt_rc, cwnd_rc, qps, err, cmd_busy, credit) = _take(v, """
+            qb qidx ctx_rc nxt_rc cwnd_rc qps err cmd_busy credit""")
         # --- Credit query -----------------------------------------------------------------
         qc = Signal(qb)
         m.d.comb += [qc.eq(qidx(self.credit_qp)), ctx_rc.addr.eq(qc), nxt_rc.addr.eq(qc),
@@ -513,6 +598,14 @@ class RetransmitTracker(wiring.Component):
             (self.credit_qp < qps) & ~err.bit_select(qc, 1) & ~cmd_busy &
             credit(c_out, ctx_rc.data.mpr, cwnd_rc.data))
 
+
+    def _ack_stage_a(self, m, v):
+        """SACK/NACK path, stage A: the reads, and what needs no per-QP state worked out
+        from the record alone."""
+        (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, banks, bank_addr, rec_ra, rec_addr,
+         tag_ra, guard, epoch, e_q, qps) = _take(v, """
+            cmd_busy hole_busy e_valid e_go room2 qb qidx banks bank_addr rec_ra rec_addr tag_ra
+            guard epoch e_q qps""")
         # --- SACK/NACK path, stage A --------------------------------------------------------
         a = self.ack.payload
         ready_a = ~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2
@@ -572,6 +665,21 @@ class RetransmitTracker(wiring.Component):
         with m.Elif(e_go):
             m.d.sync += e_valid.eq(0)
 
+        vars(v).update(
+            e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
+            e_pg=e_pg, e_qp_ok=e_qp_ok, e_trig1=e_trig1, e_vn=e_vn)
+
+    def _ack_stage_e(self, m, v):
+        """SACK/NACK path, stage E: the checks, the new CACK, the acked bitmap and the hole
+        search (one cycle: a hole is requested before the next SACK is applied)."""
+        (e_go, e_valid, hole_busy, cmd_busy, w_rdy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
+         e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_vn, e_pg, e_ehx, e_trig1, O,
+         ctx_w, mark_w, bank_addr, e_ctx_we, e_new_cack, e_adv, e_fatal, rtx_rec, tag_ra, rec_ra,
+         fb_rec, rel_rec, err_rec, fifos, ev) = _take(v, """
+            e_go e_valid hole_busy cmd_busy w_rdy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
+            banks WORDL wq e_epoch e e_hcand e_found e_vn e_pg e_ehx e_trig1 O ctx_w mark_w
+            bank_addr e_ctx_we e_new_cack e_adv e_fatal rtx_rec tag_ra rec_ra fb_rec rel_rec
+            err_rec fifos ev""")
         # --- Stage E -----------------------------------------------------------------------
         m.d.comb += [e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy),
                      ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
@@ -658,7 +766,23 @@ class RetransmitTracker(wiring.Component):
                     wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
                 ]
         m.d.comb += [e_ctx_we.eq(sack_ok_u), e_new_cack.eq(C), e_adv.eq(adv)]
+        vars(v).update(
+            C=C, adv=adv, b_unsent=b_unsent, c=c, c_unsent=c_unsent, changed=changed, e=e,
+            e_base=e_base, e_fatal=e_fatal, e_q=e_q, err_rec=err_rec, ev=ev, fb_rec=fb_rec,
+            fifos=fifos, holes=holes, in_err=in_err, is_sack=is_sack, live=live, live_u=live_u,
+            m_kind=m_kind, n=n, old=old, p0=p0, qp_ok=qp_ok, rec_ra=rec_ra, rel_rec=rel_rec,
+            rtx_rec=rtx_rec, sack_fb=sack_fb, sack_ok=sack_ok, stale=stale, tag_ra=tag_ra,
+            trig_ok=trig_ok)
 
+    def _ack_stage_e_answer(self, m, v):
+        """Stage E, continued: a NACK's request and feedback, and what stage E hands
+        the outputs and the hole engine."""
+        (e, live, e_base, c, n, old, e_fatal, live_u, sack_fb, sack_ok, adv, rtx_rec, e_q, tag_ra,
+         rec_ra, fb_rec, m_kind, rel_rec, C, err_rec, fifos, ev, is_sack, stale, c_unsent,
+         b_unsent, changed, holes, in_err, p0, qp_ok, trig_ok) = _take(v, """
+            e live e_base c n old e_fatal live_u sack_fb sack_ok adv rtx_rec e_q tag_ra rec_ra
+            fb_rec m_kind rel_rec C err_rec fifos ev is_sack stale c_unsent b_unsent changed holes
+            in_err p0 qp_ok trig_ok""")
         # NACK.
         reason = e.reason
         is_nack = live & e.nack
@@ -714,6 +838,17 @@ class RetransmitTracker(wiring.Component):
             ev.rtx_nack.eq(e_rtx),
         ]
 
+        vars(v).update(
+            C=C, adv=adv, e_err=e_err, e_fb=e_fb, e_rtx=e_rtx, fatal=fatal, holes=holes,
+            in_err=in_err, nack_ok=nack_ok, p0=p0, p_hit=p_hit, qp_ok=qp_ok, sack_ok=sack_ok,
+            trig_ok=trig_ok)
+
+    def _hole_engine(self, m, v):
+        """The hole engine: the holes one SACK found, requested oldest first, one a cycle."""
+        (qb, hole_busy, h_busy_qp, s, e_valid, e_q, fifos, e_go, sack_ok, holes, p0, rec_ra,
+         trig_ok, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w, ev) = _take(v, """
+            qb hole_busy h_busy_qp s e_valid e_q fifos e_go sack_ok holes p0 rec_ra trig_ok rtx_rec
+            tag_rh rec_rh r_time p_hit mark_w ev""")
         # --- Hole engine: the holes one SACK found, oldest first ---------------------------
         h_vec = Signal(2 * WORD)
         h_q = Signal(qb)
@@ -762,6 +897,20 @@ class RetransmitTracker(wiring.Component):
             m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(h_psn)]
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(h_emit & h_young)]
 
+        vars(v).update(
+            h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, h_psn=h_psn,
+            h_q=h_q, h_rtx=h_rtx)
+
+    def _timer_scan(self, m, v):
+        """The timer scan: stages S1 and S2 visit each QP's unacknowledged PSNs for timeouts."""
+        (qb, cmd_busy, rec_addr, rec_rh, h_issue, h_q, h_next_psn, tag_rh, rq_r, banks, bank_addr,
+         retries, t_exp, r_lin, r_max, epoch, ctx_rt, nxt_rt, e_valid, e_q, WORDL, wq, ob, err,
+         h_emit, room3, p_hit, qps, ctx, rq_w, rtx_rec, fb_rec, err_rec, fifos, e_rtx, h_rtx, e_go,
+         e_fb, e_err, ev, take_s, s, qp_ok, take_c, s_err, in_err) = _take(v, """
+            qb cmd_busy rec_addr rec_rh h_issue h_q h_next_psn tag_rh rq_r banks bank_addr retries
+            t_exp r_lin r_max epoch ctx_rt nxt_rt e_valid e_q WORDL wq ob err h_emit room3 p_hit
+            qps ctx rq_w rtx_rec fb_rec err_rec fifos e_rtx h_rtx e_go e_fb e_err ev take_s s qp_ok
+            take_c s_err in_err""")
         # --- Timer scan ---------------------------------------------------------------------
         sc_q = Signal(qb)
         sc_p = Signal(PSN)
@@ -874,6 +1023,17 @@ class RetransmitTracker(wiring.Component):
             ev.in_error.eq((take_s & (s.qp < qps) & s_err) + (e_go & qp_ok & in_err)),
         ]
 
+        vars(v).update(
+            head=head, r_written=r_written, s2_p=s2_p, s2_q=s2_q, sc_q=sc_q, t_exhaust=t_exhaust,
+            t_timeout=t_timeout)
+
+    def _pending_table(self, m, v):
+        """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
+        (qb, h_emit, h_q, h_psn, e_valid, e_q, e_base, s2_q, s2_p, p_hit, nack_ok, h_old,
+         t_timeout, C, s_rtx_ok, qs, s, fatal, sack_ok, adv, t_exhaust, cmd_qp, cmd_apply, e_go,
+         ev) = _take(v, """
+            qb h_emit h_q h_psn e_valid e_q e_base s2_q s2_p p_hit nack_ok h_old t_timeout C
+            s_rtx_ok qs s fatal sack_ok adv t_exhaust cmd_qp cmd_apply e_go ev""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # One lookup per cycle serves the three requesters, which never request in the same
         # cycle: the hole engine (h_emit), stage E (a NACK needs e_go) and the timer (its
@@ -922,6 +1082,13 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [ev.rtx_pending_skip.eq((nack_ok | h_old) & p_hit),
                      ev.pending_full.eq(p_want & ~p_free.any())]
 
+
+    def _error_and_retries(self, m, v):
+        """Per-QP error flag and retry count."""
+        (r_written, cmd_apply, sack_ok, adv, e_q, sc_q, t_timeout, head, s2_q, qps, cmd_qp, err,
+         retries, epoch, fatal, t_exhaust) = _take(v, """
+            r_written cmd_apply sack_ok adv e_q sc_q t_timeout head s2_q qps cmd_qp err retries
+            epoch fatal t_exhaust""")
         # --- Per-QP error and retry count --------------------------------------------------
         m.d.comb += r_written.eq(cmd_apply | (sack_ok & adv & (e_q == sc_q)) |
                                  (t_timeout & head & (s2_q == sc_q)))
@@ -936,6 +1103,14 @@ class RetransmitTracker(wiring.Component):
                 with m.Elif(t_timeout & head & (s2_q == i) & (retries[i] != 31)):
                     m.d.sync += retries[i].eq(retries[i] + 1)
 
+
+    def _open_sweep_writes(self, m, v):
+        """The writes of a QP open or the sweep (inputs held, stage E and the hole engine
+        empty); the counters; the probe for formal checks."""
+        (sweep, cmd_start, cmd_apply, ctx_w, cmd_qp, mark_w, f, nxt_w, cwnd_w, qps, cmd_busy, ev,
+         fifos, rtx_rec, rel_rec) = _take(v, """
+            sweep cmd_start cmd_apply ctx_w cmd_qp mark_w f nxt_w cwnd_w qps cmd_busy ev fifos
+            rtx_rec rel_rec""")
         # --- Open / sweep writes (inputs held, stage E and the hole engine empty) ----------
         start = Mux(sweep, 0, cmd_start)
         with m.If(cmd_apply):
@@ -957,6 +1132,5 @@ class RetransmitTracker(wiring.Component):
         self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
                       "release_we": fifos["release"].w_en, "release": rel_rec,
                       "open": cmd_apply}
-        return m
 
 
