@@ -185,8 +185,10 @@ async def one_sack_and_one_sent_record_per_cycle(dut):
     n = 1000 if long_runs() else 100
     nxt = [0] * qps
     events, acks = [], []
+    # The QPs in turn: an ack record right behind one of its own QP waits a cycle (stage K),
+    # which sim/tx/test_retransmit_tracker.py measures.
     for i in range(n):
-        q = random.randrange(qps)
+        q = i % qps
         events.append(("sent", {"qp": q, "psn": nxt[q], "ev": random.randrange(256),
                                 "time": 0, "tag": i, "rtx": 0}))
         if nxt[q] >= 1:

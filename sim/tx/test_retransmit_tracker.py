@@ -335,9 +335,15 @@ def run_script(steps, *, qps=2, outstanding=128, pending=16, regs=None):
                 model.open(step[1], step[2])
                 out = None
             else:
+                # The scan may be anywhere in its pass when the time changes: the requests
+                # of one step are compared in the model's order (QP, then PSN).
+                marks = {name: len(got[name]) for name in OUTPUTS}
                 ctx.set(dut.now, step[1])
                 await wait(2 * qps * (outstanding + 3) + 50)
                 out = model.scan(step[1])
+                for name in OUTPUTS:
+                    got[name][marks[name]:] = sorted(got[name][marks[name]:], key=scan_order)
+                    out[name] = sorted(out[name], key=scan_order)
             for name in OUTPUTS:
                 want[name] += (out or {}).get(name, [])
         await wait(20)
@@ -347,6 +353,11 @@ def run_script(steps, *, qps=2, outstanding=128, pending=16, regs=None):
 
     run(dut, tb)
     return want, got, counters, model
+
+
+def scan_order(record):
+    """A record's place in a timer pass: by QP, then PSN (or EV, for feedback)."""
+    return (record["qp"], record.get("psn", 0), record.get("ev", 0))
 
 
 def requests(got):
@@ -489,15 +500,16 @@ def test_psn_wrap():
     assert any(r["last"] < 0x1000 for r in got["release"])
 
 
-def run_throughput(n, qps=4):
-    """Sent records on random QPs, and in-order SACKs (no holes: each acknowledges one
-    more PSN, with the bit of the next set) as soon as the PSNs they name are sent: both
-    inputs valid every cycle. Returns the cycles of each input's handshakes."""
+def run_throughput(n, qps=4, in_turn=False):
+    """Sent records on random QPs (or the QPs in turn), and in-order SACKs (no holes: each
+    acknowledges one more PSN, with the bit of the next set) as soon as the PSNs they name
+    are sent: both inputs valid every cycle. Returns the cycles of each input's
+    handshakes."""
     rng = seeded()
     nxt = [0] * qps
     events, acks = [], []
     for i in range(n):
-        q = rng.randrange(qps)
+        q = i % qps if in_turn else rng.randrange(qps)
         events.append(("sent", sent(q, nxt[q], ev=rng.randrange(256))))
         if nxt[q] >= 1:
             acks.append(("ack", sack(q, nxt[q] - 1, 0b1, trig=1), i + 1))
@@ -512,9 +524,10 @@ def run_throughput(n, qps=4):
 
 
 def test_one_sack_and_one_sent_record_per_cycle():
-    """Both inputs offered a record every cycle they have one: neither is ever refused, so
-    each takes one record per cycle (an ack waits only for the sent record it names)."""
-    sc, ac, stalls = run_throughput(400)
+    """Both inputs offered a record every cycle they have one, the QPs in turn: neither is
+    ever refused, so each takes one record per cycle (an ack waits only for the sent record
+    it names)."""
+    sc, ac, stalls = run_throughput(400, in_turn=True)
     assert sc[-1] - sc[0] + 1 == len(sc), "bubbles between sent records"
     overlap = [c for c in ac if c <= sc[-1]]
     print(f"measured: {len(sc)} sent records in {sc[-1] - sc[0] + 1} cycles, {len(ac)} "
@@ -524,17 +537,27 @@ def test_one_sack_and_one_sent_record_per_cycle():
     assert len(overlap) > 0.9 * len(sc)
 
 
+def test_random_qps_rate():
+    """The same on random QPs: a SACK right behind one of its QP waits a cycle in stage E
+    (stage K writes the QP's mark), and holds the sent records of that QP meanwhile."""
+    sc, ac, stalls = run_throughput(400)
+    span_s, span_a = sc[-1] - sc[0] + 1, ac[-1] - ac[0] + 1
+    print(f"measured, 4 QPs at random: {len(sc)} sent records in {span_s} cycles, {len(ac)} "
+          f"SACKs in {span_a} cycles, cycles an input was refused: {stalls}")
+    assert len(sc) >= 0.75 * span_s and len(ac) >= 0.7 * span_a
+
+
 def test_one_qp_back_to_back():
     """Every record on one QP: a sent record and a SACK of that QP offered every cycle.
-    Stage E's CACK is forwarded to the sent path, so neither input waits: one record a
-    cycle on each, on the same QP (the guarantee is one every two cycles)."""
+    A SACK waits in stage E while stage K writes its QP's mark, and the sent records of the
+    QP wait with it; stage E's CACK is forwarded to the sent path. The guarantee: one
+    record every two cycles on each input."""
     sc, ac, stalls = run_throughput(300, qps=1)
     span_s = sc[-1] - sc[0] + 1
     span_a = ac[-1] - ac[0] + 1
     print(f"measured, one QP: {len(sc)} sent records in {span_s} cycles, {len(ac)} SACKs in "
           f"{span_a} cycles, cycles an input was refused: {stalls}")
     assert 2 * len(sc) >= span_s and 2 * len(ac) >= span_a
-    assert span_s == len(sc) and stalls == {"sent": 0, "ack": 0}
 
 
 def test_nack_to_request_latency_and_hole_engine_rate():

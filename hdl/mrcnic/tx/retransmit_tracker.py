@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -248,8 +248,9 @@ class RetransmitTracker(wiring.Component):
     s_axil : AXI4-Lite, in
         Registers, :data:`RT_REGS`.
 
-    Every output comes from a 16-entry FIFO; the inputs wait when one lacks room, so no
-    output is ever dropped.
+    Every output comes from a 16-entry FIFO, written from a register that holds the record
+    decided the cycle before; the inputs wait when one lacks room, so no output is ever
+    dropped.
 
     Latency
     -------
@@ -261,9 +262,14 @@ class RetransmitTracker(wiring.Component):
 
     Throughput
     ----------
-    One ``sent`` record and one ``ack`` record per cycle, sustained, together. The ``ack``
-    input pauses only while the hole engine sends requests (one cycle per hole, requested
-    or skipped as pending: a SACK that opens k holes costs k + 1 cycles) or an output FIFO
+    One ``sent`` record and one ``ack`` record per cycle, sustained, together, while
+    consecutive ack records are of different QPs. An ack record right behind one of its
+    own QP waits one cycle in stage E (stage K writes the QP's mark), and while it waits
+    the sent records of its QP and every retransmission record wait too: for one QP
+    alone, one record every two cycles on each input (measured in
+    ``sim/tx/test_retransmit_tracker.py``, with 4 QPs at random too). The ``ack`` input
+    also pauses while the hole engine sends requests (one cycle per hole, requested or
+    skipped as pending: a SACK that opens k holes costs k + 1 cycles) or an output FIFO
     is full; a retransmission record waits while a SACK of its QP is in stage E or in the
     hole engine. The pending table adds no cycle and no pause.
 
@@ -273,12 +279,16 @@ class RetransmitTracker(wiring.Component):
     record rings, and works out from the record alone the aligned bitmap, the highest PSN
     it acknowledges and the end of the hole search that gives; stage E (``sack_e_*``)
     reads the QP's context, checks and applies the record, and finds its holes (each bound
-    of the search a mask of its own, ANDed); the hole engine (``hole_*``) requests them
-    one per cycle. A hole found by one SACK is requested before the next SACK is applied:
-    the next ack record waits in stage E while the engine runs. Stage E's CACK and error
-    are forwarded to the sent path (a sent record taken with a SACK of its QP leaving
-    stage E sees it); nothing is forwarded to the timer scan, whose stage S2 tries its PSN
-    again while stage E holds a record of the same QP.
+    of the search a mask of its own, ANDed) and the bounds of the search; stage K
+    (``sack_k_*``) moves the QP's hole mark to the end of a search that was not empty (a
+    record of the same QP waits in stage E meanwhile, the mark being read there); the hole
+    engine (``hole_*``) requests the holes one per cycle. A hole found by one SACK is
+    requested before the next SACK is applied: the next ack record waits in stage E while
+    the engine runs. Stage E's CACK and error are forwarded to the sent path (a sent record
+    taken with a SACK of its QP leaving stage E sees it); nothing is forwarded to the timer
+    scan, whose stage S2 tries its PSN again while stage E holds a record of the same QP.
+    Each output record is chosen by which stage holds one (stage E, the hole engine, the
+    timer) and registered before its FIFO (``out_*``).
 
     Raises
     ------
@@ -442,17 +452,31 @@ class RetransmitTracker(wiring.Component):
         """The output FIFOs and the records written into them."""
         W = v.W
         # --- Output FIFOs ------------------------------------------------------------------
+        # Each record is decided into a register (``out_<name>_*``) and written into its
+        # FIFO the cycle after: no decision of the tracker ends in a FIFO's pointers. The
+        # FIFOs read their storage directly (an unbuffered queue), so a record leaves as
+        # early as from a buffered queue written without the register. ``fifos[name]``
+        # is the writer: ``w_en`` and ``w_data``, the decision; ``level``, the FIFO's
+        # level, one less than what it will hold when the register is written (every
+        # room check below counts one more).
         fifos = {}
         for name in ("rtx", "feedback", "release", "qp_error"):
             port = getattr(self, name)
-            fifo = SyncFIFOBuffered(width=len(port.payload.as_value()), depth=FIFO_DEPTH)
+            width = len(port.payload.as_value())
+            fifo = SyncFIFO(width=width, depth=FIFO_DEPTH)
             m.submodules[f"{name}_fifo"] = fifo
             m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
                          fifo.r_en.eq(port.ready)]
-            fifos[name] = fifo
-        w_rdy = Cat(*(fi.w_rdy for fi in fifos.values())).all()
-        room2 = Cat(*(fi.level <= FIFO_DEPTH - 2 for fi in fifos.values())).all()
-        room3 = Cat(*(fi.level <= FIFO_DEPTH - 3 for fi in fifos.values())).all()
+            wr = SimpleNamespace(w_en=Signal(name=f"out_{name}_we"),
+                                 w_data=Signal(width, name=f"out_{name}_rec"), level=fifo.level)
+            o_valid = Signal(name=f"out_{name}_valid")
+            o_data = Signal(width, name=f"out_{name}_data")
+            m.d.sync += [o_valid.eq(wr.w_en), o_data.eq(wr.w_data)]
+            m.d.comb += [fifo.w_en.eq(o_valid), fifo.w_data.eq(o_data)]
+            fifos[name] = wr
+        w_rdy = Cat(*(fi.level <= FIFO_DEPTH - 2 for fi in fifos.values())).all()
+        room2 = Cat(*(fi.level <= FIFO_DEPTH - 3 for fi in fifos.values())).all()
+        room3 = Cat(*(fi.level <= FIFO_DEPTH - 4 for fi in fifos.values())).all()
         rtx_rec = Signal(rtx_layout(W))
         fb_rec = Signal(EV_FEEDBACK)
         rel_rec = Signal(release_layout(W))
@@ -478,7 +502,8 @@ class RetransmitTracker(wiring.Component):
         cmd_start = Signal(PSN)
         hole_busy = Signal()
         e_valid = Signal()
-        cmd_apply = cmd_busy & ~e_valid & ~hole_busy
+        k_valid = Signal(name="sack_k_valid")
+        cmd_apply = cmd_busy & ~e_valid & ~k_valid & ~hole_busy
         sel_qp = f["qp_select"]["qp"]
         m.d.comb += f["error"]["bad_qp_set"].eq(f["qp_command"]["open"] & (sel_qp >= qps))
         with m.If(f["qp_command"]["open"] & (sel_qp < qps) & ~cmd_busy):
@@ -487,7 +512,7 @@ class RetransmitTracker(wiring.Component):
 
         vars(v).update(
             cmd_apply=cmd_apply, cmd_busy=cmd_busy, cmd_qp=cmd_qp, cmd_start=cmd_start,
-            e_valid=e_valid, hole_busy=hole_busy, sweep=sweep)
+            e_valid=e_valid, hole_busy=hole_busy, k_valid=k_valid, sweep=sweep)
 
     def _sent_path(self, m, v):
         """The sent path, one stage: each record judged against the stored CACK and stage
@@ -499,23 +524,24 @@ class RetransmitTracker(wiring.Component):
         # --- Sent path: one stage ---------------------------------------------------------
         s = self.sent.payload
         e_go = Signal()
-        # A SACK held in stage E (behind the hole engine or a full FIFO) holds the sent
-        # input too, so that every ack record sees exactly the sent records before it.
-        # While a SACK is in stage E or the hole engine reads the records of its holes, a
-        # retransmission on that QP waits, so that a hole request carries the EV of the
-        # transmission the SACK saw lost.
+        # A SACK held in stage E (behind the hole engine, stage K or a full FIFO) holds the
+        # sent records of its QP and every retransmission (which frees a slot of the shared
+        # pending table), so that every ack record sees exactly the sent records before it. While a SACK is in stage E or the hole engine reads the records of its
+        # holes, a retransmission on that QP waits, so that a hole request carries the EV
+        # of the transmission the SACK saw lost.
         h_busy_qp = Signal()
-        m.d.comb += self.sent.ready.eq(~cmd_busy & ~(e_valid & ~e_go) &
-                                       ~(h_busy_qp & s.rtx))
-        take_s = self.sent.valid & self.sent.ready
         qs = Signal(qb)
         m.d.comb += [qs.eq(qidx(s.qp)), ctx_rs.addr.eq(qs), nxt_rs.addr.eq(qs)]
+        e_q = Signal(qb, name="sack_e_q")
+        m.d.comb += self.sent.ready.eq(~cmd_busy & ~(e_valid & ~e_go & ((qs == e_q) | s.rtx)) &
+                                       ~(h_busy_qp & s.rtx))
+        take_s = self.sent.valid & self.sent.ready
         # The SACK stage E writes CACK and error at the end of this cycle: forwarded, so a
         # sent record sees every ack record taken before its own cycle.
         # (Stage E's decisions before e_go: a sent record is taken only when stage E goes
         # or is empty, so the forwarded values need not wait for e_go.)
-        e_ctx_we, e_new_cack, e_fatal = Signal(), Signal(PSN), Signal()
-        e_q = Signal(qb, name="sack_e_q")
+        e_ctx_we, e_new_cack, e_fatal = (Signal(name="sack_e_ctx_we"), Signal(PSN, name="sack_e_new_cack"),
+                                          Signal(name="sack_e_fatal"))
         # Stage E advances CACK only to its SACK's CACK (e.cack), so the sent record is
         # judged against both CACKs at once (sent_s1_*_e: stage E's, sent_s1_*_c: the
         # stored one) and stage E's decision picks one at the end: the forwarding adds one
@@ -527,8 +553,10 @@ class RetransmitTracker(wiring.Component):
         s_n = nxt_rs.data
 
         def credit(n_out, mpr, cw):
+            # n_out x 2^pmtu_log2 <= cw, as n_out <= floor(cw / 2^pmtu_log2): the shift
+            # works on cw, beside the subtraction that makes n_out, not after it.
             return ((n_out <= (mpr << 7)) & (n_out <= O) &
-                    ((n_out << pmtu_log2) <= cw))
+                    (n_out <= (cw >> pmtu_log2)))
 
         cwnd_rs = cwnd.read_port(domain="comb")
         m.d.comb += cwnd_rs.addr.eq(qs)
@@ -649,16 +677,19 @@ class RetransmitTracker(wiring.Component):
             a_pg.eq(a_p0 + guard - 1),
         ]
         e = Signal(ACK_DESC)
-        e_base, e_trig1 = Signal(PSN), Signal(PSN)
+        e_base, e_trig1 = Signal(PSN, name="sack_e_base"), Signal(PSN, name="sack_e_trig1")
         e_found, e_hcand = Signal(name="sack_e_found"), Signal(PSN, name="sack_e_hcand")
         e_vn = Signal(2 * WORD, name="sack_e_vn")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
         e_epoch = Signal(EPOCH_BITS, name="sack_e_epoch")
+        e_lo = Signal(8, name="sack_e_lo")
+        e_hx = Signal(PSN, name="sack_e_hx")
         e_qp_ok = Signal(name="sack_e_qp_ok")
         with m.If(take_a):
             m.d.sync += [e.eq(a), e.bitmap.eq(0), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_found.eq(a_found), e_hcand.eq(a_hcand), e_vn.eq(a_vn),
-                         e_pg.eq(a_pg), e_ehx.eq(_clamp(a_hx - a_pg)),
+                         e_pg.eq(a_pg), e_ehx.eq(_clamp(a_hx - a_pg)), e_lo.eq(a_lo),
+                         e_hx.eq(a_hx),
                          e_epoch.eq(epoch[qa]), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
         with m.If(take_a):
             m.d.sync += e_valid.eq(1)
@@ -667,7 +698,7 @@ class RetransmitTracker(wiring.Component):
 
         vars(v).update(
             e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
-            e_pg=e_pg, e_qp_ok=e_qp_ok, e_trig1=e_trig1, e_vn=e_vn)
+            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_trig1=e_trig1, e_vn=e_vn)
 
     def _ack_stage_e(self, m, v):
         """SACK/NACK path, stage E: the checks, the new CACK, the acked bitmap and the hole
@@ -675,13 +706,16 @@ class RetransmitTracker(wiring.Component):
         (e_go, e_valid, hole_busy, cmd_busy, w_rdy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_vn, e_pg, e_ehx, e_trig1, O,
          ctx_w, mark_w, bank_addr, e_ctx_we, e_new_cack, e_adv, e_fatal, rtx_rec, tag_ra, rec_ra,
-         fb_rec, rel_rec, err_rec, fifos, ev) = _take(v, """
+         fb_rec, rel_rec, err_rec, fifos, ev, e_lo, e_hx, k_valid) = _take(v, """
             e_go e_valid hole_busy cmd_busy w_rdy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
             banks WORDL wq e_epoch e e_hcand e_found e_vn e_pg e_ehx e_trig1 O ctx_w mark_w
             bank_addr e_ctx_we e_new_cack e_adv e_fatal rtx_rec tag_ra rec_ra fb_rec rel_rec
-            err_rec fifos ev""")
+            err_rec fifos ev e_lo e_hx k_valid""")
         # --- Stage E -----------------------------------------------------------------------
-        m.d.comb += [e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy),
+        # A record waits while stage K writes the mark of its QP (read here).
+        k_q = Signal.like(e_q, name="sack_k_q")
+        m.d.comb += [e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy &
+                             ~(k_valid & (k_q == e_q))),
                      ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
         c = ctx_re.data
         n = nxt_re.data
@@ -699,8 +733,6 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += old.eq(Cat(Mux((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch), d0.bits, 0),
                                Mux((d1.lap == ew1[wq:]) & (d1.epoch == e_epoch), d1.bits, 0)))
         p0 = Cat(Const(0, 6), ew0)              # first PSN of the two words
-        e_lo = Signal(8)
-        m.d.comb += e_lo.eq(_clamp(e.cack + 1 - p0))
         C = e.cack
         dC, dnC, dhn = Signal(PSN), Signal(PSN), Signal(PSN)
         m.d.comb += [dC.eq(C - c.cack), dnC.eq(n - C), dhn.eq(e_hcand - n)]
@@ -710,7 +742,7 @@ class RetransmitTracker(wiring.Component):
         # A bit for an unsent PSN: the highest bit the SACK sets is at or after n.
         b_unsent = e_found & ~dhn[-1]
         is_sack = live & ~e.nack
-        sack_ok, sack_ok_u = Signal(), Signal()
+        sack_ok, sack_ok_u = Signal(name="sack_e_ok"), Signal(name="sack_e_ok_u")
         m.d.comb += [sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent),
                      sack_ok.eq(sack_ok_u & e_go)]
         # With every bit before n (else the SACK is ignored), the new bits are e_vn.
@@ -721,29 +753,26 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += new_cack.eq(Mux(adv, C, c.cack))
         # Highest acknowledged PSN: the larger of the stored one and the SACK's own (CACK
         # or its highest bit, stage A).
-        e_hx = Signal(PSN)
-        m.d.comb += e_hx.eq(Mux(e_found & _after(e_hcand, C), e_hcand, C))
         h2 = Signal(PSN)
         m.d.comb += h2.eq(Mux(_after(e_hx, c.hi), e_hx, c.hi))
         # Holes: after CACK (lo), not before mark (mk), before n (hl), hi - psn >= guard
         # (before ehx or ehi: the end that the SACK's evidence or the stored hi gives), not
         # acknowledged. Positions in the two words, each bound a mask of its own.
-        mk, hl, ehi = Signal(8), Signal(8), Signal(8)
+        mk, hl, ehi = (Signal(8, name="sack_e_mk"), Signal(8, name="sack_e_hl"),
+                        Signal(8, name="sack_e_ehi"))
         m.d.comb += [mk.eq(_clamp(mark_re.data - p0)), hl.eq(_clamp(n - p0)),
                      ehi.eq(_clamp(c.hi - e_pg))]
         holes = Signal(2 * WORD)
-        m.d.comb += holes.eq(~old & ~e_vn & dist_ge_mask(e.cack + 1 - p0, 2 * WORD) &
+        m.d.comb += holes.eq(~old & ~e_vn & ge_mask(e_lo, 2 * WORD) &
                              dist_ge_mask(mark_re.data - p0, 2 * WORD) &
                              dist_lt_mask(n - p0, 2 * WORD) &
                              (lt_mask(e_ehx, 2 * WORD) | dist_lt_mask(c.hi - e_pg, 2 * WORD)))
-        end_raw = Signal(8)
+        # The hole mark moves to the end of the search when the search is not empty: the
+        # search's start and its two ends, to stage K, which writes the mark.
+        end_raw = Signal(8, name="sack_e_end_raw")
         m.d.comb += end_raw.eq(Mux(e_ehx > ehi, e_ehx, ehi))
-        e_end = Signal(8)
-        m.d.comb += e_end.eq(Mux(end_raw < hl, end_raw, hl))
-        s_pos = Signal(8)
+        s_pos = Signal(8, name="sack_e_start")
         m.d.comb += s_pos.eq(Mux(e_lo > mk, e_lo, mk))
-        new_mark = Signal(PSN)
-        m.d.comb += new_mark.eq(Mux(e_end > s_pos, p0 + e_end, mark_re.data))
         trig_d = Signal(PSN)
         m.d.comb += trig_d.eq(n - e_trig1)
         trig_ok = trig_d < O
@@ -754,8 +783,7 @@ class RetransmitTracker(wiring.Component):
 
         with m.If(sack_ok):
             m.d.comb += [ctx_w.addr.eq(e_q), ctx_w.en.eq(1),
-                         *assign(ctx_w.data, cack=new_cack, hi=h2, mpr=e.mpr),
-                         mark_w.addr.eq(e_q), mark_w.en.eq(1), mark_w.data.eq(new_mark)]
+                         *assign(ctx_w.data, cack=new_cack, hi=h2, mpr=e.mpr)]
             for b in range(2):
                 wp = banks[b][0]
                 mine = ew0[0] == b
@@ -766,6 +794,18 @@ class RetransmitTracker(wiring.Component):
                     wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
                 ]
         m.d.comb += [e_ctx_we.eq(sack_ok_u), e_new_cack.eq(C), e_adv.eq(adv)]
+        # Stage K: the hole mark, from the bounds stage E found (the mark is read in stage
+        # E alone, and a record of the QP waits there while this writes it).
+        k_p0 = Signal(PSN - 6, name="sack_k_p0")
+        k_start, k_end_raw, k_hl = (Signal(8, name="sack_k_start"),
+                                    Signal(8, name="sack_k_end_raw"), Signal(8, name="sack_k_hl"))
+        m.d.sync += [k_valid.eq(sack_ok), k_q.eq(e_q), k_p0.eq(ew0), k_start.eq(s_pos),
+                     k_end_raw.eq(end_raw), k_hl.eq(hl)]
+        k_end = Signal(8, name="sack_k_end")
+        m.d.comb += k_end.eq(Mux(k_end_raw < k_hl, k_end_raw, k_hl))
+        with m.If(k_valid & (k_end > k_start)):
+            m.d.comb += [mark_w.addr.eq(k_q), mark_w.en.eq(1),
+                         mark_w.data.eq(Cat(Const(0, 6), k_p0) + k_end)]
         vars(v).update(
             C=C, adv=adv, b_unsent=b_unsent, c=c, c_unsent=c_unsent, changed=changed, e=e,
             e_base=e_base, e_fatal=e_fatal, e_q=e_q, err_rec=err_rec, ev=ev, fb_rec=fb_rec,
@@ -777,10 +817,10 @@ class RetransmitTracker(wiring.Component):
     def _ack_stage_e_answer(self, m, v):
         """Stage E, continued: a NACK's request and feedback, and what stage E hands
         the outputs and the hole engine."""
-        (e, live, e_base, c, n, old, e_fatal, live_u, sack_fb, sack_ok, adv, rtx_rec, e_q, tag_ra,
+        (e_valid, e, live, e_base, c, n, old, e_fatal, live_u, sack_fb, sack_ok, adv, rtx_rec, e_q, tag_ra,
          rec_ra, fb_rec, m_kind, rel_rec, C, err_rec, fifos, ev, is_sack, stale, c_unsent,
          b_unsent, changed, holes, in_err, p0, qp_ok, trig_ok) = _take(v, """
-            e live e_base c n old e_fatal live_u sack_fb sack_ok adv rtx_rec e_q tag_ra rec_ra
+            e_valid e live e_base c n old e_fatal live_u sack_fb sack_ok adv rtx_rec e_q tag_ra rec_ra
             fb_rec m_kind rel_rec C err_rec fifos ev is_sack stale c_unsent b_unsent changed holes
             in_err p0 qp_ok trig_ok""")
         # NACK.
@@ -796,7 +836,7 @@ class RetransmitTracker(wiring.Component):
                 m.d.comb += [nk.eq(FeedbackKind.TRIMMED_LASTHOP), known.eq(1)]
             with m.Case(*[int(r) for r in RESOURCE_NACKS]):
                 m.d.comb += [nk.eq(FeedbackKind.RESOURCE), known.eq(1)]
-        np_d, nn_d = Signal(PSN), Signal(PSN)
+        np_d, nn_d = Signal(PSN, name="nack_e_dp"), Signal(PSN, name="nack_e_dn")
         # (For a NACK, e_base is its PSN.)
         m.d.comb += [np_d.eq(e_base - c.cack), nn_d.eq(n - e_base)]
         n_unsent = (nn_d == 0) | nn_d[-1]
@@ -814,14 +854,16 @@ class RetransmitTracker(wiring.Component):
         p_hit = Signal()                       # the pending table holds the key (below)
         m.d.comb += [e_rtx.eq(nack_ok & ~p_hit), e_fb.eq(nack_ok | sack_fb), e_err.eq(fatal)]
         e_release = sack_ok & adv
-        with m.If(e_rtx):
+        # Each record's fields are chosen by which stage holds a record (registers), not by
+        # the decision to write it: E's here, the hole engine's and the timer's below.
+        with m.If(e_valid):
             m.d.comb += assign(rtx_rec, qp=e_q, psn=e_base, tag=tag_ra.data,
                                ev=rec_ra.data.ev, cause=RtxCause.NACK)
-        with m.If(e_fb):
+        with m.If(e_valid):
             m.d.comb += assign(fb_rec, qp=e_q, ev=rec_ra.data.ev,
                                kind=Mux(e.nack, nk, m_kind), entropy=e.entropy)
         m.d.comb += assign(rel_rec, qp=e_q, first=c.cack + 1, last=C, tag=tag_ra.data)
-        with m.If(e_err):
+        with m.If(e_valid):
             m.d.comb += assign(err_rec, qp=e_q, cause=ErrorCause.NACK_FATAL)
         m.d.comb += fifos["release"].w_en.eq(e_release)
         m.d.comb += [
@@ -863,7 +905,7 @@ class RetransmitTracker(wiring.Component):
                      h_busy_qp.eq((hole_busy & (s.qp == h_q)) |
                                   (e_valid & (s.qp == e_q)))]
         h_found, h_idx, h_iso = lowest_set(m, h_vec, "hole")
-        h_issue = h_nz & (fifos["rtx"].level <= FIFO_DEPTH - 2)
+        h_issue = h_nz & (fifos["rtx"].level <= FIFO_DEPTH - 3)
         h_next_psn = Signal(PSN)
         m.d.comb += h_next_psn.eq(h_p0 + h_idx)
         # Loaded whenever stage E goes (the engine is idle then): no enable behind the
@@ -915,7 +957,8 @@ class RetransmitTracker(wiring.Component):
         sc_q = Signal(qb)
         sc_p = Signal(PSN)
         sc_on = Signal()
-        s2_valid, s2_q, s2_p, s2_port = Signal(), Signal(qb), Signal(PSN), Signal()
+        s2_valid, s2_q, s2_p, s2_port = (Signal(name="scan_s2_valid"), Signal(qb, name="scan_s2_q"),
+                                          Signal(PSN, name="scan_s2_p"), Signal(name="scan_s2_port"))
         issue = sc_on & ~cmd_busy
         sc_addr = rec_addr(sc_q, sc_p)
         s_w = sc_p[6:]
@@ -951,7 +994,7 @@ class RetransmitTracker(wiring.Component):
         t_cack = Signal(PSN)
         m.d.comb += t_cack.eq(ctx_rt.data.cack)
         t_n = nxt_rt.data
-        t_dp, t_dn = Signal(PSN), Signal(PSN)
+        t_dp, t_dn = Signal(PSN, name="scan_s2_dp"), Signal(PSN, name="scan_s2_dn")
         m.d.comb += [t_dp.eq(s2_p - t_cack), t_dn.eq(t_n - t_cack)]
         t_behind = (t_dp == 0) | t_dp[-1]
         t_in = ~t_behind & (t_dp < t_dn)
@@ -1002,12 +1045,14 @@ class RetransmitTracker(wiring.Component):
             m.d.comb += [rq_w.addr.eq(rec_addr(s2_q, s2_p)), rq_w.en.eq(1),
                          *assign(rq_w.data, valid=1, time=rec_rh.data.time,
                                  rtx=rec_rh.data.rtx, lap=s2_p[ob:], epoch=t_epoch)]
+        # (The timer writes only while stage E and the hole engine hold no record.)
+        with m.If(~e_valid & ~h_emit):
             m.d.comb += [
                 *assign(rtx_rec, qp=s2_q, psn=s2_p, tag=tag_rh.data, ev=rec_rh.data.ev,
                         cause=RtxCause.TIMEOUT),
                 *assign(fb_rec, qp=s2_q, ev=rec_rh.data.ev, kind=FeedbackKind.TIMEOUT),
             ]
-        with m.If(t_exhaust):
+        with m.If(~e_valid):
             m.d.comb += assign(err_rec, qp=s2_q, cause=ErrorCause.RETRIES)
         m.d.comb += [
             fifos["rtx"].w_en.eq(e_rtx | h_rtx | t_timeout),
@@ -1046,7 +1091,7 @@ class RetransmitTracker(wiring.Component):
         pz = Signal(P, name="pend_zombie")
         pq = [Signal(qb, name=f"pend_qp{i}", reset_less=True) for i in range(P)]
         pp = [Signal(PSN, name=f"pend_psn{i}", reset_less=True) for i in range(P)]
-        k_q, k_p = Signal(qb), Signal(PSN)
+        k_q, k_p = Signal(qb, name="pend_key_q"), Signal(PSN, name="pend_key_p")
         with m.If(h_emit):
             m.d.comb += [k_q.eq(h_q), k_p.eq(h_psn)]
         with m.Elif(e_valid):
