@@ -1098,16 +1098,25 @@ class RetransmitTracker(wiring.Component):
             m.d.comb += [k_q.eq(e_q), k_p.eq(e_base)]
         with m.Else():
             m.d.comb += [k_q.eq(s2_q), k_p.eq(s2_p)]
+        # An insert in two steps, so that no request decision ends in the table: the key is
+        # written into the lowest free slot every cycle (a free slot's key is not looked
+        # at), and the decision to insert is registered (pend_ins_*) with that slot, which
+        # counts as valid from the next cycle on (pend_live) and is not free meanwhile.
+        ins_valid = Signal(name="pend_ins_valid")
+        ins_slot = Signal(P, name="pend_ins_slot")
+        live = Signal(P, name="pend_live")
+        m.d.comb += live.eq(pv | Mux(ins_valid, ins_slot, 0))
         p_match = Signal(P)
-        m.d.comb += p_match.eq(Cat(*(pv[i] & (pq[i] == k_q) & (pp[i] == k_p)
+        m.d.comb += p_match.eq(Cat(*(live[i] & (pq[i] == k_q) & (pp[i] == k_p)
                                      for i in range(P))))
         m.d.comb += p_hit.eq(p_match.any())
         p_want = (nack_ok | h_old | t_timeout) & ~p_hit
         p_free = Signal(P)
-        m.d.comb += p_free.eq(~pv & ~Mux(h_emit, pz, 0))
+        m.d.comb += p_free.eq(~live & ~Mux(h_emit, pz, 0))
         p_slot = Signal(P)                     # one-hot: the lowest free slot
         m.d.comb += p_slot.eq(p_free & (~p_free + 1)[:P])
         p_ins = p_want & p_free.any()
+        m.d.sync += [ins_valid.eq(p_ins), ins_slot.eq(p_slot)]
         # Entries leave when their retransmission is taken, when CACK passes them, and when
         # their QP is opened or goes to error.
         rm_sent = Signal(P)
@@ -1115,14 +1124,14 @@ class RetransmitTracker(wiring.Component):
         for i in range(P):
             at_c = ~(C - pp[i])[PSN - 1]       # at or before the SACK's CACK
             m.d.comb += [
-                rm_sent[i].eq(s_rtx_ok & pv[i] & (pq[i] == qs) & (pp[i] == s.psn)),
+                rm_sent[i].eq(s_rtx_ok & live[i] & (pq[i] == qs) & (pp[i] == s.psn)),
                 rm_qp[i].eq(((pq[i] == e_q) & (fatal | (sack_ok & adv & at_c))) |
                             ((pq[i] == s2_q) & t_exhaust) |
                             ((pq[i] == cmd_qp) & cmd_apply)),
             ]
-            with m.If(p_ins & p_slot[i]):
+            with m.If(p_slot[i]):
                 m.d.sync += [pq[i].eq(k_q), pp[i].eq(k_p)]
-        m.d.sync += [pv.eq((pv & ~rm_sent & ~rm_qp) | Mux(p_ins, p_slot, 0)),
+        m.d.sync += [pv.eq(live & ~rm_sent & ~rm_qp),
                      pz.eq(rm_sent | Mux(e_go, 0, pz))]
         m.d.comb += [ev.rtx_pending_skip.eq((nack_ok | h_old) & p_hit),
                      ev.pending_full.eq(p_want & ~p_free.any())]
