@@ -122,22 +122,40 @@ def lowest_set(m, vec, name):
 
 
 def highest_set(m, vec, name):
-    """``(found, index)`` of the highest set bit of ``vec``: smear it down, keep the top."""
+    """``(found, index)`` of the highest set bit of ``vec`` (a multiple of 8 bits long), in
+    two levels: per byte whether any bit is set and the index of its highest, then the
+    highest byte with a bit set, whose index is taken (an AND-OR: the bytes' one-hot)."""
     n = len(vec)
-    smear = Signal(n, name=f"{name}_smear")
-    x = Value.cast(vec)
-    k = 1
-    while k < n:
-        x = x | (x >> k)
-        k *= 2
-    m.d.comb += smear.eq(x)
-    return vec.any(), _or_index(smear & ~(smear >> 1))
+    B = 8
+    assert n % B == 0
+    nb = n // B
+    octets = [vec[k * B:(k + 1) * B] for k in range(nb)]
+    any_ = Signal(nb, name=f"{name}_bytes")
+    m.d.comb += any_.eq(Cat(*(o.any() for o in octets)))
+
+    def top(bits):
+        """One-hot of the highest set bit of ``bits`` (all zero if none)."""
+        return Cat(*(bits[j] & ~bits[j + 1:].any() if j + 1 < len(bits) else bits[j]
+                     for j in range(len(bits))))
+    top_byte = Signal(nb, name=f"{name}_top_byte")
+    m.d.comb += top_byte.eq(top(any_))
+    low = Const(0, 3)
+    for k, o in enumerate(octets):
+        low = low | Mux(top_byte[k], _or_index(top(o)), 0)
+    return any_.any(), Cat(low, _or_index(top_byte))
 
 
 def _after(x, y):
     """PSN ``x`` after ``y`` (mod 2^24, within half the space)."""
     d = (x - y)[:PSN]
     return (d != 0) & ~d[-1]
+
+
+def _clamp_signed(x):
+    """A signed distance (a few bits wider than 8) as a position 0 .. 128: 0 when
+    negative."""
+    x = Value.cast(x).as_signed()
+    return Mux(x < 0, 0, Mux(x > 2 * WORD, 2 * WORD, x[:8]))
 
 
 def ge_mask(pos, n):
@@ -427,8 +445,9 @@ class RetransmitTracker(wiring.Component):
             mem = Memory(shape=WORDL, depth=qps << (wq - 1), init=[])
             m.submodules[f"bits{b}"] = mem
             wp = mem.write_port()
-            banks.append((wp, mem.read_port(transparent_for=(wp,)),
-                          mem.read_port(transparent_for=(wp,))))
+            # The SACK path's read port is not transparent: a record of the QP whose words
+            # stage E writes waits a cycle in stage E (stage K) and reads them again there.
+            banks.append((wp, mem.read_port(), mem.read_port(transparent_for=(wp,))))
         m.submodules.rec = rec = Memory(shape=REC, depth=qps * O, init=[])
         rec_w = rec.write_port()
         rec_ra = rec.read_port(transparent_for=(rec_w,))     # SACK path
@@ -474,9 +493,18 @@ class RetransmitTracker(wiring.Component):
             m.d.sync += [o_valid.eq(wr.w_en), o_data.eq(wr.w_data)]
             m.d.comb += [fifo.w_en.eq(o_valid), fifo.w_data.eq(o_data)]
             fifos[name] = wr
-        w_rdy = Cat(*(fi.level <= FIFO_DEPTH - 2 for fi in fifos.values())).all()
-        room2 = Cat(*(fi.level <= FIFO_DEPTH - 3 for fi in fifos.values())).all()
-        room3 = Cat(*(fi.level <= FIFO_DEPTH - 4 for fi in fifos.values())).all()
+        # Room for 1, 2 and 3 more records in every FIFO, registered: worked out from the
+        # levels of the cycle before, one more each (a level grows by at most one a cycle).
+        w_rdy, room2, room3 = (Signal(name="out_room1"), Signal(name="out_room2"),
+                               Signal(name="out_room3"))
+        m.d.sync += [
+            w_rdy.eq(Cat(*(fi.level <= FIFO_DEPTH - 3 for fi in fifos.values())).all()),
+            room2.eq(Cat(*(fi.level <= FIFO_DEPTH - 4 for fi in fifos.values())).all()),
+            room3.eq(Cat(*(fi.level <= FIFO_DEPTH - 5 for fi in fifos.values())).all()),
+        ]
+        for name, wr in fifos.items():
+            wr.room2 = Signal(name=f"out_{name}_room2")
+            m.d.sync += wr.room2.eq(wr.level <= FIFO_DEPTH - 4)
         rtx_rec = Signal(rtx_layout(W))
         fb_rec = Signal(EV_FEEDBACK)
         rel_rec = Signal(release_layout(W))
@@ -647,11 +675,19 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += a_trig.eq(a.cack + a.ack_psn_offset.as_signed())
         w0 = a_base[6:]
         w1 = (w0 + 1)[:PSN - 6]
+        e_base = Signal(PSN, name="sack_e_base")
         even = Mux(w0[0], w1, w0)
         odd = Mux(w0[0], w0, w1)
+        # A record waiting in stage E behind stage K reads its words again (sack_e_reread).
+        e_reread = Signal(name="sack_e_reread")
+        e_w0 = e_base[6:]
+        e_w1 = Signal(PSN - 6, name="sack_e_w1")
+        e_even = Mux(e_w0[0], e_w1, e_w0)
+        e_odd = Mux(e_w0[0], e_w0, e_w1)
         m.d.comb += [
-            banks[0][1].addr.eq(bank_addr(qa, even)), banks[0][1].en.eq(take_a),
-            banks[1][1].addr.eq(bank_addr(qa, odd)), banks[1][1].en.eq(take_a),
+            banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_even), bank_addr(qa, even))),
+            banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_odd), bank_addr(qa, odd))),
+            banks[0][1].en.eq(take_a | e_reread), banks[1][1].en.eq(take_a | e_reread),
             rec_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a_trig))), rec_ra.en.eq(take_a),
             tag_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a.cack))), tag_ra.en.eq(take_a),
         ]
@@ -662,6 +698,22 @@ class RetransmitTracker(wiring.Component):
         # end of the hole search (sack_e_ehx).
         a_p0 = Cat(Const(0, 6), a_base[6:])
         a_found, a_hidx = highest_set(m, a.bitmap, "sack_a_hi")
+        # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
+        # the first PSN of the two words (p0 = base - base[:6]) CACK + 1 is base[:6] -
+        # sack_offset + 1, the highest PSN acknowledged base[:6] + its bit, and that PSN is
+        # after CACK when sack_offset + its bit > 0. (A NACK uses none of them.)
+        off = a.sack_offset.as_signed()
+        b6 = Signal(6, name="sack_a_base6")
+        m.d.comb += b6.eq(a.cack[:6] + a.sack_offset[:6])
+        g1 = Signal(signed(18), name="sack_a_guard_m1")
+        m.d.comb += g1.eq(b6 - guard + 1)        # base[:6] - (guard - 1)
+        a_after = Signal(name="sack_a_after")
+        m.d.comb += a_after.eq(a_found & ((off + a_hidx) > 0))
+        # Where the end of the search falls, (the PSN hi) - (p0 + guard - 1), clamped:
+        # from the SACK's highest bit, or from its CACK, the two worked out side by side.
+        end_bit, end_cack = Signal(8, name="sack_a_end_bit"), Signal(8, name="sack_a_end_cack")
+        m.d.comb += [end_bit.eq(_clamp_signed(g1 + a_hidx)),
+                     end_cack.eq(_clamp_signed(g1 - off))]
         a_hcand = Signal(PSN, name="sack_a_hcand")
         a_v = Signal(2 * WORD, name="sack_a_v")
         a_lo = Signal(8, name="sack_a_lo")
@@ -671,13 +723,13 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [
             a_hcand.eq(a_base + a_hidx),
             a_v.eq(Cat(a.bitmap, Const(0, WORD)) << a_base[:6]),
-            a_lo.eq(_clamp(a.cack + 1 - a_p0)),
+            a_lo.eq(_clamp_signed(b6 - off + 1)),
             a_vn.eq(a_v & ge_mask(a_lo, 2 * WORD)),
-            a_hx.eq(Mux(a_found & _after(a_hcand, a.cack), a_hcand, a.cack)),
+            a_hx.eq(Mux(a_after, a_hcand, a.cack)),
             a_pg.eq(a_p0 + guard - 1),
         ]
         e = Signal(ACK_DESC)
-        e_base, e_trig1 = Signal(PSN, name="sack_e_base"), Signal(PSN, name="sack_e_trig1")
+        e_trig1 = Signal(PSN, name="sack_e_trig1")
         e_found, e_hcand = Signal(name="sack_e_found"), Signal(PSN, name="sack_e_hcand")
         e_vn = Signal(2 * WORD, name="sack_e_vn")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
@@ -687,8 +739,9 @@ class RetransmitTracker(wiring.Component):
         e_qp_ok = Signal(name="sack_e_qp_ok")
         with m.If(take_a):
             m.d.sync += [e.eq(a), e.bitmap.eq(0), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
+                         e_w1.eq(w1),
                          e_found.eq(a_found), e_hcand.eq(a_hcand), e_vn.eq(a_vn),
-                         e_pg.eq(a_pg), e_ehx.eq(_clamp(a_hx - a_pg)), e_lo.eq(a_lo),
+                         e_pg.eq(a_pg), e_ehx.eq(Mux(a_after, end_bit, end_cack)), e_lo.eq(a_lo),
                          e_hx.eq(a_hx),
                          e_epoch.eq(epoch[qa]), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
         with m.If(take_a):
@@ -698,7 +751,8 @@ class RetransmitTracker(wiring.Component):
 
         vars(v).update(
             e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
-            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_trig1=e_trig1, e_vn=e_vn)
+            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_reread=e_reread, e_trig1=e_trig1,
+            e_vn=e_vn, e_w1=e_w1)
 
     def _ack_stage_e(self, m, v):
         """SACK/NACK path, stage E: the checks, the new CACK, the acked bitmap and the hole
@@ -706,16 +760,16 @@ class RetransmitTracker(wiring.Component):
         (e_go, e_valid, hole_busy, cmd_busy, w_rdy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_vn, e_pg, e_ehx, e_trig1, O,
          ctx_w, mark_w, bank_addr, e_ctx_we, e_new_cack, e_adv, e_fatal, rtx_rec, tag_ra, rec_ra,
-         fb_rec, rel_rec, err_rec, fifos, ev, e_lo, e_hx, k_valid) = _take(v, """
+         fb_rec, rel_rec, err_rec, fifos, ev, e_lo, e_hx, k_valid, e_reread, e_w1) = _take(v, """
             e_go e_valid hole_busy cmd_busy w_rdy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
             banks WORDL wq e_epoch e e_hcand e_found e_vn e_pg e_ehx e_trig1 O ctx_w mark_w
             bank_addr e_ctx_we e_new_cack e_adv e_fatal rtx_rec tag_ra rec_ra fb_rec rel_rec
-            err_rec fifos ev e_lo e_hx k_valid""")
+            err_rec fifos ev e_lo e_hx k_valid e_reread e_w1""")
         # --- Stage E -----------------------------------------------------------------------
         # A record waits while stage K writes the mark of its QP (read here).
         k_q = Signal.like(e_q, name="sack_k_q")
-        m.d.comb += [e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy &
-                             ~(k_valid & (k_q == e_q))),
+        m.d.comb += [e_reread.eq(e_valid & k_valid & (k_q == e_q)),
+                     e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy & ~e_reread),
                      ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
         c = ctx_re.data
         n = nxt_re.data
@@ -724,7 +778,7 @@ class RetransmitTracker(wiring.Component):
         live_u = e_valid & qp_ok & ~in_err
         live = e_go & qp_ok & ~in_err
         ew0 = e_base[6:]
-        ew1 = (ew0 + 1)[:PSN - 6]
+        ew1 = e_w1
         d_even, d_odd = banks[0][1].data, banks[1][1].data
         d0 = Signal(WORDL)
         d1 = Signal(WORDL)
@@ -734,11 +788,13 @@ class RetransmitTracker(wiring.Component):
                                Mux((d1.lap == ew1[wq:]) & (d1.epoch == e_epoch), d1.bits, 0)))
         p0 = Cat(Const(0, 6), ew0)              # first PSN of the two words
         C = e.cack
-        dC, dnC, dhn = Signal(PSN), Signal(PSN), Signal(PSN)
+        # Each PSN test a sign (a carry chain) beside an equality, not a test of a difference.
+        dC, dnC, dhn = (Signal(PSN, name="sack_e_dcack"), Signal(PSN, name="sack_e_dnext"),
+                        Signal(PSN, name="sack_e_dhigh"))
         m.d.comb += [dC.eq(C - c.cack), dnC.eq(n - C), dhn.eq(e_hcand - n)]
         stale = dC[-1]
-        adv = (dC != 0) & ~dC[-1]
-        c_unsent = (dnC == 0) | dnC[-1]
+        adv = (C != c.cack) & ~dC[-1]
+        c_unsent = (n == C) | dnC[-1]
         # A bit for an unsent PSN: the highest bit the SACK sets is at or after n.
         b_unsent = e_found & ~dhn[-1]
         is_sack = live & ~e.nack
@@ -905,7 +961,7 @@ class RetransmitTracker(wiring.Component):
                      h_busy_qp.eq((hole_busy & (s.qp == h_q)) |
                                   (e_valid & (s.qp == e_q)))]
         h_found, h_idx, h_iso = lowest_set(m, h_vec, "hole")
-        h_issue = h_nz & (fifos["rtx"].level <= FIFO_DEPTH - 3)
+        h_issue = h_nz & fifos["rtx"].room2
         h_next_psn = Signal(PSN)
         m.d.comb += h_next_psn.eq(h_p0 + h_idx)
         # Loaded whenever stage E goes (the engine is idle then): no enable behind the
