@@ -458,7 +458,9 @@ class RetransmitTracker(wiring.Component):
         tag_rh = tags.read_port(transparent_for=(tag_w,))
         m.submodules.rq = rqm = Memory(shape=RQ, depth=qps * O, init=[])
         rq_w = rqm.write_port()
-        rq_r = rqm.read_port(transparent_for=(rq_w,))
+        # Not transparent: the timer writes a PSN's entry in stage S2 and reads the next
+        # PSN's in stage S1; it reads a PSN again only in a later cycle (a retry, a pass).
+        rq_r = rqm.read_port()
 
         vars(v).update(
             banks=banks, ctx=ctx, ctx_rc=ctx_rc, ctx_re=ctx_re, ctx_rs=ctx_rs, ctx_rt=ctx_rt,
@@ -784,8 +786,16 @@ class RetransmitTracker(wiring.Component):
         d1 = Signal(WORDL)
         m.d.comb += [d0.eq(Mux(ew0[0], d_odd, d_even)), d1.eq(Mux(ew0[0], d_even, d_odd))]
         old = Signal(2 * WORD)
-        m.d.comb += old.eq(Cat(Mux((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch), d0.bits, 0),
+        d0_ok = Signal(name="sack_e_word0_ok")      # the first word is of this lap and open
+        m.d.comb += d0_ok.eq((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch))
+        m.d.comb += old.eq(Cat(Mux(d0_ok, d0.bits, 0),
                                Mux((d1.lap == ew1[wq:]) & (d1.epoch == e_epoch), d1.bits, 0)))
+        # A NACK's PSN acknowledged: its bit, picked from each bank's word as read, beside
+        # the check of the first word.
+        i0 = e_base[:6]
+        nack_bit = Signal(name="nack_e_bit")
+        m.d.comb += nack_bit.eq(d0_ok & Mux(ew0[0], d_odd.bits.bit_select(i0, 1),
+                                            d_even.bits.bit_select(i0, 1)))
         p0 = Cat(Const(0, 6), ew0)              # first PSN of the two words
         C = e.cack
         # Each PSN test a sign (a carry chain) beside an equality, not a test of a difference.
@@ -864,6 +874,7 @@ class RetransmitTracker(wiring.Component):
                          mark_w.data.eq(Cat(Const(0, 6), k_p0) + k_end)]
         vars(v).update(
             C=C, adv=adv, b_unsent=b_unsent, c=c, c_unsent=c_unsent, changed=changed, e=e,
+            nack_bit=nack_bit,
             e_base=e_base, e_fatal=e_fatal, e_q=e_q, err_rec=err_rec, ev=ev, fb_rec=fb_rec,
             fifos=fifos, holes=holes, in_err=in_err, is_sack=is_sack, live=live, live_u=live_u,
             m_kind=m_kind, n=n, old=old, p0=p0, qp_ok=qp_ok, rec_ra=rec_ra, rel_rec=rel_rec,
@@ -875,10 +886,10 @@ class RetransmitTracker(wiring.Component):
         the outputs and the hole engine."""
         (e_valid, e, live, e_base, c, n, old, e_fatal, live_u, sack_fb, sack_ok, adv, rtx_rec, e_q, tag_ra,
          rec_ra, fb_rec, m_kind, rel_rec, C, err_rec, fifos, ev, is_sack, stale, c_unsent,
-         b_unsent, changed, holes, in_err, p0, qp_ok, trig_ok) = _take(v, """
+         b_unsent, changed, holes, in_err, p0, qp_ok, trig_ok, nack_bit) = _take(v, """
             e_valid e live e_base c n old e_fatal live_u sack_fb sack_ok adv rtx_rec e_q tag_ra rec_ra
             fb_rec m_kind rel_rec C err_rec fifos ev is_sack stale c_unsent b_unsent changed holes
-            in_err p0 qp_ok trig_ok""")
+            in_err p0 qp_ok trig_ok nack_bit""")
         # NACK.
         reason = e.reason
         is_nack = live & e.nack
@@ -895,8 +906,8 @@ class RetransmitTracker(wiring.Component):
         np_d, nn_d = Signal(PSN, name="nack_e_dp"), Signal(PSN, name="nack_e_dn")
         # (For a NACK, e_base is its PSN.)
         m.d.comb += [np_d.eq(e_base - c.cack), nn_d.eq(n - e_base)]
-        n_unsent = (nn_d == 0) | nn_d[-1]
-        n_acked = (np_d == 0) | np_d[-1] | old.bit_select(e_base[:6], 1)
+        n_unsent = (n == e_base) | nn_d[-1]
+        n_acked = (e_base == c.cack) | np_d[-1] | nack_bit
         nack_unknown = is_nack & ~fatal & ~known
         nack_unsent = is_nack & known & n_unsent
         nack_acked = is_nack & known & ~n_unsent & n_acked
