@@ -304,7 +304,7 @@ class RetransmitTracker(wiring.Component):
     requested before the next SACK is applied: the next ack record waits in stage E while
     the engine runs. Stage E's CACK and error are forwarded to the sent path (a sent record
     taken with a SACK of its QP leaving stage E sees it); nothing is forwarded to the timer
-    scan, whose stage S2 tries its PSN again while stage E holds a record of the same QP.
+    scan, whose stage S3 tries its PSN again while stage E holds a record of the same QP.
     Each output record is chosen by which stage holds one (stage E, the hole engine, the
     timer) and registered before its FIFO (``out_*``).
 
@@ -458,8 +458,9 @@ class RetransmitTracker(wiring.Component):
         tag_rh = tags.read_port(transparent_for=(tag_w,))
         m.submodules.rq = rqm = Memory(shape=RQ, depth=qps * O, init=[])
         rq_w = rqm.write_port()
-        # Not transparent: the timer writes a PSN's entry in stage S2 and reads the next
-        # PSN's in stage S1; it reads a PSN again only in a later cycle (a retry, a pass).
+        # Not transparent: the timer writes a PSN's entry in stage S3 while S1 reads a later
+        # PSN's; it reads a PSN again only after S3 sent the scan back to it (a retry, a
+        # pass), with S2 and S3 empty.
         rq_r = rqm.read_port()
 
         vars(v).update(
@@ -1011,15 +1012,16 @@ class RetransmitTracker(wiring.Component):
             h_q=h_q, h_rtx=h_rtx)
 
     def _timer_scan(self, m, v):
-        """The timer scan: stages S1 and S2 visit each QP's unacknowledged PSNs for timeouts."""
+        """The timer scan: stages S1, S2 and S3 visit each QP's unacknowledged PSNs for
+        timeouts (S1 reads, S2 tests what was read, S3 decides)."""
         (qb, cmd_busy, rec_addr, rec_rh, h_issue, h_q, h_next_psn, tag_rh, rq_r, banks, bank_addr,
          retries, t_exp, r_lin, r_max, epoch, ctx_rt, nxt_rt, e_valid, e_q, WORDL, wq, ob, err,
          h_emit, room3, p_hit, qps, ctx, rq_w, rtx_rec, fb_rec, err_rec, fifos, e_rtx, h_rtx, e_go,
-         e_fb, e_err, ev, take_s, s, qp_ok, take_c, s_err, in_err) = _take(v, """
+         e_fb, e_err, ev, take_s, s, qp_ok, take_c, s_err, in_err, qidx) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_issue h_q h_next_psn tag_rh rq_r banks bank_addr retries
             t_exp r_lin r_max epoch ctx_rt nxt_rt e_valid e_q WORDL wq ob err h_emit room3 p_hit
             qps ctx rq_w rtx_rec fb_rec err_rec fifos e_rtx h_rtx e_go e_fb e_err ev take_s s qp_ok
-            take_c s_err in_err""")
+            take_c s_err in_err qidx""")
         # --- Timer scan ---------------------------------------------------------------------
         sc_q = Signal(qb)
         sc_p = Signal(PSN)
@@ -1031,7 +1033,7 @@ class RetransmitTracker(wiring.Component):
         s_w = sc_p[6:]
         m.d.comb += [
             rec_rh.addr.eq(Mux(h_issue, rec_addr(h_q, h_next_psn), sc_addr)),
-            tag_rh.addr.eq(Mux(h_issue, rec_addr(h_q, h_next_psn), sc_addr)),
+            tag_rh.addr.eq(Mux(h_issue, rec_addr(h_q, h_next_psn), rec_addr(s2_q, s2_p))),
             rq_r.addr.eq(sc_addr),
             banks[0][2].addr.eq(bank_addr(sc_q, s_w)),
             banks[1][2].addr.eq(bank_addr(sc_q, s_w)),
@@ -1052,75 +1054,99 @@ class RetransmitTracker(wiring.Component):
         m.d.sync += [t_k.eq(Mux(k_sum > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, k_sum)),
                      t_rmax.eq(r_s1 == r_max), t_epoch.eq(epoch[sc_q]),
                      t_kstale.eq(r_written)]
-        m.d.comb += [ctx_rt.addr.eq(s2_q), nxt_rt.addr.eq(s2_q)]
-        # Stage S2 holds (tries the PSN again) while stage E holds a record of its QP, which
-        # may write the QP's context and bitmap words at the end of this cycle: no value is
-        # forwarded from stage E into the scan.
-        t_hold = Signal(name="scan_s2_hold")
-        m.d.comb += t_hold.eq(e_valid & (e_q == s2_q))
-        t_cack = Signal(PSN)
-        m.d.comb += t_cack.eq(ctx_rt.data.cack)
-        t_n = nxt_rt.data
-        t_dp, t_dn = Signal(PSN, name="scan_s2_dp"), Signal(PSN, name="scan_s2_dn")
-        m.d.comb += [t_dp.eq(s2_p - t_cack), t_dn.eq(t_n - t_cack)]
-        t_behind = (t_dp == 0) | t_dp[-1]
-        t_in = ~t_behind & (t_dp < t_dn)
+        # Stage S2 works out what the block RAMs read in S1 say about the PSN (acknowledged,
+        # late, its request already fired) into registers for stage S3, with the record's
+        # fields a request needs; the tag is read in S2 itself (tag_rh, free unless the hole
+        # engine takes it), so that it leaves the RAM in S3.
         s2w = s2_p[6:]
         t_word = Signal(WORDL)
         m.d.comb += t_word.eq(Mux(s2w[0], banks[1][2].data, banks[0][2].data))
-        t_bit = ((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
-                 t_word.bits.bit_select(s2_p[:6], 1))
-        t_acked = t_bit
         t_el = Signal(TIME_BITS)
         m.d.comb += t_el.eq(self.now - rec_rh.data.time)
-        t_late = Signal(name="scan_s2_late")          # t_el >= 2^k: a bit at k or above
-        m.d.comb += t_late.eq((t_el & ge_mask(t_k, TIME_BITS)).any())
         rq_d = rq_r.data
-        fired = (rq_d.valid & (rq_d.time == rec_rh.data.time) & (rq_d.rtx == rec_rh.data.rtx)
-                 & (rq_d.lap == s2_p[ob:]) & (rq_d.epoch == t_epoch))
-        t_err = err.bit_select(s2_q, 1)
-        expired = ~t_acked & t_late & ~fired
+        s3_valid, s3_q, s3_p = (Signal(name="scan_s3_valid"), Signal(qb, name="scan_s3_q"),
+                                Signal(PSN, name="scan_s3_p"))
+        s3 = SimpleNamespace(**{n: Signal(name=f"scan_s3_{n}") for n in (
+            "port", "kstale", "rmax", "acked", "late", "fired", "stale")})
+        s3_epoch = Signal(EPOCH_BITS, name="scan_s3_epoch")
+        s3_rec = Signal(REC, name="scan_s3_rec")
+        s3_squash = Signal()                  # stage S3 sends the scan elsewhere
+        r_written2 = Signal()                 # the retry count of s2_q written this cycle
+        m.d.sync += [
+            s3_valid.eq(s2_valid & ~cmd_busy & ~s3_squash), s3_q.eq(s2_q), s3_p.eq(s2_p),
+            s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data),
+            s3.port.eq(s2_port & ~h_issue), s3.kstale.eq(t_kstale | r_written2),
+            s3.rmax.eq(t_rmax),
+            s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
+                        t_word.bits.bit_select(s2_p[:6], 1)),
+            s3.late.eq((t_el & ge_mask(t_k, TIME_BITS)).any()),   # t_el >= 2^k
+            s3.fired.eq(rq_d.valid & (rq_d.time == rec_rh.data.time) &
+                        (rq_d.rtx == rec_rh.data.rtx) & (rq_d.lap == s2_p[ob:]) &
+                        (rq_d.epoch == t_epoch)),
+            # What S1 read may be stale in S3, which reads the context: stage E held a record
+            # of the QP (it may have written its context and bitmap words), or a sent record
+            # of this PSN was taken (its record written, and for a new PSN the next PSN).
+            s3.stale.eq((e_valid & (e_q == s2_q)) |
+                        (take_s & (qidx(s.qp) == s2_q) & (s.psn == s2_p))),
+        ]
+        m.d.comb += [ctx_rt.addr.eq(s3_q), nxt_rt.addr.eq(s3_q)]
+        # Stage S3 decides. It holds (tries the PSN again) while stage E holds a record of
+        # its QP, which may write the QP's context and bitmap words at the end of this
+        # cycle: no value is forwarded from stage E into the scan.
+        t_hold = Signal(name="scan_s3_hold")
+        m.d.comb += t_hold.eq((e_valid & (e_q == s3_q)) | s3.stale)
+        t_cack = Signal(PSN)
+        m.d.comb += t_cack.eq(ctx_rt.data.cack)
+        t_n = nxt_rt.data
+        t_dp, t_dn = Signal(PSN, name="scan_s3_dp"), Signal(PSN, name="scan_s3_dn")
+        m.d.comb += [t_dp.eq(s3_p - t_cack), t_dn.eq(t_n - t_cack)]
+        t_behind = (s3_p == t_cack) | t_dp[-1]
+        t_in = ~t_behind & (t_dp < t_dn)
+        t_err = err.bit_select(s3_q, 1)
+        expired = ~s3.acked & s3.late & ~s3.fired
         head = t_dp == 1
-        exhaust = expired & head & t_rmax & (r_max < RETRY_FOREVER)
+        exhaust = expired & head & s3.rmax & (r_max < RETRY_FOREVER)
         busy_out = e_valid | h_emit | ~room3
-        s2 = s2_valid & ~cmd_busy
-        s2_go = s2 & ~t_hold
-        # What stage S2 does: end the visit, go back to CACK + 1, retry the PSN, or step.
-        t_end = s2_go & (t_err | (~t_behind & ~t_in))
-        t_rewind = s2_go & ~t_err & t_behind
-        t_eval = s2_go & ~t_err & t_in
-        t_retry = (s2 & t_hold) | (t_eval & (~s2_port | t_kstale | (expired & busy_out)))
-        # The pending lookup below is keyed on (s2_q, s2_p) when neither the hole engine nor
+        s3_live = s3_valid & ~cmd_busy
+        s3_go = s3_live & ~t_hold
+        # What stage S3 does: end the visit, go back to CACK + 1, retry the PSN, or step.
+        t_end = s3_go & (t_err | (~t_behind & ~t_in))
+        t_rewind = s3_go & ~t_err & t_behind
+        t_eval = s3_go & ~t_err & t_in
+        t_retry = (s3_live & t_hold) | (t_eval & (~s3.port | s3.kstale | (expired & busy_out)))
+        # The pending lookup below is keyed on (s3_q, s3_p) when neither the hole engine nor
         # stage E uses it (~busy_out): an expired PSN whose resend is pending just steps on.
-        t_fire = t_eval & s2_port & ~t_kstale & expired & ~busy_out & ~p_hit
+        t_fire = t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~p_hit
         t_timeout = t_fire & ~exhaust
         t_exhaust = t_fire & exhaust
         next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
         start_ctx = ctx.read_port(domain="comb")
         m.d.comb += start_ctx.addr.eq(sc_q)
+        # A redirect drops the PSN in stage S2 too (S1 then issues the new one).
+        m.d.comb += s3_squash.eq(t_end | t_rewind | t_retry)
         with m.If(t_end):
             m.d.sync += [sc_on.eq(0), s2_valid.eq(0), sc_q.eq(next_q)]
         with m.Elif(t_rewind):
             m.d.sync += [sc_p.eq(t_cack + 1), s2_valid.eq(0)]
         with m.Elif(t_retry):
-            m.d.sync += [sc_p.eq(s2_p), s2_valid.eq(0)]
-        with m.Elif(~sc_on & ~cmd_busy & ~s2_valid):
+            m.d.sync += [sc_p.eq(s3_p), s2_valid.eq(0)]
+        with m.Elif(~sc_on & ~cmd_busy & ~s2_valid & ~s3_valid):
             m.d.sync += [sc_on.eq(1), sc_p.eq(start_ctx.data.cack + 1)]
         with m.Elif(issue):
             m.d.sync += sc_p.eq(sc_p + 1)
         with m.If(t_timeout):
-            m.d.comb += [rq_w.addr.eq(rec_addr(s2_q, s2_p)), rq_w.en.eq(1),
-                         *assign(rq_w.data, valid=1, time=rec_rh.data.time,
-                                 rtx=rec_rh.data.rtx, lap=s2_p[ob:], epoch=t_epoch)]
+            m.d.comb += [rq_w.addr.eq(rec_addr(s3_q, s3_p)), rq_w.en.eq(1),
+                         *assign(rq_w.data, valid=1, time=s3_rec.time,
+                                 rtx=s3_rec.rtx, lap=s3_p[ob:], epoch=s3_epoch)]
         # (The timer writes only while stage E and the hole engine hold no record.)
         with m.If(~e_valid & ~h_emit):
             m.d.comb += [
-                *assign(rtx_rec, qp=s2_q, psn=s2_p, tag=tag_rh.data, ev=rec_rh.data.ev,
+                *assign(rtx_rec, qp=s3_q, psn=s3_p, tag=tag_rh.data, ev=s3_rec.ev,
                         cause=RtxCause.TIMEOUT),
-                *assign(fb_rec, qp=s2_q, ev=rec_rh.data.ev, kind=FeedbackKind.TIMEOUT),
+                *assign(fb_rec, qp=s3_q, ev=s3_rec.ev, kind=FeedbackKind.TIMEOUT),
             ]
         with m.If(~e_valid):
-            m.d.comb += assign(err_rec, qp=s2_q, cause=ErrorCause.RETRIES)
+            m.d.comb += assign(err_rec, qp=s3_q, cause=ErrorCause.RETRIES)
         m.d.comb += [
             fifos["rtx"].w_en.eq(e_rtx | h_rtx | t_timeout),
             fifos["feedback"].w_en.eq((e_go & e_fb) | t_timeout),
@@ -1136,15 +1162,15 @@ class RetransmitTracker(wiring.Component):
         ]
 
         vars(v).update(
-            head=head, r_written=r_written, s2_p=s2_p, s2_q=s2_q, sc_q=sc_q, t_exhaust=t_exhaust,
-            t_timeout=t_timeout)
+            head=head, r_written=r_written, r_written2=r_written2, s2_q=s2_q, s3_p=s3_p,
+            s3_q=s3_q, sc_q=sc_q, t_exhaust=t_exhaust, t_timeout=t_timeout)
 
     def _pending_table(self, m, v):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
-        (qb, h_emit, h_q, h_psn, e_valid, e_q, e_base, s2_q, s2_p, p_hit, nack_ok, h_old,
+        (qb, h_emit, h_q, h_psn, e_valid, e_q, e_base, s3_q, s3_p, p_hit, nack_ok, h_old,
          t_timeout, C, s_rtx_ok, qs, s, fatal, sack_ok, adv, t_exhaust, cmd_qp, cmd_apply, e_go,
          ev) = _take(v, """
-            qb h_emit h_q h_psn e_valid e_q e_base s2_q s2_p p_hit nack_ok h_old t_timeout C
+            qb h_emit h_q h_psn e_valid e_q e_base s3_q s3_p p_hit nack_ok h_old t_timeout C
             s_rtx_ok qs s fatal sack_ok adv t_exhaust cmd_qp cmd_apply e_go ev""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # One lookup per cycle serves the three requesters, which never request in the same
@@ -1164,7 +1190,7 @@ class RetransmitTracker(wiring.Component):
         with m.Elif(e_valid):
             m.d.comb += [k_q.eq(e_q), k_p.eq(e_base)]
         with m.Else():
-            m.d.comb += [k_q.eq(s2_q), k_p.eq(s2_p)]
+            m.d.comb += [k_q.eq(s3_q), k_p.eq(s3_p)]
         # An insert in two steps, so that no request decision ends in the table: the key is
         # written into the lowest free slot every cycle (a free slot's key is not looked
         # at), and the decision to insert is registered (pend_ins_*) with that slot, which
@@ -1193,7 +1219,7 @@ class RetransmitTracker(wiring.Component):
             m.d.comb += [
                 rm_sent[i].eq(s_rtx_ok & live[i] & (pq[i] == qs) & (pp[i] == s.psn)),
                 rm_qp[i].eq(((pq[i] == e_q) & (fatal | (sack_ok & adv & at_c))) |
-                            ((pq[i] == s2_q) & t_exhaust) |
+                            ((pq[i] == s3_q) & t_exhaust) |
                             ((pq[i] == cmd_qp) & cmd_apply)),
             ]
             with m.If(p_slot[i]):
@@ -1206,22 +1232,26 @@ class RetransmitTracker(wiring.Component):
 
     def _error_and_retries(self, m, v):
         """Per-QP error flag and retry count."""
-        (r_written, cmd_apply, sack_ok, adv, e_q, sc_q, t_timeout, head, s2_q, qps, cmd_qp, err,
-         retries, epoch, fatal, t_exhaust) = _take(v, """
-            r_written cmd_apply sack_ok adv e_q sc_q t_timeout head s2_q qps cmd_qp err retries
-            epoch fatal t_exhaust""")
+        (r_written, r_written2, cmd_apply, sack_ok, adv, e_q, sc_q, t_timeout, head, s2_q, s3_q,
+         qps, cmd_qp, err, retries, epoch, fatal, t_exhaust) = _take(v, """
+            r_written r_written2 cmd_apply sack_ok adv e_q sc_q t_timeout head s2_q s3_q qps
+            cmd_qp err retries epoch fatal t_exhaust""")
         # --- Per-QP error and retry count --------------------------------------------------
-        m.d.comb += r_written.eq(cmd_apply | (sack_ok & adv & (e_q == sc_q)) |
-                                 (t_timeout & head & (s2_q == sc_q)))
+        # A retry count written this cycle for the QP of stage S1 (or S2): its timeout is
+        # worked out again.
+        m.d.comb += [r_written.eq(cmd_apply | (sack_ok & adv & (e_q == sc_q)) |
+                                  (t_timeout & head & (s3_q == sc_q))),
+                     r_written2.eq(cmd_apply | (sack_ok & adv & (e_q == s2_q)) |
+                                   (t_timeout & head & (s3_q == s2_q)))]
         for i in range(qps):
             with m.If(cmd_apply & (cmd_qp == i)):
                 m.d.sync += [err[i].eq(0), retries[i].eq(0), epoch[i].eq(epoch[i] + 1)]
             with m.Else():
-                with m.If((fatal & (e_q == i)) | (t_exhaust & (s2_q == i))):
+                with m.If((fatal & (e_q == i)) | (t_exhaust & (s3_q == i))):
                     m.d.sync += err[i].eq(1)
                 with m.If(sack_ok & adv & (e_q == i)):
                     m.d.sync += retries[i].eq(0)
-                with m.Elif(t_timeout & head & (s2_q == i) & (retries[i] != 31)):
+                with m.Elif(t_timeout & head & (s3_q == i) & (retries[i] != 31)):
                     m.d.sync += retries[i].eq(retries[i] + 1)
 
 
