@@ -458,10 +458,7 @@ class RetransmitTracker(wiring.Component):
         tag_rh = tags.read_port(transparent_for=(tag_w,))
         m.submodules.rq = rqm = Memory(shape=RQ, depth=qps * O, init=[])
         rq_w = rqm.write_port()
-        # Not transparent: the timer writes a PSN's entry in stage S3 while S1 reads a later
-        # PSN's; it reads a PSN again only after S3 sent the scan back to it (a retry, a
-        # pass), with S2 and S3 empty.
-        rq_r = rqm.read_port()
+        rq_r = rqm.read_port(transparent_for=(rq_w,))
 
         vars(v).update(
             banks=banks, ctx=ctx, ctx_rc=ctx_rc, ctx_re=ctx_re, ctx_rs=ctx_rs, ctx_rt=ctx_rt,
@@ -1134,7 +1131,11 @@ class RetransmitTracker(wiring.Component):
             m.d.sync += [sc_on.eq(1), sc_p.eq(start_ctx.data.cack + 1)]
         with m.Elif(issue):
             m.d.sync += sc_p.eq(sc_p + 1)
-        with m.If(t_timeout):
+        # The PSN's request marked as fired whether or not the pending table holds it (a
+        # pending PSN's entry leaves only when it is resent, acknowledged or its QP is
+        # reopened or in error, each of which makes the mark moot): the pending lookup
+        # does not reach the memory's write enable.
+        with m.If(t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~exhaust):
             m.d.comb += [rq_w.addr.eq(rec_addr(s3_q, s3_p)), rq_w.en.eq(1),
                          *assign(rq_w.data, valid=1, time=s3_rec.time,
                                  rtx=s3_rec.rtx, lap=s3_p[ob:], epoch=s3_epoch)]
