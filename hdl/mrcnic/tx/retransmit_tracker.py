@@ -294,8 +294,9 @@ class RetransmitTracker(wiring.Component):
     Stages
     ------
     SACK/NACK path: stage A (``sack_a_*``) takes the record, reads the bitmap words and the
-    record rings, and works out from the record alone the aligned bitmap, the highest PSN
-    it acknowledges and the end of the hole search that gives; stage E (``sack_e_*``)
+    record rings, and works out from the record alone where its CACK falls in the two
+    words, the highest PSN it acknowledges and the end of the hole search that gives; stage
+    E (``sack_e_*``) aligns the bitmap,
     reads the QP's context, checks and applies the record, and finds its holes (each bound
     of the search a mask of its own, ANDed) and the bounds of the search; stage K
     (``sack_k_*``) moves the QP's hole mark to the end of a search that was not empty (a
@@ -692,10 +693,10 @@ class RetransmitTracker(wiring.Component):
             tag_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a.cack))), tag_ra.en.eq(take_a),
         ]
         # What does not depend on per-QP state is worked out here, from the input record,
-        # so that stage E starts from registers: the bitmap aligned to the two words with
-        # the bits at or before CACK dropped (sack_a_vn), the highest PSN it acknowledges
-        # (sack_a_hcand), and where the SACK's own evidence (CACK and that PSN) puts the
-        # end of the hole search (sack_e_ehx).
+        # so that stage E starts from registers: where CACK + 1 falls in the two words
+        # (sack_e_lo), the highest PSN the SACK acknowledges (sack_a_hcand), and where the
+        # SACK's own evidence (CACK and that PSN) puts the end of the hole search
+        # (sack_e_ehx).
         a_p0 = Cat(Const(0, 6), a_base[6:])
         a_found, a_hidx = highest_set(m, a.bitmap, "sack_a_hi")
         # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
@@ -715,32 +716,27 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [end_bit.eq(_clamp_signed(g1 + a_hidx)),
                      end_cack.eq(_clamp_signed(g1 - off))]
         a_hcand = Signal(PSN, name="sack_a_hcand")
-        a_v = Signal(2 * WORD, name="sack_a_v")
         a_lo = Signal(8, name="sack_a_lo")
-        a_vn = Signal(2 * WORD, name="sack_a_vn")
         a_hx = Signal(PSN, name="sack_a_hx")
         a_pg = Signal(PSN, name="sack_a_pg")
         m.d.comb += [
             a_hcand.eq(a_base + a_hidx),
-            a_v.eq(Cat(a.bitmap, Const(0, WORD)) << a_base[:6]),
             a_lo.eq(_clamp_signed(b6 - off + 1)),
-            a_vn.eq(a_v & ge_mask(a_lo, 2 * WORD)),
             a_hx.eq(Mux(a_after, a_hcand, a.cack)),
             a_pg.eq(a_p0 + guard - 1),
         ]
         e = Signal(ACK_DESC)
         e_trig1 = Signal(PSN, name="sack_e_trig1")
         e_found, e_hcand = Signal(name="sack_e_found"), Signal(PSN, name="sack_e_hcand")
-        e_vn = Signal(2 * WORD, name="sack_e_vn")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
         e_epoch = Signal(EPOCH_BITS, name="sack_e_epoch")
         e_lo = Signal(8, name="sack_e_lo")
         e_hx = Signal(PSN, name="sack_e_hx")
         e_qp_ok = Signal(name="sack_e_qp_ok")
         with m.If(take_a):
-            m.d.sync += [e.eq(a), e.bitmap.eq(0), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
+            m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
-                         e_found.eq(a_found), e_hcand.eq(a_hcand), e_vn.eq(a_vn),
+                         e_found.eq(a_found), e_hcand.eq(a_hcand),
                          e_pg.eq(a_pg), e_ehx.eq(Mux(a_after, end_bit, end_cack)), e_lo.eq(a_lo),
                          e_hx.eq(a_hx),
                          e_epoch.eq(epoch[qa]), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
@@ -752,17 +748,17 @@ class RetransmitTracker(wiring.Component):
         vars(v).update(
             e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
             e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_reread=e_reread, e_trig1=e_trig1,
-            e_vn=e_vn, e_w1=e_w1)
+            e_w1=e_w1)
 
     def _ack_stage_e(self, m, v):
         """SACK/NACK path, stage E: the checks, the new CACK, the acked bitmap and the hole
         search (one cycle: a hole is requested before the next SACK is applied)."""
         (e_go, e_valid, hole_busy, cmd_busy, w_rdy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
-         e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_vn, e_pg, e_ehx, e_trig1, O,
+         e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
          ctx_w, mark_w, bank_addr, e_ctx_we, e_new_cack, e_adv, e_fatal, rtx_rec, tag_ra, rec_ra,
          fb_rec, rel_rec, err_rec, fifos, ev, e_lo, e_hx, k_valid, e_reread, e_w1) = _take(v, """
             e_go e_valid hole_busy cmd_busy w_rdy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
-            banks WORDL wq e_epoch e e_hcand e_found e_vn e_pg e_ehx e_trig1 O ctx_w mark_w
+            banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O ctx_w mark_w
             bank_addr e_ctx_we e_new_cack e_adv e_fatal rtx_rec tag_ra rec_ra fb_rec rel_rec
             err_rec fifos ev e_lo e_hx k_valid e_reread e_w1""")
         # --- Stage E -----------------------------------------------------------------------
@@ -809,6 +805,11 @@ class RetransmitTracker(wiring.Component):
         sack_ok, sack_ok_u = Signal(name="sack_e_ok"), Signal(name="sack_e_ok_u")
         m.d.comb += [sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent),
                      sack_ok.eq(sack_ok_u & e_go)]
+        # The SACK's bitmap aligned to the two words, the bits at or before CACK dropped
+        # (beside the words' lap check, which is deeper).
+        e_vn = Signal(2 * WORD, name="sack_e_vn")
+        m.d.comb += e_vn.eq((Cat(e.bitmap, Const(0, WORD)) << e_base[:6]) &
+                            ge_mask(e_lo, 2 * WORD))
         # With every bit before n (else the SACK is ignored), the new bits are e_vn.
         after = Signal(2 * WORD)
         m.d.comb += after.eq(old | e_vn)
