@@ -368,38 +368,52 @@ def test_aw_w_order(aw_delay, w_delay):
             await bus.write(0x20, 0x1000 + i, aw_delay=aw_delay, w_delay=w_delay, b_delay=i)
             assert ctx.get(dut.f.scratch.value) == 0x1000 + i
             assert await bus.read(0x20, ar_delay=aw_delay, r_delay=w_delay) == 0x1000 + i
-        # The write completes exactly one cycle after the later of AW and W.
+        # B comes exactly two cycles after the cycle in which the later of AW and W is
+        # accepted: the delay, that cycle, the stage's cycle, then B's (taken at once).
         start = bus.cycles
         await bus.write(0x20, 7, aw_delay=aw_delay, w_delay=w_delay, b_delay=0)
-        assert bus.cycles - start == max(aw_delay, w_delay) + 2
+        assert bus.cycles - start == max(aw_delay, w_delay) + 3
     bench(body)
 
 
 def test_parked_channel_waits():
-    """AW (or W) alone parks and drops its ready; nothing is written until the other comes."""
+    """AW (or W) alone waits in its stage, its ready still high; a second one fills the
+    skid and drops the ready; nothing is written until the other channel comes, then both
+    writes are performed, in order, on consecutive edges."""
     async def body(ctx, dut, bus, drv):
         p = dut.s_axil
         for first, second in [("aw", "w"), ("w", "aw")]:
-            ctx.set(p.awaddr, 0x20)
-            ctx.set(p.wdata, 0xC0FFEE)
-            ctx.set(p.wstrb, 0xF)
             ctx.set(p.bready, 1)
-            ctx.set(getattr(p, f"{first}valid"), 1)
-            await ctx.tick()
+            ctx.set(p.wstrb, 0xF)
+            for i in range(2):              # two of the first channel, back to back
+                ctx.set(p.awaddr, 0x20)
+                ctx.set(p.wdata, 0xC0FFEE + i)
+                assert ctx.get(getattr(p, f"{first}ready")), (first, i)
+                ctx.set(getattr(p, f"{first}valid"), 1)
+                await ctx.tick()
             ctx.set(getattr(p, f"{first}valid"), 0)
             for _ in range(5):
-                assert not ctx.get(getattr(p, f"{first}ready"))
+                assert not ctx.get(getattr(p, f"{first}ready"))     # stage and skid full
                 assert ctx.get(getattr(p, f"{second}ready"))
                 assert not ctx.get(p.bvalid)
                 await ctx.tick()
             assert ctx.get(dut.f.scratch.value) == 0
-            ctx.set(getattr(p, f"{second}valid"), 1)
-            await ctx.tick()
+            seen = []
+            for i in range(2):              # then two of the second, back to back
+                ctx.set(p.awaddr, 0x20)
+                ctx.set(p.wdata, 0xC0FFEE + i)
+                ctx.set(getattr(p, f"{second}valid"), 1)
+                await ctx.tick()
+                seen.append((ctx.get(p.bvalid), ctx.get(dut.f.scratch.value)))
             ctx.set(getattr(p, f"{second}valid"), 0)
-            assert ctx.get(p.bvalid) and ctx.get(p.bresp) == OKAY
-            assert ctx.get(dut.f.scratch.value) == 0xC0FFEE
-            await ctx.tick()
-            assert not ctx.get(p.bvalid) and ctx.get(p.awready) and ctx.get(p.wready)
+            for _ in range(3):
+                await ctx.tick()
+                seen.append((ctx.get(p.bvalid), ctx.get(dut.f.scratch.value)))
+            # Performed on the edges after the second channel's two handshakes: B and the
+            # new value two cycles after each handshake's cycle.
+            assert seen == [(0, 0), (1, 0xC0FFEE), (1, 0xC0FFEF), (0, 0xC0FFEF),
+                            (0, 0xC0FFEF)], (first, seen)
+            assert ctx.get(p.awready) and ctx.get(p.wready)
             await drv.write("scratch", 0)
     bench(body)
 
@@ -419,14 +433,14 @@ def test_w1p_pulses_one_cycle():
         p = dut.s_axil
         # Watch the pulse cycle by cycle around one write.
         offer_write(ctx, p, 0x08, 0x501)
-        for _ in range(4):
+        for _ in range(5):
             seen.append((ctx.get(p.bvalid), ctx.get(dut.f.cmd.start), ctx.get(dut.f.cmd.flush)))
             await ctx.tick()
             ctx.set(p.awvalid, 0)
             ctx.set(p.wvalid, 0)
             ctx.set(p.bready, 1)
-        # Pulse and bvalid rise in the same cycle, one cycle after the handshake.
-        assert seen == [(0, 0, 0), (1, 1, 0b0101), (0, 0, 0), (0, 0, 0)]
+        # Pulse and bvalid rise in the same cycle, two cycles after the handshake's.
+        assert seen == [(0, 0, 0), (0, 0, 0), (1, 1, 0b0101), (0, 0, 0), (0, 0, 0)]
         await drv.write_fields("cmd", flush=0b1000)
         await drv.write_fields("mixed", kick=1)
         await drv.write_fields("mixed", thresh=3)        # kick unnamed: written 0, no pulse
@@ -457,16 +471,26 @@ def test_w1c_set_clear():
         assert await drv.read("irq") == 0x11
         await drv.write_fields("irq", err=1)
         assert await drv.read("irq") == 0x10
-        # A set on the clearing edge wins: the event is not lost.
+        # A set on the clearing edge (the one after the handshake's) wins: the event is
+        # not lost.
         p = dut.s_axil
         offer_write(ctx, p, 0x10, 0x10)
         ctx.set(p.bready, 1)
-        ctx.set(f.ovf_set, 0b01)
         await ctx.tick()
         ctx.set(p.awvalid, 0)
         ctx.set(p.wvalid, 0)
+        ctx.set(f.ovf_set, 0b01)
+        await ctx.tick()
         ctx.set(f.ovf_set, 0)
         assert ctx.get(p.bvalid) and ctx.get(f.ovf) == 0b01
+        await ctx.tick()
+        # Without the set, the same write clears it.
+        offer_write(ctx, p, 0x10, 0x10)
+        await ctx.tick()
+        ctx.set(p.awvalid, 0)
+        ctx.set(p.wvalid, 0)
+        await ctx.tick()
+        assert ctx.get(p.bvalid) and ctx.get(f.ovf) == 0
         await ctx.tick()
         # A read-modify-write of the mixed register never clears its w1c bit.
         ctx.set(dut.f.mixed.seen_set, 1)
@@ -637,8 +661,8 @@ def stream_reader(dut, reads, rng=None, p_valid=1.0, p_ready=1.0, log=None):
 
 def test_throughput_and_latency():
     """Back-to-back writes and reads at the same time, ready always high: one of each per
-    cycle, B and R one cycle after the handshake. Then the rate of a master that waits for
-    each response (the simulator adapter): one transaction per 2 cycles."""
+    cycle, B and R two cycles after the handshake's. Then the rate of a master that waits
+    for each response (the simulator adapter): one transaction per 3 cycles."""
     n = 64
     dut = CsrBlock(demo_map())
     writes = [(0x20, 0x1000 + i, 0xF, OKAY) if i % 2 else (0x08, 1, 0xF, OKAY)
@@ -655,9 +679,10 @@ def test_throughput_and_latency():
         hs, done = cycles(log, req), cycles(log, resp)
         assert len(hs) == len(done) == n
         assert hs == list(range(hs[0], hs[0] + n)), f"{req}: not one per cycle"
-        assert [d - h for h, d in zip(hs, done)] == [1] * n, f"{resp}: latency"
-    measured = {"write": (cycles(wlog, "b")[-1] - cycles(wlog, "aw")[0]) / n,
-                "read": (cycles(rlog, "r")[-1] - cycles(rlog, "ar")[0]) / n}
+        assert [d - h for h, d in zip(hs, done)] == [2] * n, f"{resp}: latency"
+    # Cycles per transaction: the cycles from the first response to the last, over n.
+    measured = {"write": (cycles(wlog, "b")[-1] - cycles(wlog, "b")[0] + 1) / n,
+                "read": (cycles(rlog, "r")[-1] - cycles(rlog, "r")[0] + 1) / n}
     print(f"streaming cycles per transaction: {measured}")
     assert measured == {"write": 1.0, "read": 1.0}
     assert pulses[("cmd", "start", 0)] == n // 2
@@ -676,7 +701,7 @@ def test_throughput_and_latency():
         rates["read"] = (bus.cycles - start) / n
     run(dut, tb)
     print(f"wait-for-response cycles per transaction: {rates}")
-    assert rates == {"write": 2.0, "read": 2.0}
+    assert rates == {"write": 3.0, "read": 3.0}
 
 
 def test_stream_random_handshakes():
@@ -704,6 +729,139 @@ def test_stream_random_handshakes():
             stream_reader(dut, reads, rng, p_valid, p_ready),
             processes=[pulse_monitor(dut, pulses)])
     assert pulses[("mixed", "kick", 0)] == 4 * kicks
+
+
+def _maps_for_reads():
+    """Maps of several shapes: the demo map (4 index bits, holes), 23 packed registers of
+    mixed fields (5 index bits, the odd pair), one register (no index bit) and 64-bit
+    data."""
+    kinds = ["rw", "ro", "w1c", "w1p"]
+    mixed = RegisterMap("mixed23", [
+        Register(f"r{i}", [Field("a", 1 + (7 * i) % 20, kinds[i % 4]),
+                           Field("b", 3, kinds[(i + 1) % 4], offset=28)])
+        for i in range(23)])
+    one = RegisterMap("one", [Register("x", [Field("v", 32, "ro")])])
+    wide = RegisterMap("wide", [
+        Register("a", [Field("lo", 40, "rw", reset=0x12_3456_789A), Field("go", 1, "w1p")]),
+        Register("b", [Field("v", 64, "ro")], offset=0x10),
+        Register("c", [Field("e", 3, "w1c", reset=5)]),
+    ], data_width=64)
+    return [demo_map(), mixed, one, wide]
+
+
+def test_random_read_backpressure():
+    """Pipelined reads of every register, of holes and of unaligned addresses, with random
+    AR valid and R ready, against the expected words (rw set by writes first, ro inputs and
+    w1c bits set by the test, w1p 0, holes SLVERR 0): each R in order, exactly once, held
+    stable while rready is low, and nothing hangs (``stream_reader`` checks)."""
+    rng = seeded()
+    for regmap in _maps_for_reads():
+        dut = CsrBlock(regmap)
+        word = regmap.word_bytes
+        values = {}                     # (register, field) -> value the read must return
+        for r in regmap:
+            for f in r.fields.values():
+                values[(r.name, f.name)] = {"w1p": 0}.get(f.access, rng.getrandbits(f.width))
+
+        def expect(addr):
+            hit = [r for r in regmap if r.offset == addr - addr % word]
+            if not hit:
+                return 0, SLVERR
+            return sum(values[(hit[0].name, f.name)] << f.offset
+                       for f in hit[0].fields.values()), OKAY
+
+        span = 1 << regmap.addr_width
+        addrs = [r.offset + rng.randrange(word) for r in regmap] + list(range(0, span, word))
+        reads = [(a, *expect(a)) for a in (rng.choice(addrs) for _ in range(200))]
+
+        async def setup(ctx):
+            bus = AxiLiteSimMaster(ctx, dut.s_axil)
+            for r in regmap:            # rw values written, w1c bits cleared, then set
+                fs = r.fields.values()
+                await bus.write(r.offset, sum(
+                    (values[(r.name, f.name)] if f.access == "rw" else (1 << f.width) - 1)
+                    << f.offset for f in fs if f.access in ("rw", "w1c")))
+                for f in fs:
+                    v = values[(r.name, f.name)]
+                    if f.access == "ro":
+                        ctx.set(dut.fields[r.name][f.name], v)
+                    elif f.access == "w1c":
+                        ctx.set(dut.fields[r.name][f.name + "_set"], v)
+                await ctx.tick()
+                for f in fs:
+                    if f.access == "w1c":
+                        ctx.set(dut.fields[r.name][f.name + "_set"], 0)
+            for r in regmap:            # the values landed
+                for f in r.fields.values():
+                    if f.access in ("rw", "w1c"):
+                        assert ctx.get(dut.fields[r.name][f.name]) == values[(r.name, f.name)]
+            for p_valid, p_ready in [(0.5, 0.5), (0.9, 0.2), (0.3, 0.9), (1.0, 1.0),
+                                     (1.0, 0.5)]:
+                await stream_reader(dut, reads, rng, p_valid, p_ready)(ctx)
+        run(dut, setup)
+
+
+def test_read_sample_edge_and_write_order():
+    """An ro input is sampled on the edge the read is performed: with R free, the edge after
+    the AR handshake (R returns the input's value in the cycle after the handshake's); with
+    R held, the edge that empties R. A read accepted in the same cycle as a write's later
+    of AW and W returns the old value, one accepted a cycle later the new one."""
+    dut = CsrBlock(demo_map())
+    p = dut.s_axil
+
+    async def counter(ctx):             # status.count = cycle number, changing every cycle
+        n = 0
+        while True:
+            ctx.set(dut.f.status.count, n & 0xFFFF)
+            await ctx.tick()
+            n += 1
+
+    async def tb(ctx):
+        def cycle():                    # the counter's value in this cycle
+            return ctx.get(dut.f.status.count)
+
+        # R free: AR accepted in cycle c, the value of cycle c + 1.
+        await ctx.tick().repeat(5)
+        ctx.set(p.araddr, 0x0C)
+        ctx.set(p.arvalid, 1)
+        ctx.set(p.rready, 1)
+        c = cycle()
+        await ctx.tick()
+        ctx.set(p.arvalid, 0)
+        await ctx.tick()
+        assert ctx.get(p.rvalid) and ctx.get(p.rdata) >> 16 == c + 1
+        await ctx.tick()
+        # R held by a first read: the second, accepted next, waits in the AR stage and is
+        # sampled on the edge that empties R.
+        ctx.set(p.rready, 0)
+        ctx.set(p.arvalid, 1)
+        await ctx.tick().repeat(2)          # two reads accepted
+        ctx.set(p.arvalid, 0)
+        await ctx.tick().repeat(4)
+        assert ctx.get(p.rvalid)
+        ctx.set(p.rready, 1)
+        c = cycle()                         # R emptied on this cycle's edge
+        await ctx.tick()
+        assert ctx.get(p.rvalid) and ctx.get(p.rdata) >> 16 == c
+        await ctx.tick()
+        assert not ctx.get(p.rvalid)
+
+        # A write and reads of scratch: AR with AW and W, then AR one cycle later.
+        ctx.set(p.bready, 1)
+        offer_write(ctx, p, 0x20, 0xBEEF)
+        ctx.set(p.araddr, 0x20)
+        ctx.set(p.arvalid, 1)
+        got = []
+        for _ in range(5):
+            await ctx.tick()
+            ctx.set(p.awvalid, 0)
+            ctx.set(p.wvalid, 0)
+            if ctx.get(p.rvalid):
+                got.append(ctx.get(p.rdata))
+        ctx.set(p.arvalid, 0)
+        assert got[:2] == [0, 0xBEEF], got
+
+    run(dut, tb, processes=[counter])
 
 
 # --- Gateware, random against the model ----------------------------------------------------------

@@ -91,8 +91,9 @@ class CsrBus(wiring.Component):
 
     Latency
     -------
-    A write answers (``bvalid``) 3 cycles after AW and W are both valid when the block
-    answers at once (taken, forwarded, block's B, returned); a read likewise. A read of
+    A write answers (``bvalid``) 4 cycles after AW and W are both valid with a
+    :class:`~mrcnic.base.csr.gateware.CsrBlock` behind (taken, forwarded, the block's two
+    cycles, returned); a read likewise. A read of
     the directory, and an error, answers in the cycle after the handshake.
 
     Throughput

@@ -3,7 +3,7 @@ holds a :class:`~mrcnic.base.csr.regs.RegisterMap`'s registers) and event counte
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -62,22 +62,28 @@ class AxiLiteSignature(wiring.Signature):
 class CsrBlock(wiring.Component):
     """AXI4-Lite slave holding the registers of a :class:`RegisterMap`.
 
-    AW and W are accepted independently, in either order; each channel has a one-entry
-    holding register, so the first to arrive waits there for the other. A write is
-    performed when both are present and the B register is free (or being emptied in the
-    same cycle), and answered on B. A read is performed when AR is present and the R
-    register is free (or being emptied); R carries the register value sampled on that
-    edge. While B (R) is held by ``bready`` (``rready``) low, at most one further write
-    (read) is accepted and parked; ``awready``/``wready`` (``arready``) then drop, so no
-    response is ever lost or duplicated, whatever the master does.
+    Each request channel (AW, W, AR) enters a two-entry buffer: a stage register, from
+    which the request is performed, and a skid register behind it; the channel's ready is
+    high while the skid is empty. AW and W are accepted independently, in either order.
+    A write is performed on an edge where AW and W are both in their stages and the B
+    register is free (or being emptied on that edge), and answered on B. A read is
+    performed on an edge where AR is in its stage and the R register is free (or being
+    emptied); R carries the register value sampled on that edge. A stage emptied on an
+    edge takes the skid's request, else the bus's, on the same edge. While B (R) is held
+    by ``bready`` (``rready``) low, at most two further AW and two further W (two further
+    AR) are accepted, one in the stage and one in the skid; ``awready``/``wready``
+    (``arready``) then drop, so no response is ever lost or duplicated, whatever the
+    master does.
 
     Write data: ``wstrb`` bit ``i`` enables byte ``i`` for every field kind (an rw byte
     not enabled keeps its value; a w1p/w1c bit in it neither pulses nor clears). A
     write to an all-ro register is accepted (OKAY) and changes nothing. Addresses are
     byte addresses; the low ``log2(data_width/8)`` bits are ignored. An address where
     no register is declared answers SLVERR on B or R, writes nothing, reads 0.
-    ``awprot``/``arprot`` are ignored. A read and a write of the same register on the
-    same edge: the read returns the old value.
+    ``awprot``/``arprot`` are ignored. A read performed on the same edge as a write of
+    the same register returns the old value: with B and R free, that is a read whose AR
+    is accepted in the same cycle as the later of the write's AW and W; a read accepted
+    one cycle later returns the new value.
 
     Parameters
     ----------
@@ -98,7 +104,9 @@ class CsrBlock(wiring.Component):
         * w1p: output, high for exactly one cycle per written 1 bit;
         * w1c: output, the sticky bit, init = ``reset``; and input ``<field>_set``: a 1 bit
           sets the sticky bit on the next edge (a set wins over a clear on the same edge);
-        * ro: input, init = ``reset`` (read while undriven); sampled on the read edge.
+        * ro: input, init = ``reset`` (read while undriven); sampled on the edge the read
+          is performed: with R free, the edge after the AR handshake, so R returns the
+          value the input has in the cycle after the handshake.
     f : SimpleNamespace
         The same signals as ``f.<reg>.<field>`` (and ``f.<reg>.<field>_set``).
     regmap : RegisterMap
@@ -106,17 +114,20 @@ class CsrBlock(wiring.Component):
 
     Latency
     -------
-    Write: 1 cycle. ``bvalid`` is high in the cycle after the edge on which the later of
+    Write: 2 cycles. ``bvalid`` is high two cycles after the cycle in which the later of
     AW and W is accepted (B free); the rw/w1c outputs have their new value and the w1p
-    outputs pulse in that same cycle. Read: 1 cycle, ``rvalid`` in the cycle after the AR
-    handshake. A parked request is performed on the edge that empties B (R).
+    outputs pulse in that same cycle. Read: 2 cycles, ``rvalid`` two cycles after the
+    cycle of the AR handshake. A request waiting in its stage behind a held B (R) is
+    performed on the edge that empties B (R), its response in the next cycle; the one
+    behind it in the skid, on the next edge that B (R) is free or emptied.
 
     Throughput
     ----------
     One write per cycle and, at the same time, one read per cycle, without bubbles, while
-    ``bready``/``rready`` stay high and AW comes with W. A master that waits for each
-    response before the next request gets one write, or one read, per 2 cycles. Both
-    figures are measured in ``sim/base/test_csr.py``.
+    ``bready``/``rready`` stay high and AW comes with W; after ``bready`` (``rready``) has
+    been held low, the rate is back to one per cycle from the edge that empties B (R). A
+    master that waits for each response before the next request gets one write, or one
+    read, per 3 cycles. These figures are measured in ``sim/base/test_csr.py``.
 
     Raises
     ------
@@ -125,9 +136,14 @@ class CsrBlock(wiring.Component):
 
     Notes
     -----
-    Resources: one flip-flop per bit of rw/w1p/w1c state, plus the AW/W/AR holding
-    registers and the R data register: the price of full rate with registered readies.
-    Measured on the demo map of ``sim/base/test_csr.py``: docs/csr.md.
+    Logic depth: AR's stage holds the word index as it came, and R's data is a tree of
+    4:1 multiplexers on it (in LUT6s, one level per two index bits: 3 up to 64 words);
+    AW's stage holds the index predecoded, so that a field's write enable is the AND of
+    the perform condition, one line per index pair and a strobe. Resources: one
+    flip-flop per bit of rw/w1p/w1c state, plus the stage and skid registers of AW
+    (predecoded index), W and AR and the R data register: the price of full rate with
+    registered readies and a registered decode. Measured depths and resources:
+    docs/csr.md.
     """
 
     def __init__(self, regmap):
@@ -152,118 +168,169 @@ class CsrBlock(wiring.Component):
         m = Module()
         bus = self.s_axil
         regmap = self.regmap
-        dw = regmap.data_width
         lsb = (regmap.word_bytes - 1).bit_length()    # address bits below the word index
+        words = [r.offset >> lsb for r in regmap]      # word index of each register
 
         def word_index(addr):
             return addr[lsb:] if len(addr) > lsb else Const(0, 1)
 
-        # --- Write path: AW and W holding registers, one B register ---
-        aw_full = Signal()
-        aw_addr = Signal.like(bus.awaddr)
-        w_full = Signal()
-        w_data = Signal.like(bus.wdata)
-        w_strb = Signal.like(bus.wstrb)
+        def declared(index):
+            return index.matches(*words)
+
+        # --- Requests: AW, W and AR, each into a stage with a skid register behind it ---
+        wr_go = Signal()        # the write in the AW and W stages is performed on this edge
+        rd_go = Signal()        # the read in the AR stage is performed on this edge
+        # AW's word index enters its stage predecoded (a pair of bits to four lines) with
+        # its "declared" bit, so that on the perform edge a register's select is the AND
+        # of a few flip-flops rather than a comparator of the whole index.
+        aw_ready, aw_valid, aw_s1 = _request_stage(
+            m, "aw", bus.awvalid, word_index(bus.awaddr), wr_go,
+            load=lambda index: Cat(declared(index), _predecode(index)))
+        w_ready, w_valid, w_s1 = _request_stage(
+            m, "w", bus.wvalid, Cat(bus.wdata, bus.wstrb), wr_go)
+        # AR's word index enters its stage as it is (through the stage's 2:1 skid
+        # multiplexer only): the whole read multiplexer comes after a flip-flop.
+        ar_ready, ar_valid, ar_index = _request_stage(
+            m, "ar", bus.arvalid, word_index(bus.araddr), rd_go)
+        m.d.comb += [bus.awready.eq(aw_ready), bus.wready.eq(w_ready),
+                     bus.arready.eq(ar_ready)]
+
+        # --- Responses: one B and one R register ---
         bvalid = Signal()
         bresp = Signal(2)
-        m.d.comb += [
-            bus.awready.eq(~aw_full),
-            bus.wready.eq(~w_full),
-            bus.bvalid.eq(bvalid),
-            bus.bresp.eq(bresp),
-        ]
-        # A channel is "present" if parked or handshaking now; the parked copy comes first.
-        aw_here = aw_full | bus.awvalid
-        w_here = w_full | bus.wvalid
-        b_free = ~bvalid | bus.bready
-        wr_go = aw_here & w_here & b_free
-        wr_addr = Mux(aw_full, aw_addr, bus.awaddr)
-        wr_data = Mux(w_full, w_data, bus.wdata)
-        wr_strb = Mux(w_full, w_strb, bus.wstrb)
-        wr_mask = Cat(wr_strb[i // 8] for i in range(dw))
-        wr_bits = Signal(dw)     # bits written 1 with their byte enabled
-        m.d.comb += wr_bits.eq(wr_data & wr_mask)
-
-        with m.If(wr_go):
-            m.d.sync += [aw_full.eq(0), w_full.eq(0), bvalid.eq(1)]
-        with m.Else():
-            with m.If(bvalid & bus.bready):
-                m.d.sync += bvalid.eq(0)
-            with m.If(bus.awvalid & ~aw_full):
-                m.d.sync += [aw_full.eq(1), aw_addr.eq(bus.awaddr)]
-            with m.If(bus.wvalid & ~w_full):
-                m.d.sync += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
-
-        # w1p outputs are pulses: zero unless written on this very edge.
-        for r in regmap:
-            for fd in r.fields.values():
-                if fd.access == "w1p":
-                    m.d.sync += self.fields[r.name][fd.name].eq(0)
-
-        # w1c sticky bits: set by the gateware, cleared by writes; a set wins over a clear so
-        # that an event arriving on the clearing edge is not lost.
-        w1c_clear = {}
-        for r in regmap:
-            for fd in r.fields.values():
-                if fd.access == "w1c":
-                    sticky = self.fields[r.name][fd.name]
-                    set_ = self.fields[r.name][fd.name + SET_SUFFIX]
-                    clear = Signal(fd.width, name=f"{r.name}_{fd.name}_clear")
-                    m.d.sync += sticky.eq((sticky & ~clear) | set_)
-                    w1c_clear[(r.name, fd.name)] = clear
-
-        with m.If(wr_go):
-            with m.Switch(word_index(wr_addr)):
-                for r in regmap:
-                    with m.Case(r.offset >> lsb):
-                        m.d.sync += bresp.eq(RESP_OKAY)
-                        for fd in r.fields.values():
-                            sig = self.fields[r.name][fd.name]
-                            bits = wr_bits[fd.offset:fd.offset + fd.width]
-                            if fd.access == "rw":
-                                mask = wr_mask[fd.offset:fd.offset + fd.width]
-                                m.d.sync += sig.eq((sig & ~mask) | bits)
-                            elif fd.access == "w1p":
-                                m.d.sync += sig.eq(bits)
-                            elif fd.access == "w1c":
-                                m.d.comb += w1c_clear[(r.name, fd.name)].eq(bits)
-                with m.Default():
-                    m.d.sync += bresp.eq(RESP_SLVERR)
-
-        # --- Read path: AR holding register, one R register ---
-        ar_full = Signal()
-        ar_addr = Signal.like(bus.araddr)
         rvalid = Signal()
-        rdata = Signal(dw)
+        rdata = Signal(regmap.data_width, reset_less=True)     # meaningful with rvalid only
         rresp = Signal(2)
         m.d.comb += [
-            bus.arready.eq(~ar_full),
-            bus.rvalid.eq(rvalid),
-            bus.rdata.eq(rdata),
-            bus.rresp.eq(rresp),
+            bus.bvalid.eq(bvalid), bus.bresp.eq(bresp),
+            bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp),
+            wr_go.eq(aw_valid & w_valid & (~bvalid | bus.bready)),
+            rd_go.eq(ar_valid & (~rvalid | bus.rready)),
         ]
-        rd_go = (ar_full | bus.arvalid) & (~rvalid | bus.rready)
-        rd_addr = Mux(ar_full, ar_addr, bus.araddr)
-
+        with m.If(wr_go):
+            m.d.sync += [bvalid.eq(1), bresp.eq(Mux(aw_s1[0], RESP_OKAY, RESP_SLVERR))]
+        with m.Elif(bus.bready):
+            m.d.sync += bvalid.eq(0)
         with m.If(rd_go):
-            m.d.sync += [ar_full.eq(0), rvalid.eq(1)]
-            with m.Switch(word_index(rd_addr)):
-                for r in regmap:
-                    with m.Case(r.offset >> lsb):
-                        word = Const(0, dw)
-                        for fd in r.fields.values():
-                            if fd.access != "w1p":      # w1p reads 0
-                                word = word | (self.fields[r.name][fd.name] << fd.offset)
-                        m.d.sync += [rdata.eq(word), rresp.eq(RESP_OKAY)]
-                with m.Default():
-                    m.d.sync += [rdata.eq(0), rresp.eq(RESP_SLVERR)]
-        with m.Else():
-            with m.If(rvalid & bus.rready):
-                m.d.sync += rvalid.eq(0)
-            with m.If(bus.arvalid & ~ar_full):
-                m.d.sync += [ar_full.eq(1), ar_addr.eq(bus.araddr)]
+            m.d.sync += rvalid.eq(1)
+        with m.Elif(bus.rready):
+            m.d.sync += rvalid.eq(0)
+        # R's data and response are loaded on every edge R is not held, whether a read is
+        # performed or not (if not, rvalid falls and they are not looked at), so that their
+        # enable, which synthesis may fold into the multiplexer's LUTs, is a function of
+        # rvalid and rready alone.
+        with m.If(~rvalid | bus.rready):
+            m.d.sync += [rdata.eq(self._read_mux(m, ar_index, lsb)),
+                         rresp.eq(Mux(declared(ar_index), RESP_OKAY, RESP_SLVERR))]
 
+        index_bits = len(word_index(bus.awaddr))
+        selects = [_predecoded_match(aw_s1[1:], index_bits, w) for w in words]   # per reg
+        self._write(m, wr_go, selects, w_s1)
         return m
+
+    def _write(self, m, go, sel, w_stage):
+        """The fields' side of the write held in the stages, performed when ``go``."""
+        dw = self.regmap.data_width
+        data, strb = w_stage[:dw], w_stage[dw:]
+        mask = Cat(strb[i // 8] for i in range(dw))
+        bits = Signal(dw)                  # bits written 1 with their byte enabled
+        m.d.comb += bits.eq(data & mask)
+        for i, r in enumerate(self.regmap):
+            for fd in r.fields.values():
+                sig = self.fields[r.name][fd.name]
+                field_bits = bits[fd.offset:fd.offset + fd.width]
+                if fd.access == "rw":
+                    field_mask = mask[fd.offset:fd.offset + fd.width]
+                    with m.If(go & sel[i]):
+                        m.d.sync += sig.eq((sig & ~field_mask) | field_bits)
+                elif fd.access == "w1p":
+                    # A pulse: zero unless written on this very edge.
+                    m.d.sync += sig.eq(Mux(go & sel[i], field_bits, 0))
+                elif fd.access == "w1c":
+                    # Set by the gateware, cleared by writes; a set wins over a clear so
+                    # that an event arriving on the clearing edge is not lost.
+                    set_ = self.fields[r.name][fd.name + SET_SUFFIX]
+                    clear = Mux(go & sel[i], field_bits, 0)
+                    m.d.sync += sig.eq((sig & ~clear) | set_)
+
+    def _read_mux(self, m, index, lsb):
+        """The word at ``index`` (0 where no register is declared, w1p fields read 0)."""
+        dw = self.regmap.data_width
+        entries = {}
+        for r in self.regmap:
+            word = Const(0, dw)
+            for fd in r.fields.values():
+                if fd.access != "w1p":
+                    word = word | (self.fields[r.name][fd.name] << fd.offset)
+            entries[r.offset >> lsb] = word
+        return _mux_tree(m, entries, index, dw, "rd_mux")
+
+
+def _request_stage(m, name, valid, payload, take, load=lambda value: value):
+    """One request channel (AW, W or AR) into a two-entry buffer: the stage register
+    ``<name>_s1``, from which the request is performed, and a skid register behind it.
+    ``ready`` is a flip-flop, high while the skid is empty, so it depends on no input; the
+    stage takes the skid's request first, else the bus's, on every edge it is empty or
+    emptied (``take``), so one request per cycle is accepted while requests are performed.
+    ``load`` maps the payload as it is taken from the bus. Returns (ready, stage valid,
+    stage contents)."""
+    loaded = Value.cast(load(payload))
+    ready = Signal(init=1, name=f"{name}_ready")
+    skid = Signal(len(loaded), name=f"{name}_skid")
+    s1_valid = Signal(name=f"{name}_s1_valid")
+    s1 = Signal(len(loaded), name=f"{name}_s1")
+    with m.If(~s1_valid | take):
+        m.d.sync += [s1_valid.eq(valid | ~ready), s1.eq(Mux(ready, loaded, skid)),
+                     ready.eq(1)]
+    with m.Elif(valid & ready):
+        m.d.sync += [skid.eq(loaded), ready.eq(0)]
+    return ready, s1_valid, s1
+
+
+def _pairs(width):
+    """The bit pairs of a ``width``-bit index, low first: (first bit, bits) (1 for a last
+    odd bit)."""
+    return [(i, min(2, width - i)) for i in range(0, width, 2)]
+
+
+def _predecode(index):
+    """``index`` as one-hot lines, four per pair of bits (two for a last odd bit)."""
+    return Cat(*(index[i:i + n] == v for i, n in _pairs(len(index)) for v in range(1 << n)))
+
+
+def _predecoded_match(lines, width, value):
+    """Whether the ``width``-bit index that :func:`_predecode` turned into ``lines`` is
+    ``value``: the AND of one line per pair."""
+    terms, first = [], 0
+    for i, n in _pairs(width):
+        terms.append(lines[first + ((value >> i) & ((1 << n) - 1))])
+        first += 1 << n
+    return Cat(*terms).all()
+
+
+def _mux_tree(m, entries, index, width, name):
+    """``entries.get(index, 0)`` for ``entries`` {int: Value}: a tree of 4:1 multiplexers
+    on two bits of ``index`` per level (one LUT6 each), of the groups that hold an entry.
+    The levels are kept signals: without them synthesis flattens the tree into a decoder
+    and AND-OR chains, deeper than the tree."""
+    level = 0
+    while len(index) > 0:
+        k = min(2, len(index))
+        sel, index = index[:k], index[k:]
+        groups = {}
+        for i, value in entries.items():
+            groups.setdefault(i >> k, {})[i & ((1 << k) - 1)] = value
+        entries = {}
+        for g, members in groups.items():
+            out = Signal(width, name=f"{name}_l{level}_{g}",
+                         attrs={"keep": 1} if len(index) > 0 else {})
+            with m.Switch(sel):
+                for j, value in members.items():
+                    with m.Case(j):
+                        m.d.comb += out.eq(value)
+            entries[g] = out
+        level += 1
+    return entries.get(0, Const(0, width))
 
 
 def event_counters(m, fields, events, names, clear, width=32):
