@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -26,11 +26,12 @@ from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters)
 from mrcnic.base.gates import assign
+from mrcnic.base.proto import Opcode
 from mrcnic.base.rules import SACK_OFFSET
 from mrcnic.base.stream import meta_stream
 from mrcnic.rx.psn_tracker.stages import (
-    ACK_BODY, ACK_TAIL, BITMAP_BITS, CHUNK, FIFO_DEPTH, HALF, IN_FLIGHT, LATE_SACK, OP, POOL,
-    PSN, QUEUE_DEPTH, WINDOW_CHUNKS, WORD, VERDICT_NAMES, TrackerStages)
+    ACK_BODY, ACK_TAIL, BITMAP_BITS, CHUNK, CONT, FIFO_DEPTH, HALF, IN_FLIGHT, LATE_SACK, OP,
+    POOL_DATA, PSN, QUEUE_DEPTH, WINDOW_CHUNKS, WORD, VERDICT_NAMES, TrackerStages)
 
 __all__ = ["PsnTracker", "TRACKER_REGS", "WINDOW_CHUNKS",
            "SACK_OFFSET", "BITMAP_BITS", "LATE_SACK"]
@@ -143,32 +144,36 @@ class PsnTracker(TrackerStages, wiring.Component):
     --------
     Records wait in a :data:`QUEUE_DEPTH`-entry input queue until they have passed stage U,
     and flow through stages that each do one job in one cycle (their signals carry the
-    stage's prefix; stages R to C are :mod:`mrcnic.rx.psn_tracker.stages`):
+    stage's prefix; stages R to T are :mod:`mrcnic.rx.psn_tracker.stages`):
 
     * ``i_`` issue: a continuation, else the queue's next record, unless it is of the QP
       issued in the cycle before (the one stall: a QP's records are two cycles apart);
-    * ``r_`` read: the ``window_chunks`` ring chunks from the packet's own (block RAM, two
-      64-bit banks); works out what the record now in D (in U next cycle) writes that this
-      read misses;
-    * ``f_`` fetch: the QP's context (distributed RAM); the window, with the bit of the
-      record in U forwarded when it placed its packet, searched per 16-bit word; the
-      packet's own bit and the next;
-    * ``d_`` decide: the context, forwarded from U's write when the record two ahead was
-      of the QP; the verdict, the combined search, the SACK triggers; a continuation or an
-      advance on a QP holding completions flushes stages I to D (a registered flag, next
-      cycle) and the queue re-issues their records;
+    * ``r_`` read: addresses the ``window_chunks`` ring chunks from the packet's own (block
+      RAM, two 64-bit banks); how the ring write of the record in D would reach them;
+    * ``w_`` window: the bank words, as the block RAM gives them, into registers; which
+      ring write the read missed reaches this window (that of the record in U or of the
+      one in D) and where; the PSN's offsets from the record in D's window base and PSN;
+    * ``f_`` fetch: the QP's context (distributed RAM), and the PSN tested against it and
+      against the CACK the record in U writes if it advances; the window, with the write
+      it missed forwarded, searched per 16-bit word; the packet's own bit and the next;
+    * ``d_`` decide: the tests that hold picked, the verdict, the search combined (groups
+      of four words, then the groups), the SACK triggers; a continuation or an advance on
+      a QP holding completions flushes stages I to D (a registered flag, next cycle) and
+      the queue re-issues their records;
     * ``u_`` update: the new CACK and context written (and forwarded), the ring bit, the
       held completions admitted or released; the verdict, the packet's own completion and
       the descriptor's body into their FIFOs;
-    * ``a_``, ``b_``, ``c_``: the ring read at SACK_BASE (after this record's write, before
-      the next of its QP writes), registered as it leaves the block RAM, and cut into the
-      bitmap: the descriptor's tail, with ``ooo_count`` and ``ack_psn_offset``, into a
-      second FIFO; ``ack`` carries a descriptor when both its parts are in.
+    * ``a_``, ``b_``, ``c_``, ``t_``: the ring read at SACK_BASE (after this record's write,
+      before the next of its QP writes), registered as it leaves the block RAM, and shifted
+      to the bitmap in two stages: the descriptor's tail, with ``ooo_count`` and
+      ``ack_psn_offset``, into a second FIFO; ``ack`` carries a descriptor when both its
+      parts are in.
 
-    Nothing a stage decides waits on a memory read of the same cycle or on a search wider
-    than a word. A QP's context and ring bits are forwarded to the record two behind; the
-    one three behind reads the writes (the context in F; the ring in R, whose block RAM
-    read is transparent to the write of the same cycle).
+    Every block RAM output goes straight into registers, and every search or compare wider
+    than a LUT is split across stages or precomputed. A QP's ring writes reach the records
+    two and three behind by forwarding (R's block RAM read is transparent to U's write of
+    the same cycle, which the record four behind reads); its context write reaches the
+    record two behind by forwarding, the one three behind by the read in F.
 
     For formal checks, :meth:`elaborate` sets ``probe``: the context write (``cack_write``,
     ``cack``) and the placement decided in U (``place``, ``place_psn``).
@@ -176,7 +181,7 @@ class PsnTracker(TrackerStages, wiring.Component):
     Latency
     -------
     :attr:`latency` = 7 cycles to the verdict (and to the packet's own completion),
-    :attr:`ack_latency` = 10 to the SACK or NACK, with the queue empty and the outputs ready.
+    :attr:`ack_latency` = 11 to the SACK or NACK, with the queue empty and the outputs ready.
 
     Throughput
     ----------
@@ -187,8 +192,8 @@ class PsnTracker(TrackerStages, wiring.Component):
     ``window_chunks`` 2), and an advance on a QP that holds completions (plus one cycle per
     completion released). The input also waits while a QP command, or the sweep after reset
     (``qps`` x (``mpr_max`` + 1) cycles), runs. Every output comes from a
-    :data:`FIFO_DEPTH`-entry FIFO; a record is issued only while every output FIFO has room
-    for the records in flight, so nothing is ever dropped.
+    :data:`FIFO_DEPTH`-entry FIFO in distributed RAM; a record is issued only while every
+    output FIFO has room for the records in flight, so nothing is ever dropped.
 
     Raises
     ------
@@ -199,7 +204,7 @@ class PsnTracker(TrackerStages, wiring.Component):
     """
 
     latency = 7
-    ack_latency = 10
+    ack_latency = 11
 
     def __init__(self, qps=64, mpr_max=8, max_wimm_dest=8, window_chunks=3, counter_width=32):
         self.counter_width = check_counter_width(counter_width)
@@ -230,6 +235,7 @@ class PsnTracker(TrackerStages, wiring.Component):
         self._ctx_layout = data.StructLayout({
             "cack": PSN, "hi": PSN, "mpr_m1": max(1, self._cbits), "open": 1, "since": 8})
         self._stats_layout = data.StructLayout({"pbase": PSN, "bytes": 32})
+        self._pool_layout = data.StructLayout({"valid": 1, "qpi": self._qbits, "psn": PSN})
         super().__init__({
             "pkt": In(meta_stream(PKT_IN)),
             "verdict": Out(meta_stream(VERDICT)),
@@ -253,12 +259,14 @@ class PsnTracker(TrackerStages, wiring.Component):
         q = self._queue(m, st, ctl)
         self._stage_i_issue(m, q, st, ctl, room)
         self._stage_r_read(m, mem, st)
-        self._stage_f_fetch(m, mem, st)
-        self._stage_d_decide(m, f, mem, st, ctl)
+        self._stage_w_window(m, mem, st)
+        self._stage_f_fetch(m, f, mem, st)
+        self._stage_d_decide(m, mem, st, ctl)
         self._stage_u_update(m, mem, fifos, st, ctl, q)
         self._stage_a_sack_read(m, mem, st)
         self._stage_b_sack_data(m, mem, st)
-        self._stage_c_bitmap(m, fifos, st)
+        self._stage_c_bitmap(m, st)
+        self._stage_t_tail(m, fifos, st)
         # Held completions released, oldest PSN first, into the cpl FIFO.
         self._completion_drain(m, mem, st, ctl, fifos["cpl"])
         # QP commands: accept or refuse; rewrite the QP's ring and context (and the sweep).
@@ -301,26 +309,31 @@ class PsnTracker(TrackerStages, wiring.Component):
             win = [ring.read_port(transparent_for=(w,)) for _ in range(self.window_chunks)]
             banks[name] = SimpleNamespace(w=w, win=win,
                                           sack=ring.read_port(transparent_for=(w,)))
-        pool = Signal(data.ArrayLayout(POOL, N))
+        # Held completions: what is compared every cycle in registers, the rest (written
+        # when one is admitted, read when it is released) in distributed RAM.
+        pool = Signal(data.ArrayLayout(self._pool_layout, N), name="pool")
+        m.submodules.pool_data = pool_data = Memory(shape=POOL_DATA, depth=N, init=[])
         held = Signal(range(N + 1), name="pool_held")
         m.d.sync += held.eq(sum(pool[i].valid for i in range(N)))
         return SimpleNamespace(ctx_w=ctx_w, ctx_r=ctx_r, stats_w=stats_w, stats_r=stats_r,
-                               lo=banks["lo"], hi=banks["hi"], pool=pool, held=held)
+                               lo=banks["lo"], hi=banks["hi"], pool=pool, held=held,
+                               pool_w=pool_data.write_port(),
+                               pool_r=pool_data.read_port(domain="comb"))
 
     def _output_fifos(self, m):
-        """The output FIFOs, by port name, and ``room`` (a register): each can take the
-        records in flight."""
+        """The output FIFOs (distributed RAM, read as it stands: no output register), by
+        port name, and ``room`` (a register): each can take the records in flight."""
         fifos = {}
         for name, layout in (("verdict", VERDICT), ("ack", ACK_BODY), ("ack_tail", ACK_TAIL),
                              ("cpl", COMPLETION)):
-            fifo = SyncFIFOBuffered(width=layout.size, depth=FIFO_DEPTH)
+            fifo = SyncFIFO(width=layout.size, depth=FIFO_DEPTH)
             m.submodules[f"{name}_fifo"] = fifo
             fifos[name] = fifo
         for name in ("verdict", "cpl"):
             port, fifo = getattr(self, name), fifos[name]
             m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
                          fifo.r_en.eq(port.ready)]
-        # A descriptor leaves when both its parts are in (the tail comes three cycles after
+        # A descriptor leaves when both its parts are in (the tail comes four cycles after
         # the body).
         body, tail = fifos["ack"], fifos["ack_tail"]
         body_v, tail_v = Signal(ACK_BODY), Signal(ACK_TAIL)
@@ -343,7 +356,7 @@ class PsnTracker(TrackerStages, wiring.Component):
         mpr_max, N, qbits, cbits = self.mpr_max, self.max_wimm_dest, self._qbits, self._cbits
         return SimpleNamespace(
             cont_valid=Signal(name="cont_valid"), cont_op=Signal(OP, name="cont_op"),
-            cont_pkt=Signal(PKT_IN, name="cont_pkt"),
+            cont_pkt=Signal(CONT, name="cont_pkt"), cont_qpi=Signal(qbits, name="cont_qpi"),
             drain_busy=Signal(name="drain_busy"), drain_mask=Signal(N, name="drain_mask"),
             drain_pos=Signal(data.ArrayLayout(9, N), name="drain_pos"),
             drain_older=Signal(N * N, name="drain_older"),
@@ -351,10 +364,16 @@ class PsnTracker(TrackerStages, wiring.Component):
             emit_valid=Signal(name="drain_emit_valid"), emit_sel=Signal(N, name="drain_emit_sel"),
             # After reset, a sweep opens every QP at PSN 0 with MPR mpr_max (block RAM keeps
             # its contents through a reset): qps x (mpr_max + 1) cycles, nothing issued.
-            sweep=Signal(init=1), cmd_busy=Signal(init=1, name="cmd_busy"),
+            sweep=Signal(init=1, name="cmd_sweep"), cmd_busy=Signal(init=1, name="cmd_busy"),
             cmd_open=Signal(init=1, name="cmd_open"), cmd_qp=Signal(qbits, name="cmd_qp"),
             cmd_start=Signal(PSN, name="cmd_start"), cmd_j=Signal(cbits + 1, name="cmd_j"),
-            cmd_mpr_m1=Signal(max(1, cbits), init=mpr_max - 1))
+            # The start's position in its chunk as word and bit masks (see _qp_command_run),
+            # loaded with it (reset: PSN 0).
+            cmd_word_gt=Signal(CHUNK // WORD, name="cmd_word_gt",
+                               init=(1 << CHUNK // WORD) - 2),
+            cmd_word_eq=Signal(CHUNK // WORD, name="cmd_word_eq", init=1),
+            cmd_bit_ge=Signal(WORD, name="cmd_bit_ge", init=(1 << WORD) - 1),
+            cmd_mpr_m1=Signal(max(1, cbits), init=mpr_max - 1, name="cmd_mpr_m1"))
 
     def _queue(self, m, st, ctl):
         """The input queue: records are written as they are accepted and kept until they
@@ -383,6 +402,7 @@ class PsnTracker(TrackerStages, wiring.Component):
         m.d.sync += [wr.eq(wr_next), cmt.eq(cmt_next),
                      ready.eq(((wr - cmt)[:pbits] < depth - 2) & ~ctl.cmd_busy)]
         return SimpleNamespace(rd=qr, at_u=qu, wr=wr, iss=iss, cmt=cmt, cmt_next=cmt_next,
+                               take=take,
                                empty=(cmt == wr), pending=(iss != wr))
 
     # --- Stage I: issue --------------------------------------------------------------------
@@ -390,24 +410,33 @@ class PsnTracker(TrackerStages, wiring.Component):
     def _stage_i_issue(self, m, q, st, ctl, room):
         """Stage I: a continuation, else the queue's next record unless it is of the QP
         issued in the cycle before; nothing while the stages behind a deferral are flushed
-        (``kill``), held completions drain, or an output FIFO lacks room."""
+        (``kill``), held completions drain, or an output FIFO lacks room. The opcode leaves
+        as the classes the decisions test."""
         qps, qbits, r = self.qps, self._qbits, st.r
         rec = q.rd.data
         qop = Signal(OP)
-        m.d.comb += assign(qop, qp=rec.qp, psn=rec.psn, opcode=rec.opcode,
-                            ack_req=rec.ack_req, rtx=rec.rtx, ce=rec.ce, trimmed=rec.trimmed,
-                            lasthop=rec.lasthop, idx=q.iss[:len(qop.idx)])
-        hazard = r.valid & (rec.qp[:qbits] == r.op.qp[:qbits])
-        go = ~st.kill & ~ctl.drain_busy & room
+        m.d.comb += assign(
+            qop, psn=rec.psn, probe=rec.opcode == Opcode.PROBE,
+            write=(rec.opcode >= Opcode.WRITE_FIRST) & (rec.opcode <= Opcode.WRITE_ONLY_IMM),
+            wimm=(rec.opcode == Opcode.WRITE_LAST_IMM) | (rec.opcode == Opcode.WRITE_ONLY_IMM),
+            asks=rec.ack_req | rec.rtx | rec.ce, trimmed=rec.trimmed, lasthop=rec.lasthop,
+            idx=q.iss[:len(qop.idx)])
+        hazard = r.valid & (rec.qp[:qbits] == r.qpl)
+        go = ~ctl.drain_busy & room
         issue_cont = Signal()
         issue_q = Signal()
-        m.d.comb += [issue_cont.eq(go & ctl.cont_valid),
-                     issue_q.eq(go & ~ctl.cont_valid & q.pending & ~hazard)]
+        # A continuation goes in the cycle its flush clears the stages behind, unless held
+        # completions may be released then (the drain goes first).
+        m.d.comb += [issue_cont.eq(go & ctl.cont_valid & ~st.kill_held),
+                     issue_q.eq(go & ~st.kill & ~ctl.cont_valid & q.pending & ~hazard)]
         op = Signal(OP, name="i_op")
         m.d.comb += op.eq(Mux(ctl.cont_valid, ctl.cont_op, qop))
+        in_range = rec.qp < qps
         m.d.sync += [r.valid.eq(issue_cont | issue_q), r.op.eq(op),
-                     r.qp_in.eq(op.qp < qps),
-                     r.qpi.eq(Mux(op.qp < qps, op.qp[:qbits], 0))]
+                     r.qpl.eq(Mux(ctl.cont_valid, ctl.cont_qpi, rec.qp[:qbits])),
+                     r.qp_in.eq(ctl.cont_valid | in_range),
+                     r.qpi.eq(Mux(ctl.cont_valid, ctl.cont_qpi,
+                                  Mux(in_range, rec.qp[:qbits], 0)))]
         with m.If(issue_cont):
             m.d.sync += ctl.cont_valid.eq(0)
         with m.If(st.kill):
@@ -441,15 +470,17 @@ class PsnTracker(TrackerStages, wiring.Component):
             m.d.sync += [mask.eq(mask & ~best), ctl.emit_sel.eq(best), ctl.emit_valid.eq(1)]
         with m.Elif(~(ctl.emit_valid & own)):
             m.d.sync += ctl.emit_valid.eq(0)
-        entry = Signal(POOL, name="drain_entry")
-        m.d.comb += entry.eq(functools.reduce(
-            operator.or_, (Mux(ctl.emit_sel[i], pool[i].as_value(), 0) for i in range(N))))
+        entry = Signal(self._pool_layout, name="drain_entry")
+        m.d.comb += [entry.eq(functools.reduce(operator.or_, (
+                         Mux(ctl.emit_sel[i], pool[i].as_value(), 0) for i in range(N)))),
+                     mem.pool_r.addr.eq(functools.reduce(operator.or_, (
+                         Mux(ctl.emit_sel[i], i, 0) for i in range(N))))]
         emit = ctl.emit_valid & ~own
         cpl_rec = Signal(COMPLETION)
         # Plain expressions, not an If chain: an Icarus always-block that no input has woken
         # yet stays X after reset, and an X write enable would poison the counter.
-        m.d.comb += [*assign(cpl_rec, qp=entry.qp, psn=entry.psn, imm=entry.imm,
-                             tag=entry.tag),
+        m.d.comb += [*assign(cpl_rec, qp=entry.qpi, psn=entry.psn, imm=mem.pool_r.data.imm,
+                             tag=mem.pool_r.data.tag),
                      cpl_fifo.w_data.eq(Mux(own, st.own.cpl, cpl_rec)),
                      cpl_fifo.w_en.eq(own | emit)]
         with m.If(emit):
@@ -477,8 +508,17 @@ class PsnTracker(TrackerStages, wiring.Component):
                   ~(f["qp_command"]["open"] & (req_mpr > mpr_max))):
             m.d.sync += [cmd_busy.eq(1), ctl.cmd_open.eq(f["qp_command"]["open"]),
                          ctl.cmd_qp.eq(sel_qp), ctl.cmd_start.eq(f["qp_start"]["psn"]),
+                         *self._start_masks(ctl, f["qp_start"]["psn"]),
                          ctl.cmd_mpr_m1.eq(Mux(req_mpr == 0, mpr_max - 1, req_mpr - 1)),
                          ctl.cmd_j.eq(0)]
+
+    @staticmethod
+    def _start_masks(ctl, start):
+        """The masks of the start's position in its chunk: the words after its word, its
+        word, and the bits of a word at or after its bit."""
+        return [ctl.cmd_word_gt.eq(Cat(*(k > start[4:7] for k in range(CHUNK // WORD)))),
+                ctl.cmd_word_eq.eq(Cat(*(k == start[4:7] for k in range(CHUNK // WORD)))),
+                ctl.cmd_bit_ge.eq(Cat(*(b >= start[:4] for b in range(WORD))))]
 
     def _qp_command_run(self, m, mem, st, ctl, q):
         """QP commands, once every record accepted before them is done and the pipeline is
@@ -489,26 +529,39 @@ class PsnTracker(TrackerStages, wiring.Component):
         parity = self._parity
         pool = mem.pool
         cmd_qp, cmd_start, cmd_j = ctl.cmd_qp, ctl.cmd_start, ctl.cmd_j
-        idle = (q.empty & ~st.r.valid & ~st.f.valid & ~st.d.valid & ~st.u.valid &
-                ~st.a.valid & ~ctl.cont_valid & ~ctl.drain_busy)
+        # Idle: nothing in the queue or the pipeline, and nothing accepted (the input is
+        # closed while a command waits), so still idle in the next cycle: registered.
+        idle = Signal(init=1, name="cmd_idle")
+        m.d.sync += idle.eq(ctl.cmd_busy & q.empty & ~q.take & ~st.r.valid & ~st.w.valid &
+                            ~st.f.valid & ~st.d.valid & ~st.u.valid & ~st.a.valid &
+                            ~ctl.cont_valid & ~ctl.drain_busy)
         cmd_run = ctl.cmd_busy & idle
+        # Held completions of the QP (the pool does not change while a command waits).
+        drop = Signal(N, name="cmd_drop")
+        m.d.sync += drop.eq(Cat(*(pool[i].qpi == cmd_qp for i in range(N))))
         # A chunk of a fresh ring reads "not arrived" for every PSN of the first window:
         # positions at or after the start's belong to its lap, those before to the next.
-        r0 = cmd_start[:lap] if lap else Const(0, 1)
-        fresh = Signal(CHUNK)
-        for k in range(CHUNK):
-            pos = Cat(Const(k, 7), cmd_j[:cbits]) if cbits else Const(k, 7)
-            m.d.comb += fresh[k].eq(Mux(pos >= r0, parity(cmd_start), ~parity(cmd_start)))
-        # The chunk is written a cycle after it is worked out, from registers.
+        # Position (chunk j, bit 16 h + b) is at or after the start's (chunk s, bit
+        # 16 sh + sb) when j > s, or j = s and h > sh, or h = sh and b >= sb.
+        s_hi = cmd_start[7:lap] if lap > 7 else Const(0, 1)
+        # The chunk is written a cycle after its number is counted, from registers.
         w_valid = Signal(name="cmd_ring_w_valid")
         w_addr = Signal(len(mem.lo.w.addr), name="cmd_ring_w_addr")
-        w_data = Signal(CHUNK, name="cmd_ring_w_data")
+        after, here = Signal(name="cmd_chunk_after"), Signal(name="cmd_chunk_here")
+        j = cmd_j[:cbits] if cbits else Const(0, 1)
         m.d.sync += [w_valid.eq(0), w_addr.eq(self._ring_addr(cmd_qp, cmd_j)),
-                     w_data.eq(fresh)]
+                     after.eq(j > s_hi), here.eq(j == s_hi)]
+        par = parity(cmd_start)
+        fresh = Signal(CHUNK, name="cmd_fresh")
+        for k in range(CHUNK):
+            h, b = k // WORD, k % WORD
+            at_or_after = after | (here & (ctl.cmd_word_gt[h] |
+                                           (ctl.cmd_word_eq[h] & ctl.cmd_bit_ge[b])))
+            m.d.comb += fresh[k].eq(Mux(at_or_after, par, ~par))
         with m.If(w_valid):
-            m.d.comb += [mem.lo.w.addr.eq(w_addr), mem.lo.w.data.eq(w_data[:HALF]),
+            m.d.comb += [mem.lo.w.addr.eq(w_addr), mem.lo.w.data.eq(fresh[:HALF]),
                          mem.lo.w.en.eq(1),
-                         mem.hi.w.addr.eq(w_addr), mem.hi.w.data.eq(w_data[HALF:]),
+                         mem.hi.w.addr.eq(w_addr), mem.hi.w.data.eq(fresh[HALF:]),
                          mem.hi.w.en.eq(1)]
         with m.If(cmd_run):
             with m.If(cmd_j < mpr_max):
@@ -521,7 +574,7 @@ class PsnTracker(TrackerStages, wiring.Component):
                              mem.stats_w.addr.eq(cmd_qp), mem.stats_w.en.eq(1),
                              *assign(mem.stats_w.data, pbase=start_m1)]
                 for i in range(N):
-                    with m.If(pool[i].qp == cmd_qp):
+                    with m.If(drop[i]):
                         m.d.sync += pool[i].valid.eq(0)
                 # The sweep after reset: on to the next QP until every one is open.
                 with m.If(ctl.sweep & (cmd_qp != qps - 1)):

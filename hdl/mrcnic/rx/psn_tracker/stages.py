@@ -1,4 +1,4 @@
-"""The stages of :class:`~mrcnic.rx.psn_tracker.PsnTracker`'s pipeline, R to A, and the
+"""The stages of :class:`~mrcnic.rx.psn_tracker.PsnTracker`'s pipeline, R to T, and the
 constants and record layouts they share with the tracker's top (issue, queue, engines).
 
 Each stage is a method of :class:`TrackerStages` (mixed into the tracker) that reads the
@@ -16,22 +16,21 @@ from amaranth.lib import data
 from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
-from mrcnic.base.records import (
-    ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict)
-from mrcnic.base.gates import assign, first_set, signed_fits
-from mrcnic.base.proto import NackCode, Opcode, SackMode
+from mrcnic.base.records import ACK_DESC, COMPLETION, VERDICT, Verdict
+from mrcnic.base.gates import assign, signed_fits
+from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET
 
 __all__ = ["TrackerStages", "PSN", "CHUNK", "HALF", "WORD", "WINDOW_CHUNKS", "LATE_SACK",
-           "BITMAP_BITS", "QUEUE_DEPTH", "FIFO_DEPTH", "IN_FLIGHT", "POOL", "OP", "ACK_BODY",
-           "ACK_TAIL",
-           "VERDICT_NAMES"]
+           "BITMAP_BITS", "QUEUE_DEPTH", "FIFO_DEPTH", "IN_FLIGHT", "POOL_DATA", "OP", "CONT",
+           "ACK_BODY", "ACK_TAIL", "VERDICT_NAMES"]
 
 PSN = proto.PSN_BITS
 CHUNK = proto.MPR_UNIT_PSNS          # PSNs per ring chunk (two bank words)
 HALF = CHUNK // 2                     # PSNs per ring bank word
 WORD = 16                             # bits a search word covers (stage F), then combined (D)
 WORD_BITS = 4
+GROUP = 4                             # search words per group of stage D's first combine
 # Chunks read from the packet's PSN for the CACK advance: 3 by default (a run of at least
 # 257 PSNs after the packet is found in one pass), 2 the small option (at least 129).
 WINDOW_CHUNKS = (2, 3)
@@ -45,31 +44,94 @@ LATE_SACK = "a packet that fills the lowest hole, CACK moving past it"
 BITMAP_BITS = SACK_BITMAP_BITS
 QUEUE_DEPTH = 16                      # input queue: records accepted, not yet past stage U
 FIFO_DEPTH = 16                       # each output FIFO
-IN_FLIGHT = 10                        # records issued, or about to be, not yet in the FIFOs
-# A held WRITE-with-immediate completion.
-POOL = data.StructLayout({"valid": 1, "qp": QP_INDEX_BITS, "psn": PSN, "imm": 32, "tag": 16})
-# A record in the pipeline: the fields of a packet its decisions need, and its place in the
-# input queue (``idx``; the rest of the packet is read there in stage U); or a continuation
-# (``cont``) of a packet's CACK advance with its SACK decision (``due``), whose ``psn`` is
-# the first PSN after the window searched before (its search starts at it, a packet's after
-# its PSN), the packet itself being held in the continuation register.
+# Records that may still enter an output FIFO after its level was registered: one in each
+# of stages R to U, and those issued in that cycle and the next (7); one more for margin.
+IN_FLIGHT = 8
+# A held WRITE-with-immediate completion: what only its release reads, in distributed RAM
+# (its QP, PSN and valid flag are registers, compared every cycle).
+POOL_DATA = data.StructLayout({"imm": 32, "tag": 16})
+# A record in the pipeline: the fields of a packet its decisions need (the opcode as the
+# three classes they test; ``asks``: BTH A, rtx or ECN CE, any of which asks for a SACK),
+# and its place in the input queue (``idx``; the rest of the packet is read there in stage
+# U); or a continuation (``cont``) of a packet's CACK advance with its SACK decision
+# (``due``), whose ``psn`` is the first PSN after the window searched before (its search
+# starts at it, a packet's after its PSN), the packet itself being held in the continuation
+# register (:data:`CONT`).
+OP = data.StructLayout({"psn": PSN, "probe": 1, "write": 1, "wimm": 1, "asks": 1,
+                        "trimmed": 1, "lasthop": 1, "cont": 1, "due": 1,
+                        "idx": ceil_log2(QUEUE_DEPTH)})
+# What a continuation's descriptor takes from its packet.
+CONT = data.StructLayout({"qp": 16, "psn": PSN, "ce": 1, "entropy": 32, "timestamp": 16})
 VERDICT_NAMES = [v.name.lower() for v in Verdict]     # the verdict flags, by code
-# A descriptor in two parts: the body, written in stage U, and the tail, three cycles later
+# A descriptor in two parts: the body, written in stage U, and the tail, four cycles later
 # (the bitmap read after the record's write, and the figures worked out beside it).
 ACK_TAIL = data.StructLayout({"bitmap": BITMAP_BITS, "ooo_count": 15, "ack_psn_offset": 16})
 ACK_BODY = data.StructLayout({name: f.shape for name, f in ACK_DESC
                               if name not in ("bitmap", "ooo_count", "ack_psn_offset")})
-OP = data.StructLayout({"qp": QP_INDEX_BITS, "psn": PSN, "opcode": 8, "ack_req": 1, "rtx": 1,
-                        "ce": 1, "trimmed": 1, "lasthop": 1, "cont": 1, "due": 1,
-                        "idx": ceil_log2(QUEUE_DEPTH)})
 
 
+def named(m, value, name):
+    """``value`` in a Signal named ``name``: a level of a wide function written out (each
+    at most about six inputs of the one before), which a timing report then names."""
+    sig = Signal(len(value), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+
+def is_zero(m, value, name):
+    """``value`` == 0, in groups of six bits (two LUT levels for up to 36 bits)."""
+    groups = named(m, Cat(*(value[i:i + 6] == 0 for i in range(0, len(value), 6))),
+                  f"{name}_z")
+    return groups.all()
+
+
+def select_bit(m, vec, sel, name):
+    """Bit ``sel`` of ``vec``: a tree of 4:1 multiplexers (one LUT level each)."""
+    level, i = vec, 0
+    while len(level) > 1:
+        s = sel[i:i + 2]
+        nxt = Cat(*(Cat(*(level[g + k] if g + k < len(level) else Const(0, 1)
+                          for k in range(4))).bit_select(s, 1)
+                    for g in range(0, len(level), 4)))
+        level = named(m, nxt, f"{name}_{i // 2}") if len(nxt) > 1 else nxt
+        i += 2
+    return level
+
+
+def first_of_four(flags):
+    """``(any, index)`` of the first set bit of up to four bits (a 2-bit index)."""
+    n = len(flags)
+    idx = Const(n - 1, 2)
+    for i in reversed(range(n - 1)):
+        idx = Mux(flags[i], i, idx)
+    return Cat(*flags).any(), idx
+
+
+def pick_first(flags, values):
+    """The value of the first set flag of up to four (the last value if none is set)."""
+    out = values[-1]
+    for i in reversed(range(len(flags) - 1)):
+        out = Mux(flags[i], values[i], out)
+    return out
+
+
+def word_search(m, holes, name):
+    """``(found, index)`` of the first set bit of a :data:`WORD`-bit vector: each nibble's,
+    then the first nibble that has one (three LUT levels)."""
+    nib = [first_of_four([holes[4 * n + i] for i in range(4)]) for n in range(4)]
+    nf = named(m, Cat(*(f for f, _ in nib)), f"{name}_nib")
+    ni = named(m, Cat(*(i for _, i in nib)), f"{name}_nibidx")
+    half = named(m, Cat(Mux(nf[0], ni[0:2], ni[2:4]), Mux(nf[2], ni[4:6], ni[6:8])),
+                f"{name}_half")
+    found, which = first_of_four([nf[n] for n in range(4)])
+    return found, Cat(Mux(nf[0] | nf[1], half[0:2], half[2:4]), which)
 
 
 class TrackerStages:
-    """Stages R (read), F (fetch), D (decide), U (update) and A (answer) of
-    :class:`~mrcnic.rx.psn_tracker.PsnTracker`, and the registers between them. Mixed into
-    the tracker: the methods read its parameters (``window_chunks``, ``mpr_max``, ...)."""
+    """Stages R (read), W (window), F (fetch), D (decide), U (update) and A, B, C, T (the
+    SACK's bitmap) of :class:`~mrcnic.rx.psn_tracker.PsnTracker`, and the registers between
+    them. Mixed into the tracker: the methods read its parameters (``window_chunks``,
+    ``mpr_max``, ...)."""
 
     # --- Helpers ---------------------------------------------------------------------------
 
@@ -89,234 +151,332 @@ class TrackerStages:
         return chunk[lap - 7] if lap < PSN else Const(0, 1)
 
     def _stage_registers(self):
-        """The registers each stage hands the next, by stage (``r``, ``f``, ``d``, ``u``,
-        ``a``); ``w``, the context stage U wrote (forwarded); ``kill`` and ``commit``."""
-        CTX, qbits, nw, W, C = (self._ctx_layout, self._qbits, self.words, self.window,
-                                self.window_chunks)
+        """The registers each stage hands the next, by stage (``r`` .. ``c``); ``uw``, the
+        context stage U wrote (forwarded); ``kill`` and ``commit``."""
+        CTX, qbits, nw, C = self._ctx_layout, self._qbits, self.words, self.window_chunks
 
         def stage(prefix, **shapes):
             return SimpleNamespace(**{k: Signal(v, name=f"{prefix}_{k}")
                                       for k, v in shapes.items()})
         common = dict(valid=1, op=OP, qpi=qbits, qp_in=1)
+        # Flags of a PSN against a CACK (stage D picks the set that holds): at or before
+        # it, in the window above it, just after it.
+        cmp = dict(before=1, in_win=1, imm=1)
         st = SimpleNamespace()
-        st.r = stage("r", **common)
-        st.f = stage("f", **common, fwd_hit=nw, fwd_bsel=WORD, fwd_val=C, fwd_own=1,
-                     fwd_next=1, next_pos=7, next_in1=1,
-                     phys_en=1, phys_bit=6, phys_raw=1, par=C, therm=CHUNK, own=CHUNK)
-        st.d = stage("d", **common, ctx=CTX, sel=1, held=1, arrived=1, nextbit=1, raw=HALF,
-                     allones=nw, fzw=data.ArrayLayout(WORD_BITS, nw))
-        st.u = stage("u", **common, ctx=CTX, qp_ok=1, place=1, adv=1, fz=range(W + 1),
-                     cp1=PSN, verdict=3, pkt_op=1, emit_sack=1, emit_nack=1, reason=8,
-                     due=1, need_cont=1, above_hi=1, admit=1, own_cpl=1, raw=HALF,
-                     cand=self.max_wimm_dest,
+        st.r = stage("r", **common, qpl=qbits)
+        # The forwarding flags of a ring write against this record's window (stages R, W).
+        self._fwd_layout = data.StructLayout({
+            "hit": C * CHUNK // WORD, "bsel": WORD, "val": C, "own": 1, "next": 1,
+            "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
+        st.w = stage("w", **common, same_u=1, fwd_u=self._fwd_layout)
+        st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
+                     fwd_done=1, fwd_pend=1, fwd=self._fwd_layout, hit_done=C * CHUNK // WORD,
+                     hit_pend=C * CHUNK // WORD, next_pos=7, next_in1=1,
+                     par=C, lap_own=CHUNK,
+                     th_lt=CHUNK // WORD, th_eq=CHUNK // WORD, th_low=WORD,
+                     off=PSN, pp_above=1, pp_new_hole=1)
+        st.d = stage("d", **common, ctx=CTX, sel=1, held=1, arrived=1, nextbit=1, pos0=1,
+                     qp_ok=1, data_ok=1,
+                     raw=HALF, found=nw, found_last=1, idx=data.ArrayLayout(WORD_BITS, nw),
+                     ram=data.StructLayout(cmp), adv=data.StructLayout(cmp),
+                     above_hi=1, new_hole=1, pp_above=1, pp_new_hole=1,
+                     every0=1, every1=1, every2=1,
+                     fwd_adv=1, fwd_hi=1, fwd_sack=1, fwd_inc=1)
+        st.u = stage("u", **common, ctx=CTX, qp_ok=1, place=1, adv=1, run=range(self.window),
+                     verdict=3, pkt_op=1, emit_sack=1, emit_nack=1, reason=8,
+                     due=1, need_cont=1, above_hi=1, admit=1, own_cpl=1, word=HALF,
+                     cand=self.max_wimm_dest, rel=data.ArrayLayout(9, self.max_wimm_dest),
                      events=data.StructLayout({n: 1 for n in VERDICT_NAMES}))
-        st.a = stage("a", valid=1, admit=1, qpi=qbits, base=PSN, cack=PSN, pbase=PSN,
+        st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
-        tail = dict(valid=1, shift=6, half=1, par0=1, par1=1, nack=1, tail=ACK_TAIL)
+        tail = dict(valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, tail=ACK_TAIL)
         st.b = stage("b", **tail)
         st.c = stage("c", **tail, lo=HALF, hi=HALF)
+        st.t = stage("t", valid=1, shift=2, nack=1, tail=ACK_TAIL, coarse=BITMAP_BITS + 3)
         # The packet's own completion, written in stage U.
         st.own = stage("own", valid=1, cpl=COMPLETION)
-        st.w = stage("w", valid=1, qpi=qbits, ctx=CTX)
+        st.uw = stage("uw", valid=1, qpi=qbits, ctx=CTX)
         st.kill = Signal(name="d_kill")
+        st.kill_held = Signal(name="d_kill_held")
         st.commit = Signal(name="u_commit")
         return st
 
     # --- Stage R: read ---------------------------------------------------------------------
 
     def _stage_r_read(self, m, mem, st):
-        """Stage R: addresses the window's chunks from the packet's own; works out how the
-        record now in D (in U next cycle, when its ring write is one this read misses)
-        forwards to this one: the window words that are its bank word (any lap) and the
-        value its bit will read there, and whether it is this packet's own bank word (for
-        the write back); the masks of the search."""
-        r, f, d = st.r, st.f, st.d
-        C, cbits = self.window_chunks, self._cbits
-        op = r.op
-        pars, chunks = [], []
-        for j in range(C):
+        """Stage R: addresses the window's chunks from the packet's own (block RAM, read
+        in W, transparent to the write of the same cycle); how the ring write of the record
+        now in D (in U when this one is in W) would reach this window."""
+        r, w, d = st.r, st.w, st.d
+        chunks = []
+        for j in range(self.window_chunks):
             chunk = Signal(PSN - 7, name=f"r_chunk{j}")
-            m.d.comb += chunk.eq(op.psn[7:] + j)
+            m.d.comb += chunk.eq(r.op.psn[7:] + j)
             addr = self._ring_addr(r.qpi, chunk)
             m.d.comb += [mem.lo.win[j].addr.eq(addr), mem.hi.win[j].addr.eq(addr)]
-            pars.append(self._chunk_parity(chunk))
             chunks.append(chunk)
-        same = d.valid & ~d.op.cont & (d.qpi == r.qpi) & d.qp_in & r.qp_in
-        a_psn = d.op.psn
+        same = d.valid & ~d.op.cont & d.qp_in & (d.qpi == r.qpi) & r.qp_in
+        m.d.sync += [w.valid.eq(r.valid & ~st.kill), w.op.eq(r.op), w.qpi.eq(r.qpi),
+                     w.qp_in.eq(r.qp_in), w.same_u.eq(same),
+                     w.fwd_u.eq(self._fwd_flags(m, "r", r.op.psn, chunks, d.op.psn))]
+
+    def _fwd_flags(self, m, prefix, psn, chunks, a_psn):
+        """How a ring write of PSN ``a_psn`` of the same QP reaches the window of ``psn``
+        (chunks ``chunks``): the window words it lands in (any lap), its bit in the word and
+        the value it reads there by chunk, whether it is the packet's own bit or the next,
+        or in the bank word of the packet's own bit (for the write back)."""
+        C, cbits = self.window_chunks, self._cbits
+        flags = Signal(self._fwd_layout, name=f"{prefix}_fwd")
         a_raw = ~self._parity(a_psn)
         hit = []
         for j in range(C):
-            chunk_hit = same & ((chunks[j][:cbits] == a_psn[7:7 + cbits]) if cbits else 1)
+            chunk_hit = (chunks[j][:cbits] == a_psn[7:7 + cbits]) if cbits else 1
             hit += [chunk_hit & (a_psn[WORD_BITS:7] == k) for k in range(CHUNK // WORD)]
-        s0 = Signal(8, name="r_start")           # first window position searched
-        m.d.comb += s0.eq(op.psn[:7] + ~op.cont)
-        m.d.sync += [
-            f.valid.eq(r.valid & ~st.kill), f.op.eq(op), f.qpi.eq(r.qpi), f.qp_in.eq(r.qp_in),
-            f.fwd_hit.eq(Cat(*hit)),
-            # The record ahead writes this packet's own position, or the next (any lap).
-            f.fwd_own.eq(same & ((a_psn[:7 + cbits] == op.psn[:7 + cbits]) if cbits else
-                                 (a_psn[:7] == op.psn[:7]))),
-            f.fwd_next.eq(same & ((a_psn[:7 + cbits] == (op.psn + 1)[:7 + cbits]))),
-            f.next_pos.eq(op.psn[:7] + 1), f.next_in1.eq(op.psn[:7] == CHUNK - 1),
-            f.fwd_bsel.eq(Const(1, WORD) << a_psn[:WORD_BITS]),
-            f.fwd_val.eq(Cat(*(a_raw ^ pars[j] for j in range(C)))),
-            f.phys_en.eq(same & (a_psn[6:7 + cbits] == op.psn[6:7 + cbits])),
-            f.phys_bit.eq(a_psn[:6]),
-            f.phys_raw.eq(a_raw),
-            f.par.eq(Cat(*pars)),
-            f.therm.eq(Cat(*(Const(i, 8) < s0 for i in range(CHUNK)))),
-            f.own.eq(Mux(op.cont, 0, Const(1, CHUNK) << op.psn[:7])),
+        m.d.comb += [
+            flags.hit.eq(Cat(*hit)),
+            flags.bsel.eq(Const(1, WORD) << a_psn[:WORD_BITS]),
+            flags.val.eq(Cat(*(a_raw ^ self._chunk_parity(chunks[j]) for j in range(C)))),
+            flags.own.eq(a_psn[:7 + cbits] == psn[:7 + cbits]),
+            flags.next.eq(a_psn[:7 + cbits] == (psn + 1)[:7 + cbits]),
+            flags.phys_en.eq(a_psn[6:7 + cbits] == psn[6:7 + cbits]),
+            flags.phys_bit.eq(a_psn[:6]),
+            flags.phys_raw.eq(a_raw),
         ]
+        return flags
+
+    # --- Stage W: window -------------------------------------------------------------------
+
+    def _stage_w_window(self, m, mem, st):
+        """Stage W: the window's bank words, as the block RAM gives them, into registers;
+        beside them, how the ring writes this read misses reach it: that of the record in U
+        (its placement known now) or of the record in D (known next cycle, when it is in U),
+        whichever is of this QP (never both: they are a cycle apart). The window words the
+        write lands in (any lap) and the value its bit will read there, whether it is this
+        packet's own bit or the next, or its bank word (for the write back); the search
+        masks; the PSN's offsets from the record in D's window base and PSN, against which
+        stage F tests the CACK and highest PSN that record will write."""
+        w, f, d, u = st.w, st.f, st.d, st.u
+        C = self.window_chunks
+        op = w.op
+        psn = op.psn
+        from_u, from_d = Signal(name="w_fwd_from_u"), Signal(name="w_fwd_from_d")
+        m.d.comb += [from_u.eq(u.place & w.same_u),
+                     from_d.eq(d.valid & ~d.op.cont & d.qp_in & (d.qpi == w.qpi) & w.qp_in)]
+        chunks = []
+        for j in range(C):
+            chunk = Signal(PSN - 7, name=f"w_chunk{j}")
+            m.d.comb += chunk.eq(psn[7:] + j)
+            chunks.append(chunk)
+        fwd_d = self._fwd_flags(m, "w", psn, chunks, d.op.psn)
+        pars = [self._chunk_parity(chunk) for chunk in chunks]
+        rel7 = psn[:7]
+        nwc = CHUNK // WORD
+        m.d.sync += [
+            f.valid.eq(w.valid & ~st.kill), f.op.eq(op), f.qpi.eq(w.qpi), f.qp_in.eq(w.qp_in),
+            *[f.lo[j].eq(mem.lo.win[j].data) for j in range(C)],
+            *[f.hi[j].eq(mem.hi.win[j].data) for j in range(C)],
+            f.fwd_done.eq(from_u), f.fwd_pend.eq(from_d & ~from_u),
+            f.fwd.eq(Mux(from_u, w.fwd_u, fwd_d)),
+            f.hit_done.eq(Mux(from_u, w.fwd_u.hit, 0)),
+            f.hit_pend.eq(Mux(from_d & ~from_u, fwd_d.hit, 0)),
+            f.next_pos.eq(psn[:7] + 1), f.next_in1.eq(psn[:7] == CHUNK - 1),
+            f.par.eq(Cat(*pars)),
+            # Positions up to the packet's own read as arrived (the search starts after it):
+            # whole words below its word, and in its word the bits up to its own.
+            f.th_lt.eq(Cat(*(rel7[WORD_BITS:] > k for k in range(nwc)))),
+            f.th_eq.eq(Cat(*(rel7[WORD_BITS:] == k for k in range(nwc)))),
+            f.th_low.eq(Cat(*(rel7[:WORD_BITS] >= b for b in range(WORD)))),
+            f.off.eq(psn - Cat(Const(0, 7), d.op.psn[7:])),
+        ]
+        if self._lap_chunks:
+            m.d.sync += f.lap_own.eq(Mux(op.cont, 0, Const(1, CHUNK) << rel7))
+        pp = Signal(PSN, name="w_dist_d")
+        m.d.comb += pp.eq(psn - d.op.psn)
+        m.d.sync += [f.pp_above.eq((pp != 0) & ~pp[-1]),
+                     f.pp_new_hole.eq((pp != 0) & ~pp[-1] & (pp != 1))]
 
     # --- Stage F: fetch --------------------------------------------------------------------
 
-    def _stage_f_fetch(self, m, mem, st):
-        """Stage F: the QP's context; the window (lap parity removed), positions before the
-        search start read as arrived and later laps of the packet's own position as not,
-        with the bit of the record ahead (now in U) forwarded if it placed its packet, searched
-        per 16-bit word (all arrived, or the first that is not). The
-        packet's own bit and the next; the raw bank word of its own bit for the write
-        back."""
+    def _stage_f_fetch(self, m, f_regs, mem, st):
+        """Stage F: the QP's context, and its tests against this packet's PSN; the same
+        tests against the CACK the record in U writes if it advances; the window (lap
+        parity removed) with the write the read missed forwarded, positions up to the
+        packet's own reading as arrived and later laps of its own position as not, searched
+        per :data:`WORD`-bit word from the position after the packet's for the first that
+        has not arrived; the packet's own bit and the next; the raw bank word of its own
+        bit for the write back."""
         f, d, u = st.f, st.d, st.u
-        C, nw = self.window_chunks, self.words
-        m.d.comb += mem.ctx_r.addr.eq(f.qpi)
-        # Each window bit is one function of six inputs: the bit read, the chunk's lap
-        # parity, the search mask, and the forward: its word (with the record ahead's
-        # placement, a register of stage U), its bit, its value.
-        hitw = Signal(nw, name="f_fwd_words")
-        m.d.comb += hitw.eq(f.fwd_hit & u.place.replicate(nw))
+        C, nw, W = self.window_chunks, self.words, self.window
+        nwc = CHUNK // WORD
+        # The forwarded write is there: the record in U placed its packet now, or the one
+        # ahead of it did (then known in W).
+        act = named(m, f.fwd_done | (f.fwd_pend & u.place), "f_fwd_act")
+        hitw = named(m, f.hit_done | (f.hit_pend & u.place.replicate(C * nwc)), "f_fwd_words")
+        # Positions up to the packet's own read as arrived (but for position 0, which the
+        # search does not read: a continuation's first).
+        forced = named(m, Cat(*(f.th_lt[k] | (f.th_eq[k] & f.th_low[b])
+                               for k in range(nwc) for b in range(WORD))), "f_forced")
         parts = []
-        arr0 = []
         for j in range(C):
-            raw = Cat(mem.lo.win[j].data, mem.hi.win[j].data)
-            hit = Cat(*(Mux(hitw[k], f.fwd_bsel, 0)
-                        for k in range(j * CHUNK // WORD, (j + 1) * CHUNK // WORD)))
-            arr = raw ^ f.par[j].replicate(CHUNK)
-            if j < 2:
-                arr0.append(arr)
-            vec = (arr & ~hit) | (f.fwd_val[j].replicate(CHUNK) & hit)
-            if j == 0:
-                vec = vec | f.therm
+            a = Cat(f.lo[j], f.hi[j]) ^ f.par[j].replicate(CHUNK)
+            hit = Cat(*(Mux(hitw[k], f.fwd.bsel, 0) for k in range(j * nwc, (j + 1) * nwc)))
+            vec = (a & ~hit) | (f.fwd.val[j].replicate(CHUNK) & hit)
             if j in self._lap_chunks:
-                vec = vec & ~f.own
-            parts.append(vec)
-        vec = Signal(self.window, name="f_search")
-        m.d.comb += vec.eq(Cat(*parts))
-        allones, fzw = [], []
+                vec = vec & ~f.lap_own
+            if j == 0:
+                vec = Cat(vec[0], vec[1:] | forced[1:])
+            parts.append(named(m, vec, f"f_arrived{j}"))
+        full = Cat(*parts)
+        # Search position i stands for window position i + 1: the search finds the end of
+        # the run of arrived PSNs (the last before the first hole), which is the new CACK;
+        # the window's last word ends at the position after the window, taken as a hole.
+        srch = Signal(W, name="f_search")
+        m.d.comb += srch.eq(Cat(full[1:], Const(0, 1)))
+        found, idx = [], []
         for k in range(nw):
-            holes = Signal(WORD, name=f"f_holes{k}")
-            m.d.comb += holes.eq(~vec[k * WORD:(k + 1) * WORD])
-            found, idx = first_set(holes)
-            allones.append(~found)
-            fzw.append(idx)
-        p = f.op
-        rel7 = p.psn[:7]
-        # The packet's own bit and the next, as read (a 128:1 mux each), or the value the
-        # record ahead wrote there.
-        now0, now1 = Signal(CHUNK, name="f_own_chunk"), Signal(CHUNK, name="f_next_chunk")
-        m.d.comb += [now0.eq(arr0[0]), now1.eq(arr0[1])]
-        own_bit = now0.bit_select(rel7, 1)
-        next_bit = Mux(f.next_in1, now1[0], now0.bit_select(f.next_pos, 1))
-        fwd_own_val = f.fwd_val[0]
-        fwd_next_val = Mux(f.next_in1, f.fwd_val[1], f.fwd_val[0])
+            fk, ik = word_search(m, ~srch[k * WORD:(k + 1) * WORD], f"f_word{k}")
+            found.append(fk)
+            idx.append(ik)
+        found_last = ~srch[(nw - 1) * WORD:W - 1].all()
+        op = f.op
+        rel7 = op.psn[:7]
+        # The packet's own bit and the next, as read (a 128:1 mux each, parity removed
+        # after), or the value the record ahead wrote there.
+        raw0, raw1 = Cat(f.lo[0], f.hi[0]), Cat(f.lo[1], f.hi[1])
+        own_raw = select_bit(m, raw0, rel7, "f_own_sel")
+        next_raw = Mux(f.next_in1, raw1[0], select_bit(m, raw0, f.next_pos, "f_next_sel"))
+        next_par = Mux(f.next_in1, f.par[1], f.par[0])
+        own_bit, next_bit = own_raw ^ f.par[0], next_raw ^ next_par
+        fwd_next_val = Mux(f.next_in1, f.fwd.val[1], f.fwd.val[0])
         raw_own = Signal(HALF, name="f_raw_own")
-        m.d.comb += raw_own.eq(Mux(p.psn[6], mem.hi.win[0].data, mem.lo.win[0].data))
+        m.d.comb += raw_own.eq(Mux(op.psn[6], f.hi[0], f.lo[0]))
         phys = Signal(HALF, name="f_phys_mask")
-        m.d.comb += phys.eq(Mux(f.phys_en & u.place, Const(1, HALF) << f.phys_bit, 0))
+        m.d.comb += phys.eq(Mux(f.fwd.phys_en & act, Const(1, HALF) << f.fwd.phys_bit, 0))
+        sel = Signal(name="f_sel")
+        m.d.comb += sel.eq(u.valid & u.qp_ok & (u.qpi == f.qpi))
         m.d.sync += [
-            d.valid.eq(f.valid & ~st.kill), d.op.eq(f.op), d.qpi.eq(f.qpi),
+            d.valid.eq(f.valid & ~st.kill), d.op.eq(op), d.qpi.eq(f.qpi),
             d.qp_in.eq(f.qp_in), d.ctx.eq(mem.ctx_r.data),
-            d.sel.eq(u.valid & u.qp_ok & (u.qpi == f.qpi)),
+            d.sel.eq(sel),
             # Held completions of the QP: in the pool, or being admitted by the record in U.
-            d.held.eq(Cat(*(mem.pool[i].valid & (mem.pool[i].qp[:self._qbits] == f.qpi)
+            d.held.eq(Cat(*(mem.pool[i].valid & (mem.pool[i].qpi == f.qpi)
                             for i in range(self.max_wimm_dest))).any() |
                       (u.valid & u.admit & (u.qpi == f.qpi))),
-            d.allones.eq(Cat(*allones)),
-            *[d.fzw[k].eq(fzw[k]) for k in range(nw)],
-            d.arrived.eq(Mux(f.fwd_own & u.place, fwd_own_val, own_bit)),
-            d.nextbit.eq(Mux(f.fwd_next & u.place, fwd_next_val, next_bit)),
-            d.raw.eq((raw_own & ~phys) | (f.phys_raw.replicate(HALF) & phys)),
+            d.found.eq(Cat(*found)), d.found_last.eq(found_last),
+            *[d.idx[k].eq(idx[k]) for k in range(nw)],
+            d.arrived.eq(Mux(f.fwd.own & act, f.fwd.val[0], own_bit)),
+            d.nextbit.eq(Mux(f.fwd.next & act, fwd_next_val, next_bit)),
+            # A continuation's search starts at its window's first position.
+            d.pos0.eq(~op.cont | parts[0][0]),
+            d.raw.eq((raw_own & ~phys) | (f.fwd.phys_raw.replicate(HALF) & phys)),
+            d.pp_above.eq(f.pp_above), d.pp_new_hole.eq(f.pp_new_hole),
+            # What the record in U changes in this QP's context.
+            d.fwd_adv.eq(sel & u.adv), d.fwd_hi.eq(sel & u.place & u.above_hi),
+            d.fwd_sack.eq(sel & u.pkt_op & u.due), d.fwd_inc.eq(sel & u.place),
+        ]
+        self._context_tests(m, f_regs, mem, st)
+
+    def _psn_tests(self, m, dd, dm, mpr_m1, into, name):
+        """``into`` (before, in_win, imm) from ``dd`` = PSN - CACK and ``dm`` = ``dd`` - 1."""
+        cbits = self._cbits
+        before = is_zero(m, dd, f"{name}_dd") | dd[-1]
+        in_win = ~before & is_zero(m, dm[7 + cbits:], f"{name}_far")
+        if cbits:
+            in_win = in_win & (dm[7:7 + cbits] <= mpr_m1)
+        low = named(m, dm[:7 + cbits] == 0, f"{name}_low")
+        return [into.before.eq(before), into.in_win.eq(in_win),
+                into.imm.eq(low & is_zero(m, dm[7 + cbits:], f"{name}_hi"))]
+
+    def _context_tests(self, m, f_regs, mem, st):
+        """Stage F's tests of the packet's PSN: against the context read (CACK, highest PSN
+        seen, packets since the last SACK) and against the CACK the record in U writes if it
+        advances (its window base plus the end of its run: the PSN's offset from that base,
+        taken in W, less the run's end)."""
+        f, d, u = st.f, st.d, st.u
+        m.d.comb += mem.ctx_r.addr.eq(f.qpi)
+        ctx = mem.ctx_r.data
+        psn = f.op.psn
+        dd, dm, ad, am, dh = (Signal(PSN, name=n) for n in (
+            "f_dist", "f_dist_m1", "f_adv_dist", "f_adv_dist_m1", "f_dist_hi"))
+        run = Cat(u.run, Const(0, PSN - len(u.run)))
+        m.d.comb += [dd.eq(psn - ctx.cack), dm.eq(psn + ~ctx.cack),
+                     ad.eq(f.off - run), am.eq(f.off + ~run),
+                     dh.eq(psn - ctx.hi)]
+        sack_every = f_regs["config"]["sack_every"]
+        op = f.op
+        m.d.sync += [
+            # The QP is open; and the record is a WRITE (not a probe, not trimmed) to it.
+            d.qp_ok.eq(f.qp_in & ctx.open),
+            d.data_ok.eq(f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
+            *self._psn_tests(m, dd, dm, ctx.mpr_m1, d.ram, "f_ram"),
+            *self._psn_tests(m, ad, am, ctx.mpr_m1, d.adv, "f_adv"),
+            d.above_hi.eq(~is_zero(m, dh, "f_hi") & ~dh[-1]),
+            d.new_hole.eq(~is_zero(m, dh[1:], "f_hi_far") & ~dh[-1]),
+            # The sack_every-th packet since the last SACK: with the count read, one more
+            # (the record in U placed its packet), or 0 (it was SACKed).
+            d.every0.eq(sack_every == 1),
+            d.every1.eq((sack_every != 0) & (ctx.since + 1 >= sack_every)),
+            d.every2.eq((sack_every != 0) & (ctx.since + 2 >= sack_every)),
         ]
 
     # --- Stage D: decide -------------------------------------------------------------------
 
-    def _stage_d_decide(self, m, f, mem, st, ctl):
-        """Stage D: the verdict against the (forwarded) context, the search combined over
-        the words, the SACK triggers; a continuation or a possible release of held
-        completions sets ``kill``, which flushes the stages behind next cycle."""
-        d, u, w = st.d, st.u, st.w
-        N, W, nw = self.max_wimm_dest, self.window, self.words
+    def _stage_d_decide(self, m, mem, st, ctl):
+        """Stage D: the verdict, from F's tests (those against what the record in U writes,
+        when it is of this QP and changes them), the SACK triggers, the search combined
+        over the words; a continuation or a possible release of held completions sets
+        ``kill``, which flushes the stages behind next cycle."""
+        d, u, uw = st.d, st.u, st.uw
+        N = self.max_wimm_dest
         op = d.op
         live = Signal(name="d_live")
         m.d.comb += live.eq(d.valid & ~st.kill)
-        c = Signal(self._ctx_layout, name="d_context")
-        m.d.comb += c.eq(Mux(d.sel, w.ctx, d.ctx))
-        # PSN distances to CACK: dd = psn - CACK, dm = psn - CACK - 1, both carry chains.
-        dd, dm = Signal(PSN, name="d_dist"), Signal(PSN, name="d_dist_m1")
-        m.d.comb += [dd.eq(op.psn - c.cack), dm.eq(op.psn + ~c.cack)]
-        before = (dd == 0) | dd[-1]
-        cbits = self._cbits
-        in_win = ~before & (dm[7 + cbits:] == 0)
-        if cbits:
-            in_win = in_win & (dm[7:7 + cbits] <= c.mpr_m1)
-        immediate = dm == 0
-        is_probe = op.opcode == Opcode.PROBE
-        is_write = (op.opcode >= Opcode.WRITE_FIRST) & (op.opcode <= Opcode.WRITE_ONLY_IMM)
-        wimm = (op.opcode == Opcode.WRITE_LAST_IMM) | (op.opcode == Opcode.WRITE_ONLY_IMM)
+        t = named(m, Mux(d.fwd_adv, d.adv, d.ram), "d_tests")
+        t = d.ram.shape()(t)
+        above_hi = Mux(d.fwd_hi, d.pp_above, d.above_hi)
+        new_hole = named(m, Mux(d.fwd_hi, d.pp_new_hole, d.new_hole), "d_new_hole")
+        every = named(m, Mux(d.fwd_sack, d.every0, Mux(d.fwd_inc, d.every2, d.every1)),
+                     "d_every")
         # Held completions: those in the pool, and the admissions of the two records ahead.
         a_adm, u_adm = st.a.admit, u.valid & u.admit
         held = mem.held
-        pool_full = (held >= N) | ((held >= N - 1) & (a_adm | u_adm))
-        pool_full |= (held >= N - 2) & a_adm & u_adm if N >= 2 else a_adm & u_adm
-        qp_ok = d.qp_in & c.open
+        full = (held >= N) | ((held >= N - 1) & (a_adm | u_adm))
+        full |= (held >= N - 2) & a_adm & u_adm if N >= 2 else a_adm & u_adm
+        pool_full = named(m, full, "d_pool_full")
+        qp_ok, data_ok = d.qp_ok, d.data_ok
         pkt_op = live & ~op.cont
-        data_ok = qp_ok & ~is_probe & ~op.trimmed & is_write
-        cand = data_ok & in_win & ~d.arrived
-        refuse = wimm & ~immediate & pool_full
+        # A packet that may be placed: a WRITE to an open QP, not arrived (the window tests
+        # and the pool decide).
+        fresh = named(m, d.valid & ~op.cont & data_ok & ~d.arrived, "d_fresh")
+        cand = fresh & t.in_win
+        refuse = op.wimm & ~t.imm & pool_full
         v = {
             "no_qp": pkt_op & ~qp_ok,
-            "probe": pkt_op & qp_ok & is_probe,
-            "trimmed": pkt_op & qp_ok & ~is_probe & op.trimmed,
-            "bad_opcode": pkt_op & qp_ok & ~is_probe & ~op.trimmed & ~is_write,
-            "duplicate": pkt_op & data_ok & (before | (in_win & d.arrived)),
-            "out_of_window": pkt_op & data_ok & ~before & ~in_win,
-            "no_resource": pkt_op & cand & refuse,
-            "place": pkt_op & cand & ~refuse,
+            "probe": pkt_op & qp_ok & op.probe,
+            "trimmed": pkt_op & qp_ok & ~op.probe & op.trimmed,
+            "bad_opcode": pkt_op & qp_ok & ~op.probe & ~op.trimmed & ~op.write,
+            "duplicate": pkt_op & data_ok & (t.before | (t.in_win & d.arrived)),
+            "out_of_window": pkt_op & data_ok & ~t.before & ~t.in_win,
+            "no_resource": ~st.kill & cand & refuse,
+            "place": ~st.kill & cand & ~refuse,
         }
-        place = Signal(name="d_place")
-        m.d.comb += place.eq(v["place"])
-        # The search, combined: the first word not all arrived (one-hot), and its first
-        # position (an AND-OR of the words' results; W when every PSN of the window arrived).
-        first = Signal(nw, name="d_first_word")
-        for k in range(nw):
-            m.d.comb += first[k].eq(~d.allones[k] & d.allones[:k].all() if k else ~d.allones[0])
-        found = ~d.allones.all()
-        fz = Signal(range(W + 1), name="d_first_hole")
-        m.d.comb += fz.eq(functools.reduce(operator.or_, (
-            Mux(first[k], Cat(d.fzw[k], Const(k, len(fz) - WORD_BITS)), 0)
-            for k in range(nw))) | Mux(found, 0, W))
-        adv = Signal(name="d_advance")
-        m.d.comb += adv.eq(live & qp_ok & ((place & immediate) | op.cont))
-        need_cont = Signal(name="d_need_cont")
-        m.d.comb += need_cont.eq(adv & ~found)
-        # SACK triggers.
-        dh = Signal(PSN, name="d_dist_hi")
-        m.d.comb += dh.eq(op.psn - c.hi)
-        above_hi = (dh != 0) & ~dh[-1]
-        new_hole = above_hi & (dh != 1)
-        fills = immediate & d.nextbit                # LATE_SACK: CACK moves past the packet
-        sack_every = f["config"]["sack_every"]
-        every = (sack_every != 0) & (c.since + 1 >= sack_every)
+        place = named(m, v["place"], "d_place")
+        run, found = self._combine(m, d)
+        # A packet placed at CACK + 1 (then in the window, and never refused) or a
+        # continuation whose window starts with an arrived PSN moves CACK.
+        adv = named(m, ~st.kill & (named(m, d.valid & op.cont & qp_ok & d.pos0, "d_cont_adv") |
+                                   (fresh & t.imm)), "d_advance")
+        need_cont = named(m, adv & ~found, "d_need_cont")
+        # SACK triggers (fills: LATE_SACK, CACK moves past the packet).
+        trig = named(m, op.asks | new_hole | every | (t.imm & d.nextbit), "d_sack_trigger")
+        answer = named(m, v["probe"] | v["duplicate"], "d_answer")
         due = Signal(name="d_due")
-        m.d.comb += due.eq(Mux(op.cont, op.due,
-                               v["probe"] | v["duplicate"] |
-                               (place & (op.ack_req | op.rtx | op.ce | new_hole | fills |
-                                         every))))
+        m.d.comb += due.eq(Mux(op.cont, op.due, answer | (place & trig)))
         # The NACK's reason, valid when one is sent (each NACK verdict excludes the others).
         reason = Signal(8)
         m.d.comb += reason.eq(Mux(op.trimmed,
                                   Mux(op.lasthop, NackCode.TRIMMED_LASTHOP, NackCode.TRIMMED),
-                                  Mux(in_win, NackCode.NO_RESOURCE,
+                                  Mux(t.in_win, NackCode.NO_RESOURCE,
                                       NackCode.PSN_OUT_OF_WINDOW)))
         # The verdict's code: each bit an OR of the (exclusive) verdicts that have it.
         verdict = Signal(3)
@@ -324,55 +484,101 @@ class TrackerStages:
             m.d.comb += verdict[bit].eq(functools.reduce(operator.or_, (
                 sig for name, sig in v.items() if Verdict[name.upper()] >> bit & 1)))
         wb = op.psn & ~(CHUNK - 1)
+        own = Signal(HALF, name="d_own_bit")
+        m.d.comb += own.eq(Const(1, HALF) << op.psn[:6])
         # Held completions the advance may release: the QP's, within 512 PSNs of the window
         # base (the pool as it is now: the record ahead, of another QP, admits only its own).
-        cand = []
+        rel_cand, rels = [], []
         for i in range(N):
             pool_i = mem.pool[i]
             rel = Signal(PSN, name=f"d_held_pos{i}")
             m.d.comb += rel.eq(pool_i.psn - wb)
-            cand.append(pool_i.valid & (pool_i.qp[:self._qbits] == d.qpi) & (rel[9:] == 0))
+            rel_cand.append(pool_i.valid & (pool_i.qpi == d.qpi) & (rel[9:] == 0))
+            rels.append(rel[:9])
         m.d.sync += [
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
-            u.ctx.eq(c), u.qp_ok.eq(qp_ok), u.place.eq(place), u.adv.eq(adv), u.fz.eq(fz),
-            u.cp1.eq(c.cack + 1), u.verdict.eq(verdict), u.pkt_op.eq(pkt_op),
-            u.emit_sack.eq(live & due & ~need_cont),
+            u.ctx.eq(Mux(d.sel, uw.ctx, d.ctx)), u.qp_ok.eq(qp_ok), u.place.eq(place),
+            u.adv.eq(adv), u.run.eq(run), u.verdict.eq(verdict), u.pkt_op.eq(pkt_op),
+            u.emit_sack.eq(~st.kill & ~need_cont &
+                           Mux(op.cont, d.valid & op.due, answer | (place & trig))),
             u.emit_nack.eq(v["trimmed"] | v["out_of_window"] | v["no_resource"]),
             u.reason.eq(reason), u.due.eq(due), u.need_cont.eq(need_cont),
-            u.above_hi.eq(above_hi), u.cand.eq(Cat(*cand)),
-            u.admit.eq(place & wimm & ~immediate), u.own_cpl.eq(place & wimm & immediate),
-            u.raw.eq(d.raw),
+            u.above_hi.eq(above_hi), u.cand.eq(Cat(*rel_cand)),
+            *[u.rel[i].eq(rels[i]) for i in range(N)],
+            u.admit.eq(place & op.wimm & ~t.imm), u.own_cpl.eq(place & op.wimm & t.imm),
+            # The bank word to write back: as read (with the write ahead forwarded), with
+            # the packet's bit set.
+            u.word.eq((d.raw & ~own) | ((~self._parity(op.psn)).replicate(HALF) & own)),
             *[getattr(u.events, name).eq(sig) for name, sig in v.items()],
-            st.kill.eq(need_cont | (adv & d.held)),
+            st.kill.eq(adv & (~found | d.held)), st.kill_held.eq(adv & d.held),
         ]
-        # A continuation takes up the advance where the window ended (the packet's fields
-        # are kept by stage U).
+        # A continuation takes up the advance where the window ended, issued while the
+        # stages behind are flushed (the packet's fields are kept by stage U).
         with m.If(need_cont):
-            m.d.sync += [ctl.cont_valid.eq(1),
-                         assign(ctl.cont_op, qp=op.qp, psn=wb + W, cont=1, due=due)]
+            m.d.sync += [ctl.cont_valid.eq(1), ctl.cont_qpi.eq(d.qpi),
+                         assign(ctl.cont_op, psn=wb + self.window, cont=1, due=due)]
+
+    def _combine(self, m, d):
+        """The search combined over the words, in groups of :data:`GROUP` words and then
+        over the groups (four LUT levels): the window position of the end of the run (the
+        search position of the first hole) and whether a hole was found inside the window."""
+        nw = self.words
+        groups = []
+        for n, g in enumerate(range(0, nw, GROUP)):
+            ks = list(range(g, min(g + GROUP, nw)))
+            fl = [d.found[k] for k in ks] + [Const(1, 1)] * (GROUP - len(ks))
+            ix = [d.idx[k] for k in ks] + [Const(0, WORD_BITS)] * (GROUP - len(ks))
+            half = named(m, Cat(Mux(fl[0], ix[0], ix[1]), Mux(fl[2], ix[2], ix[3])),
+                        f"d_group{n}_half")
+            groups.append((fl, half))
+        ng = len(groups)
+        gfound = named(m, Cat(*(Cat(*fl).any() for fl, _ in groups)), "d_group_found")
+        first = named(m, Cat(*(gfound[n] & ~gfound[:n].any() if n else gfound[0]
+                              for n in range(ng))), "d_first_group")
+        # Each group's first hole: its word's index, then the word within the group.
+        pick = named(m, Cat(*(Cat(Mux(fl[0] | fl[1], half[:WORD_BITS], half[WORD_BITS:]),
+                                 first_of_four(fl)[1])
+                             for fl, half in groups)), "d_group_pick")
+        width = WORD_BITS + 2
+        parts = []
+        for lo in range(0, ng, 3):        # three groups (six inputs) a LUT
+            parts.append(named(m, functools.reduce(operator.or_, (
+                Mux(first[n], pick[width * n:width * (n + 1)], 0)
+                for n in range(lo, min(lo + 3, ng)))), f"d_run_part{lo // 3}"))
+        run = Signal(range(self.window), name="d_run_end")
+        top = len(run) - width
+        m.d.comb += run.eq(Cat(
+            functools.reduce(operator.or_, parts),
+            functools.reduce(operator.or_, (Mux(first[n], n, 0) for n in range(ng)))
+            if top else Const(0, 0)))
+        # A hole inside the window: in a group but the last, or in the last group's words
+        # but the window's last position.
+        last = range((ng - 1) * GROUP, nw - 1)
+        found = named(m, gfound[:ng - 1].any() | Cat(*(d.found[k] for k in last)).any() |
+                     d.found_last, "d_found_hole")
+        return run, found
 
     # --- Stage U: update -------------------------------------------------------------------
 
     def _stage_u_update(self, m, mem, fifos, st, ctl, q):
-        """Stage U: the new CACK and context (written, and forwarded in ``w``); the ring bit
-        written back into its bank word; the packet's completion held, or the held ones the
-        new CACK passes released; the ring read at SACK_BASE (the bank word holding it and
-        the next, after this write); the verdict, completion and descriptor handed to A."""
-        u, a, w = st.u, st.a, st.w
-        N = self.max_wimm_dest
+        """Stage U: the new CACK and context (written, and forwarded in ``uw``); the ring bit
+        written back in its bank word; the packet's completion held, or the held ones the new
+        CACK passes released; the packet kept for a continuation; the verdict, completion
+        and descriptor's body into their FIFOs, and to A what its tail needs."""
+        u, a, uw = st.u, st.a, st.uw
         op, c = u.op, u.ctx
-        pool = mem.pool
-        # The packet: from the input queue, or for a continuation its register.
-        p = Signal(PKT_IN, name="u_packet")
-        m.d.comb += [p.eq(Mux(op.cont, ctl.cont_pkt, q.at_u.data)),
-                     st.commit.eq(u.valid & ~op.cont)]
-        with m.If(u.valid & ~op.cont & u.need_cont):
-            m.d.sync += ctl.cont_pkt.eq(q.at_u.data)
+        # The packet: from the input queue, or for a continuation what its register keeps.
+        qd = q.at_u.data
+        cont = ctl.cont_pkt
+        p = SimpleNamespace(**{name: Mux(op.cont, getattr(cont, name), getattr(qd, name))
+                               for name, _ in CONT})
+        m.d.comb += st.commit.eq(u.valid & ~op.cont)
         wb = op.psn & ~(CHUNK - 1)
-        base = Signal(PSN, name="u_sack_base")           # CACK + 1
-        m.d.comb += base.eq(Mux(u.adv, wb + u.fz, u.cp1))
+        # A continuation's packet: its fields are kept here.
+        with m.If(u.valid & ~op.cont & u.need_cont):
+            m.d.sync += [getattr(cont, name).eq(getattr(qd, name)) for name, _ in CONT]
         cack = Signal(PSN, name="u_cack")
-        m.d.comb += cack.eq(base - 1)
+        m.d.comb += cack.eq(Mux(u.adv, Cat(u.run[:7], op.psn[7:] + u.run[7:]), c.cack))
         new = Signal(self._ctx_layout, name="u_context")
         m.d.comb += [new.eq(c), new.cack.eq(cack)]
         with m.If(u.pkt_op & u.due):
@@ -386,7 +592,7 @@ class TrackerStages:
         stats = mem.stats_r.data
         new_stats = Signal(self._stats_layout, name="u_stats")
         m.d.comb += [new_stats.pbase.eq(stats.pbase + u.place),
-                     new_stats.bytes.eq(stats.bytes + Mux(u.place, p.length, 0))]
+                     new_stats.bytes.eq(stats.bytes + Mux(u.place, qd.length, 0))]
         # For formal checks: the context write and the placement (see ``probe``).
         self.probe = SimpleNamespace(cack_write=mem.ctx_w.en, cack=mem.ctx_w.data.cack,
                                      place=u.valid & u.place, place_psn=op.psn)
@@ -395,37 +601,15 @@ class TrackerStages:
                          mem.ctx_w.en.eq(1),
                          mem.stats_w.addr.eq(u.qpi), mem.stats_w.data.eq(new_stats),
                          mem.stats_w.en.eq(1)]
-        m.d.sync += [w.valid.eq(u.valid & u.qp_ok), w.qpi.eq(u.qpi), w.ctx.eq(new)]
-        # The packet's bit, written back into its bank word (the word as read, with the
-        # bit of the record ahead forwarded).
-        own = Const(1, HALF) << op.psn[:6]
-        word = (u.raw & ~own) | ((~self._parity(op.psn)).replicate(HALF) & own)
+        m.d.sync += [uw.valid.eq(u.valid & u.qp_ok), uw.qpi.eq(u.qpi), uw.ctx.eq(new)]
+        # The packet's bit, written back in its bank word (made in D).
         addr = self._ring_addr(u.qpi, op.psn[7:])
         with m.If(u.valid & u.place):
             for bank, sel in ((mem.lo, ~op.psn[6]), (mem.hi, op.psn[6])):
-                m.d.comb += [bank.w.addr.eq(addr), bank.w.data.eq(word), bank.w.en.eq(sel)]
-        # Held completions: admit the packet's, or release those the new CACK passes (all
-        # after the old CACK, so at or after the window base: a 9-bit compare).
-        free = Signal(N, name="u_pool_free")
-        m.d.comb += free.eq(Cat(*(~pool[i].valid for i in range(N))))
-        free_found, free_idx = first_set(free)
-        with m.If(u.valid & u.admit):
-            m.d.sync += assign(pool[free_idx], valid=1, qp=p.qp, psn=p.psn, imm=p.imm,
-                               tag=p.tag)
-        release = Signal(N, name="u_release")
-        pos = []
-        for i in range(N):
-            rel = Signal(9, name=f"u_release_pos{i}")
-            m.d.comb += rel.eq(pool[i].psn[:9] - wb[:9])
-            m.d.comb += release[i].eq(u.valid & u.adv & u.cand[i] & (rel < u.fz))
-            pos.append(rel)
-        with m.If(release.any()):
-            m.d.sync += [ctl.drain_busy.eq(1), ctl.drain_mask.eq(release),
-                         ctl.drain_ordered.eq(0),
-                         *[ctl.drain_pos[i].eq(pos[i]) for i in range(N)]]
+                m.d.comb += [bank.w.addr.eq(addr), bank.w.data.eq(u.word), bank.w.en.eq(sel)]
+        self._pool_update(m, mem, st, ctl, qd, wb)
         # The verdict, the packet's own completion and the descriptor (but for the part that
         # waits for the bitmap, stage C) into their FIFOs; to stage A, what that part needs.
-        is_probe = p.opcode == Opcode.PROBE
         body = Signal(ACK_BODY, name="u_ack_body")
         ack = {"nack": u.emit_nack, "qp": p.qp, "cack": cack, "mpr": c.mpr_m1 + 1,
                "rcvd_bytes": new_stats.bytes[8:], "entropy": p.entropy,
@@ -434,42 +618,72 @@ class TrackerStages:
             m.d.comb += assign(body, **ack, reason=u.reason, psn=p.psn)
         with m.Else():
             m.d.comb += assign(body, **ack, sack_offset=SACK_OFFSET,
-                               m=Mux(p.ce, SackMode.SKIP_ONCE, SackMode.NONE), pr=is_probe,
-                               psn=Mux(is_probe, 0, p.psn))
+                               m=Mux(p.ce, SackMode.SKIP_ONCE, SackMode.NONE), pr=op.probe,
+                               psn=Mux(op.probe, 0, p.psn))
         verdict = Signal(VERDICT, name="u_verdict_record")
         m.d.comb += [
-            assign(verdict, qp=op.qp, psn=op.psn, verdict=u.verdict, tag=p.tag),
+            assign(verdict, qp=qd.qp, psn=op.psn, verdict=u.verdict, tag=qd.tag),
             fifos["verdict"].w_en.eq(u.pkt_op), fifos["verdict"].w_data.eq(verdict),
             st.own.valid.eq(u.valid & u.own_cpl),
-            assign(st.own.cpl, qp=op.qp, psn=op.psn, imm=p.imm, tag=p.tag),
+            assign(st.own.cpl, qp=qd.qp, psn=op.psn, imm=qd.imm, tag=qd.tag),
             fifos["ack"].w_en.eq(u.emit_sack | u.emit_nack),
             fifos["ack"].w_data.eq(body),
         ]
         m.d.sync += [
             a.valid.eq(u.emit_sack | u.emit_nack), a.admit.eq(u.valid & u.admit),
-            a.qpi.eq(u.qpi), a.base.eq(base + SACK_OFFSET - 1), a.cack.eq(cack),
+            a.qpi.eq(u.qpi), a.cack.eq(cack),
             a.pbase.eq(new_stats.pbase), a.psn.eq(body.psn), a.nack.eq(u.emit_nack),
-            a.plain.eq(u.emit_nack | is_probe),
+            a.plain.eq(u.emit_nack | op.probe),
         ]
+
+    def _pool_update(self, m, mem, st, ctl, qd, wb):
+        """Stage U's held completions: the packet's admitted, or those the new CACK passes
+        released (all after the old CACK, so at or after the window base: a 9-bit compare
+        with the run's end) to the drain."""
+        u, N, pool = st.u, self.max_wimm_dest, mem.pool
+        # The first free slot (one-hot); the store is never full when a packet is admitted.
+        free = [~pool[i].valid for i in range(N)]
+        slot = named(m, Cat(*(free[i] & ~Cat(*free[:i]).any() if i else free[0]
+                             for i in range(N))), "u_pool_slot")
+        admit = u.valid & u.admit
+        for i in range(N):
+            with m.If(admit & slot[i]):
+                m.d.sync += assign(pool[i], valid=1, qpi=u.qpi, psn=u.op.psn)
+        m.d.comb += [mem.pool_w.addr.eq(functools.reduce(operator.or_, (
+                         Mux(slot[i], i, 0) for i in range(N)))),
+                     mem.pool_w.en.eq(admit),
+                     assign(mem.pool_w.data, imm=qd.imm, tag=qd.tag)]
+        release = Signal(N, name="u_release")
+        pos = [u.rel[i] for i in range(N)]
+        for i in range(N):
+            m.d.comb += release[i].eq(u.valid & u.adv & u.cand[i] & (u.rel[i] <= u.run))
+        with m.If(release.any()):
+            m.d.sync += [ctl.drain_busy.eq(1), ctl.drain_mask.eq(release),
+                         ctl.drain_ordered.eq(0),
+                         *[ctl.drain_pos[i].eq(pos[i]) for i in range(N)]]
 
     # --- Stages A, B and C: the SACK's bitmap ----------------------------------------------
 
     def _stage_a_sack_read(self, m, mem, st):
-        """Stage A: reads the ring at SACK_BASE (the bank word holding it and the next),
-        after this record's own write and before the next record of the QP writes;
+        """Stage A: reads the ring at SACK_BASE = CACK + 1 (the bank word holding it and the
+        next), after this record's own write and before the next record of the QP writes;
         ``ack_psn_offset`` and ``ooo_count``."""
         a, b = st.a, st.b
-        chunk = a.base[7:]
+        base = Signal(PSN, name="a_sack_base")
+        m.d.comb += base.eq(a.cack + SACK_OFFSET)
+        chunk = base[7:]
         chunk1 = Signal(PSN - 7, name="a_sack_chunk_next")
         m.d.comb += [chunk1.eq(chunk + 1),
-                     mem.lo.sack.addr.eq(self._ring_addr(a.qpi, Mux(a.base[6], chunk1, chunk))),
+                     mem.lo.sack.addr.eq(self._ring_addr(a.qpi, Mux(base[6], chunk1, chunk))),
                      mem.hi.sack.addr.eq(self._ring_addr(a.qpi, chunk))]
         trigger = Signal(PSN, name="a_trigger")
         ooo = Signal(PSN, name="a_ooo")
         m.d.comb += [trigger.eq(a.psn - a.cack), ooo.eq(a.pbase - a.cack)]
         m.d.sync += [
-            b.valid.eq(a.valid), b.shift.eq(a.base[:6]), b.half.eq(a.base[6]),
-            b.par0.eq(self._chunk_parity(chunk)), b.par1.eq(self._chunk_parity(chunk1)),
+            b.valid.eq(a.valid), b.shift.eq(base[:6]), b.half.eq(base[6]),
+            # The parity of the second word: the next chunk's when it is the odd half.
+            b.par0.eq(self._chunk_parity(chunk)),
+            b.par_next.eq(Mux(base[6], self._chunk_parity(chunk1), self._chunk_parity(chunk))),
             b.nack.eq(a.nack),
             b.tail.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
             b.tail.ack_psn_offset.eq(Mux(a.plain | ~signed_fits(trigger, 16), 0,
@@ -481,19 +695,32 @@ class TrackerStages:
         nothing else)."""
         b, c = st.b, st.c
         m.d.sync += [c.valid.eq(b.valid), c.shift.eq(b.shift), c.half.eq(b.half),
-                     c.par0.eq(b.par0), c.par1.eq(b.par1), c.nack.eq(b.nack),
+                     c.par0.eq(b.par0), c.par_next.eq(b.par_next), c.nack.eq(b.nack),
                      c.tail.eq(b.tail), c.lo.eq(mem.lo.sack.data), c.hi.eq(mem.hi.sack.data)]
 
-    def _stage_c_bitmap(self, m, fifos, st):
-        """Stage C: the bitmap from SACK_BASE (lap parity removed, shifted), into the tail
-        of the descriptor's FIFO."""
-        c = st.c
-        arr = Signal(CHUNK, name="c_arrived")
-        m.d.comb += arr.eq(Mux(c.half,
-                               Cat(c.hi ^ c.par0.replicate(HALF), c.lo ^ c.par1.replicate(HALF)),
-                               Cat(c.lo ^ c.par0.replicate(HALF), c.hi ^ c.par0.replicate(HALF))))
-        bitmap = Signal(BITMAP_BITS, name="c_bitmap")
-        m.d.comb += bitmap.eq((arr >> c.shift)[:BITMAP_BITS])
+    def _stage_c_bitmap(self, m, st):
+        """Stage C: the two words in PSN order (when SACK_BASE is in the odd half, ``hi``
+        first and then ``lo``, the next chunk's even half), lap parity removed, shifted
+        towards SACK_BASE by its position's upper four bits (two 4:1 steps)."""
+        c, t = st.c, st.t
+        arr = named(m, Mux(c.half, Cat(c.hi, c.lo), Cat(c.lo, c.hi)) ^
+                   Cat(c.par0.replicate(HALF), c.par_next.replicate(HALF)), "c_arrived")
+        vec = arr
+        for lo in (4, 2):
+            vec = named(m, Cat(*(
+                Cat(*(vec[i + (k << lo)] if i + (k << lo) < len(vec) else Const(0, 1)
+                      for k in range(4))).bit_select(c.shift[lo:lo + 2], 1)
+                for i in range(BITMAP_BITS + (1 << lo) - 1))), f"c_shift{lo}")
+        m.d.sync += [t.valid.eq(c.valid), t.shift.eq(c.shift[:2]), t.nack.eq(c.nack),
+                     t.tail.eq(c.tail), t.coarse.eq(vec)]
+
+    def _stage_t_tail(self, m, fifos, st):
+        """Stage T: the last 4:1 step of the shift gives the bitmap (none for a NACK), into
+        the tail of the descriptor's FIFO."""
+        t = st.t
+        bitmap = Signal(BITMAP_BITS, name="t_bitmap")
+        m.d.comb += bitmap.eq(Cat(*(t.coarse[i:i + 4].bit_select(t.shift, 1)
+                                    for i in range(BITMAP_BITS))))
         tail = Signal(ACK_TAIL)
-        m.d.comb += [tail.eq(c.tail), tail.bitmap.eq(Mux(c.nack, 0, bitmap)),
-                     fifos["ack_tail"].w_data.eq(tail), fifos["ack_tail"].w_en.eq(c.valid)]
+        m.d.comb += [tail.eq(t.tail), tail.bitmap.eq(Mux(t.nack, 0, bitmap)),
+                     fifos["ack_tail"].w_data.eq(tail), fifos["ack_tail"].w_en.eq(t.valid)]
