@@ -296,9 +296,9 @@ class RetransmitTracker(wiring.Component):
     SACK/NACK path: stage A (``sack_a_*``) takes the record, reads the bitmap words and the
     record rings, and works out from the record alone where its CACK falls in the two
     words, the highest PSN it acknowledges and the end of the hole search that gives; stage
-    E (``sack_e_*``) aligns the bitmap,
-    reads the QP's context, checks and applies the record, and finds its holes (each bound
-    of the search a mask of its own, ANDed) and the bounds of the search; stage K
+    E (``sack_e_*``) aligns the bitmap, reads the QP's context, checks and applies the
+    record, and finds its holes (each bound of the search a mask of its own, ANDed) and the
+    bounds of the search; stage K
     (``sack_k_*``) moves the QP's hole mark to the end of a search that was not empty (a
     record of the same QP waits in stage E meanwhile, the mark being read there); the hole
     engine (``hole_*``) requests the holes one per cycle. A hole found by one SACK is
