@@ -366,6 +366,8 @@ class RetransmitTracker(wiring.Component):
         self._ack_stage_e_answer(m, v)
         self._hole_engine(m, v)
         self._timer_scan(m, v)
+        self._timer_decide(m, v)
+        self._timer_writes(m, v)
         self._pending_table(m, v)
         self._error_and_retries(m, v)
         self._open_sweep_writes(m, v)
@@ -1010,16 +1012,14 @@ class RetransmitTracker(wiring.Component):
             h_q=h_q, h_rtx=h_rtx)
 
     def _timer_scan(self, m, v):
-        """The timer scan: stages S1, S2 and S3 visit each QP's unacknowledged PSNs for
-        timeouts (S1 reads, S2 tests what was read, S3 decides)."""
+        """The timer scan's stages S1 and S2, which visit each QP's unacknowledged PSNs for
+        timeouts: S1 reads the block RAMs and works out the QP's timeout, S2 tests what was
+        read into registers for stage S3 (:meth:`_timer_decide`)."""
         (qb, cmd_busy, rec_addr, rec_rh, h_issue, h_q, h_next_psn, tag_rh, rq_r, banks, bank_addr,
-         retries, t_exp, r_lin, r_max, epoch, ctx_rt, nxt_rt, e_valid, e_q, WORDL, wq, ob, err,
-         h_emit, room3, p_hit, qps, ctx, rq_w, rtx_rec, fb_rec, err_rec, fifos, e_rtx, h_rtx, e_go,
-         e_fb, e_err, ev, take_s, s, qp_ok, take_c, s_err, in_err, qidx) = _take(v, """
+         retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
+         qidx) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_issue h_q h_next_psn tag_rh rq_r banks bank_addr retries
-            t_exp r_lin r_max epoch ctx_rt nxt_rt e_valid e_q WORDL wq ob err h_emit room3 p_hit
-            qps ctx rq_w rtx_rec fb_rec err_rec fifos e_rtx h_rtx e_go e_fb e_err ev take_s s qp_ok
-            take_c s_err in_err qidx""")
+            t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s qidx""")
         # --- Timer scan ---------------------------------------------------------------------
         sc_q = Signal(qb)
         sc_p = Signal(PSN)
@@ -1087,6 +1087,19 @@ class RetransmitTracker(wiring.Component):
             s3.stale.eq((e_valid & (e_q == s2_q)) |
                         (take_s & (qidx(s.qp) == s2_q) & (s.psn == s2_p))),
         ]
+        vars(v).update(
+            issue=issue, r_written=r_written, r_written2=r_written2, s2_q=s2_q,
+            s2_valid=s2_valid, s3=s3, s3_epoch=s3_epoch, s3_p=s3_p, s3_q=s3_q, s3_rec=s3_rec,
+            s3_squash=s3_squash, s3_valid=s3_valid, sc_on=sc_on, sc_p=sc_p, sc_q=sc_q)
+
+    def _timer_decide(self, m, v):
+        """The timer scan's stage S3: the PSN against the QP's context, the decision (end
+        the visit, go back to CACK + 1, try the PSN again, step, or time it out), and where
+        the scan goes next."""
+        (qb, cmd_busy, ctx_rt, nxt_rt, e_valid, e_q, err, r_max, h_emit, room3, p_hit, qps, ctx,
+         issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q) = _take(v, """
+            qb cmd_busy ctx_rt nxt_rt e_valid e_q err r_max h_emit room3 p_hit qps ctx issue
+            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q""")
         m.d.comb += [ctx_rt.addr.eq(s3_q), nxt_rt.addr.eq(s3_q)]
         # Stage S3 decides. It holds (tries the PSN again) while stage E holds a record of
         # its QP, which may write the QP's context and bitmap words at the end of this
@@ -1132,6 +1145,22 @@ class RetransmitTracker(wiring.Component):
             m.d.sync += [sc_on.eq(1), sc_p.eq(start_ctx.data.cack + 1)]
         with m.Elif(issue):
             m.d.sync += sc_p.eq(sc_p + 1)
+
+        vars(v).update(
+            busy_out=busy_out, exhaust=exhaust, expired=expired, head=head, t_end=t_end,
+            t_eval=t_eval, t_exhaust=t_exhaust, t_retry=t_retry, t_timeout=t_timeout)
+
+    def _timer_writes(self, m, v):
+        """What the timer writes: the fired mark of a PSN timed out, its retransmit request,
+        feedback and error records, and the output FIFOs' write enables (with stage E's and
+        the hole engine's) and the events the scan and the inputs count."""
+        (rec_addr, rq_w, ob, e_valid, h_emit, tag_rh, rtx_rec, fb_rec, err_rec, fifos, e_rtx,
+         h_rtx, e_go, e_fb, e_err, ev, take_s, s, qp_ok, take_c, s_err, in_err, qps, s3,
+         s3_epoch, s3_p, s3_q, s3_rec, busy_out, exhaust, expired, t_end, t_eval, t_exhaust,
+         t_retry, t_timeout) = _take(v, """
+            rec_addr rq_w ob e_valid h_emit tag_rh rtx_rec fb_rec err_rec fifos e_rtx h_rtx e_go
+            e_fb e_err ev take_s s qp_ok take_c s_err in_err qps s3 s3_epoch s3_p s3_q s3_rec
+            busy_out exhaust expired t_end t_eval t_exhaust t_retry t_timeout""")
         # The PSN's request marked as fired whether or not the pending table holds it (a
         # pending PSN's entry leaves only when it is resent, acknowledged or its QP is
         # reopened or in error, each of which makes the mark moot): the pending lookup
@@ -1163,9 +1192,6 @@ class RetransmitTracker(wiring.Component):
             ev.in_error.eq((take_s & (s.qp < qps) & s_err) + (e_go & qp_ok & in_err)),
         ]
 
-        vars(v).update(
-            head=head, r_written=r_written, r_written2=r_written2, s2_q=s2_q, s3_p=s3_p,
-            s3_q=s3_q, sc_q=sc_q, t_exhaust=t_exhaust, t_timeout=t_timeout)
 
     def _pending_table(self, m, v):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
