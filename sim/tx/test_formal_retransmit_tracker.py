@@ -102,10 +102,20 @@ class NeverReleasedOrResentWhenAcked(wiring.Component):
             m.d.sync += max_c.eq(p.cack)
         with m.If(covers_c):
             m.d.sync += cacked.eq(1)
-        with m.If(covers_c | covers_bit):
-            m.d.sync += acked.eq(1)
-
+        # x counts as acknowledged once the covering SACK is applied (probe "applied": an
+        # ack record applied, in the order taken): the records taken before it may still
+        # request x until then.
         pr = dut.probe
+        applied = pr["applied"]
+        inflight = Signal(3)             # ack records taken, not yet applied
+        m.d.sync += inflight.eq(inflight + (a.valid & a.ready) - applied)
+        wait = Signal(3)                 # applications until the covering SACK's own
+        with m.If((covers_c | covers_bit) & ~acked & (wait == 0)):
+            m.d.sync += wait.eq(inflight + 1 - applied)
+        with m.Elif((wait != 0) & applied):
+            m.d.sync += wait.eq(wait - 1)
+            with m.If(wait == 1):
+                m.d.sync += acked.eq(1)
         asked = Signal()                # a request for x made, its resend not yet taken
         req_x = pr["rtx_we"] & (pr["rtx"].psn == x)
         m.d.sync += asked.eq(req_x | (asked & ~resent_x & ~pr["open"]))

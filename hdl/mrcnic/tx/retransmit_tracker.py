@@ -272,9 +272,9 @@ class RetransmitTracker(wiring.Component):
 
     Latency
     -------
-    A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 3
+    A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 4
     (:attr:`nack_latency`); a SACK's release and feedback too (:attr:`sack_latency`), its
-    first hole request in t + 5, then one per cycle. A timeout is seen at most one timer
+    first hole request in t + 6, then one per cycle. A timeout is seen at most one timer
     pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 3) cycles,
     at most ``qps`` x (``outstanding`` + 3), plus the cycles it yields to the output FIFOs.
 
@@ -282,32 +282,37 @@ class RetransmitTracker(wiring.Component):
     ----------
     One ``sent`` record and one ``ack`` record per cycle, sustained, together, while
     consecutive ack records are of different QPs. An ack record right behind one of its
-    own QP waits one cycle in stage E (stage K writes the QP's mark), and while it waits
+    own QP waits one cycle in stage E (stage W writes the QP's state), and while it waits
     the sent records of its QP and every retransmission record wait too: for one QP
     alone, one record every two cycles on each input (measured in
     ``sim/tx/test_retransmit_tracker.py``, with 4 QPs at random too). The ``ack`` input
     also pauses while the hole engine sends requests (one cycle per hole, requested or
-    skipped as pending: a SACK that opens k holes costs k + 1 cycles) or an output FIFO
-    is full; a retransmission record waits while a SACK of its QP is in stage E or in the
-    hole engine. The pending table adds no cycle and no pause.
+    skipped as pending, and one more after a hole too young for the time guard: a SACK
+    that opens k holes costs k + 1 cycles) or an output FIFO is full; a retransmission
+    record waits while stage E or W holds a record, or a SACK of its QP is in stage E, W
+    or the hole engine. The pending table adds no cycle and no pause.
 
     Stages
     ------
-    SACK/NACK path: stage A (``sack_a_*``) takes the record, reads the bitmap words and the
-    record rings, and works out from the record alone where its CACK falls in the two
-    words, the highest PSN it acknowledges and the end of the hole search that gives; stage
-    E (``sack_e_*``) aligns the bitmap, reads the QP's context, checks and applies the
-    record, and finds its holes (each bound of the search a mask of its own, ANDed) and the
-    bounds of the search; stage K
-    (``sack_k_*``) moves the QP's hole mark to the end of a search that was not empty (a
-    record of the same QP waits in stage E meanwhile, the mark being read there); the hole
-    engine (``hole_*``) requests the holes one per cycle. A hole found by one SACK is
-    requested before the next SACK is applied: the next ack record waits in stage E while
-    the engine runs. Stage E's CACK and error are forwarded to the sent path (a sent record
-    taken with a SACK of its QP leaving stage E sees it); nothing is forwarded to the timer
-    scan, whose stage S3 tries its PSN again while stage E holds a record of the same QP.
-    Each output record is chosen by which stage holds one (stage E, the hole engine, the
-    timer) and registered before its FIFO (``out_*``).
+    SACK/NACK path: stage A (``sack_a_*``) takes the record, reads the bitmap words, and
+    works out from the record alone where its CACK falls in the two words, the highest
+    PSN it acknowledges and the end of the hole search that gives; stage E (``sack_e_*``)
+    reads the QP's context, hole mark and next PSN, checks the record against them and
+    against the words, aligns the SACK's bitmap and finds the bounds of the hole search;
+    stage W (``sack_w_*``) applies the record (context, words, the hole mark moved to the
+    end of a search that was not empty), answers it and finds its holes, each bound a
+    mask of its own; the hole engine (``hole_*``) requests them one per cycle. Only stage
+    W writes what stage E reads: a record of the QP stage W (or the hole engine) holds
+    waits in stage E and reads it all again the cycle after it is written (the words
+    through a transparent read port). A hole found by one SACK is requested before the
+    next ack record is applied: stage W waits while the engine runs. Stage E's and W's
+    CACK and error are forwarded to the sent path (a sent record taken as an ack record
+    leaves stage E, or while stage W holds it, sees it); a retransmission taken as a
+    record leaves stage E leaves the pending table when stage W is done with that record
+    (``pend_rm_*``). Nothing is forwarded to the timer scan, whose stage S3 tries its PSN
+    again while stage E or W holds a record of the same QP. Each output record is chosen
+    by which stage holds one (stage W, the hole engine, the timer) and registered before
+    its FIFO (``out_*``).
 
     Raises
     ------
@@ -317,8 +322,8 @@ class RetransmitTracker(wiring.Component):
         1 .. 64; or ``counter_width`` is not 0, 16 or 32.
     """
 
-    nack_latency = 3
-    sack_latency = 3
+    nack_latency = 4
+    sack_latency = 4
 
     def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16, counter_width=32):
         self.counter_width = check_counter_width(counter_width)
@@ -363,7 +368,8 @@ class RetransmitTracker(wiring.Component):
         self._credit_query(m, v)
         self._ack_stage_a(m, v)
         self._ack_stage_e(m, v)
-        self._ack_stage_e_answer(m, v)
+        self._ack_stage_w(m, v)
+        self._ack_stage_w_answer(m, v)
         self._hole_engine(m, v)
         self._timer_scan(m, v)
         self._timer_decide(m, v)
@@ -420,12 +426,12 @@ class RetransmitTracker(wiring.Component):
                     "mpr": RT_REGS["config2"].fields["initial_mpr"].reset}
         m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[init_ctx] * qps)
         ctx_w = ctx.write_port()
-        # The hole mark in a memory of its own: stage E reads and writes it, and the hole
-        # engine writes it alone (TIME_RULE) without the rest of the context.
+        # The hole mark in a memory of its own: stage E reads it, stage W writes it, and the
+        # hole engine writes it alone (TIME_RULE) without the rest of the context.
         m.submodules.mark = markm = Memory(shape=PSN, depth=qps, init=[0] * qps)
         mark_w = markm.write_port()
         mark_re = markm.read_port(domain="comb")
-        ctx_re = ctx.read_port(domain="comb")     # SACK path, stage E
+        ctx_re = ctx.read_port(domain="comb")     # SACK path, stage E (stage W writes)
         ctx_rs = ctx.read_port(domain="comb")     # sent path
         ctx_rt = ctx.read_port(domain="comb")     # timer scan
         ctx_rc = ctx.read_port(domain="comb")     # credit
@@ -448,9 +454,10 @@ class RetransmitTracker(wiring.Component):
             mem = Memory(shape=WORDL, depth=qps << (wq - 1), init=[])
             m.submodules[f"bits{b}"] = mem
             wp = mem.write_port()
-            # The SACK path's read port is not transparent: a record of the QP whose words
-            # stage E writes waits a cycle in stage E (stage K) and reads them again there.
-            banks.append((wp, mem.read_port(), mem.read_port(transparent_for=(wp,))))
+            # The SACK path's read port is transparent: a record of the QP whose words stage
+            # W writes waits in stage E and reads them again on the edge they are written.
+            banks.append((wp, mem.read_port(transparent_for=(wp,)),
+                          mem.read_port(transparent_for=(wp,))))
         m.submodules.rec = rec = Memory(shape=REC, depth=qps * O, init=[])
         rec_w = rec.write_port()
         rec_ra = rec.read_port(transparent_for=(rec_w,))     # SACK path
@@ -532,9 +539,12 @@ class RetransmitTracker(wiring.Component):
         cmd_qp = Signal(qb)
         cmd_start = Signal(PSN)
         hole_busy = Signal()
-        e_valid = Signal()
-        k_valid = Signal(name="sack_k_valid")
-        cmd_apply = cmd_busy & ~e_valid & ~k_valid & ~hole_busy
+        h_q = Signal(qb, name="hole_q")
+        e_valid = Signal(name="sack_e_valid")
+        w_valid = Signal(name="sack_w_valid")
+        w_go = Signal(name="sack_w_go")
+        w_q = Signal(qb, name="sack_w_q")
+        cmd_apply = cmd_busy & ~e_valid & ~w_valid & ~hole_busy
         sel_qp = f["qp_select"]["qp"]
         m.d.comb += f["error"]["bad_qp_set"].eq(f["qp_command"]["open"] & (sel_qp >= qps))
         with m.If(f["qp_command"]["open"] & (sel_qp < qps) & ~cmd_busy):
@@ -543,44 +553,56 @@ class RetransmitTracker(wiring.Component):
 
         vars(v).update(
             cmd_apply=cmd_apply, cmd_busy=cmd_busy, cmd_qp=cmd_qp, cmd_start=cmd_start,
-            e_valid=e_valid, hole_busy=hole_busy, k_valid=k_valid, sweep=sweep)
+            e_valid=e_valid, h_q=h_q, hole_busy=hole_busy, sweep=sweep, w_go=w_go, w_q=w_q,
+            w_valid=w_valid)
 
     def _sent_path(self, m, v):
-        """The sent path, one stage: each record judged against the stored CACK and stage
-        E's (forwarded), recorded or refused."""
+        """The sent path, one stage: each record judged against the stored CACK and the
+        CACKs of stages E and W (forwarded), recorded or refused."""
         (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err, O, pmtu_log2, cwnd, qps, rec_w,
-         rec_addr, tag_w, nxt_w, ev) = _take(v, """
+         rec_addr, tag_w, nxt_w, ev, w_valid, w_go, w_q) = _take(v, """
             cmd_busy e_valid qb qidx ctx_rs nxt_rs err O pmtu_log2 cwnd qps rec_w rec_addr tag_w
-            nxt_w ev""")
-        # --- Sent path: one stage ---------------------------------------------------------
+            nxt_w ev w_valid w_go w_q""")
         s = self.sent.payload
-        e_go = Signal()
-        # A SACK held in stage E (behind the hole engine, stage K or a full FIFO) holds the
-        # sent records of its QP and every retransmission (which frees a slot of the shared
-        # pending table), so that every ack record sees exactly the sent records before it. While a SACK is in stage E or the hole engine reads the records of its
-        # holes, a retransmission on that QP waits, so that a hole request carries the EV
-        # of the transmission the SACK saw lost.
+        e_go = Signal(name="sack_e_go")
+        # An ack record sees exactly the sent records taken before its own cycle. Stage E
+        # reads the QP's next PSN: while it holds a record, the sent records of its QP wait.
+        # A retransmission taken frees a slot of the shared pending table, which stage W
+        # looks up: while stage E or W holds a record, every retransmission waits (one
+        # taken as stage E's record moves on to W leaves the table when W is done with it,
+        # pend_rm_*). While a SACK is in stage E or W or the hole engine reads the records
+        # of its holes, a retransmission on that QP waits, so that a hole request carries
+        # the EV of the transmission the SACK saw lost.
         h_busy_qp = Signal()
         qs = Signal(qb)
         m.d.comb += [qs.eq(qidx(s.qp)), ctx_rs.addr.eq(qs), nxt_rs.addr.eq(qs)]
         e_q = Signal(qb, name="sack_e_q")
-        m.d.comb += self.sent.ready.eq(~cmd_busy & ~(e_valid & ~e_go & ((qs == e_q) | s.rtx)) &
-                                       ~(h_busy_qp & s.rtx))
+        m.d.comb += self.sent.ready.eq(
+            ~cmd_busy & ~(e_valid & ~e_go & ((qs == e_q) | s.rtx)) &
+            ~(w_valid & ~w_go & s.rtx) & ~(h_busy_qp & s.rtx))
         take_s = self.sent.valid & self.sent.ready
-        # The SACK stage E writes CACK and error at the end of this cycle: forwarded, so a
-        # sent record sees every ack record taken before its own cycle.
-        # (Stage E's decisions before e_go: a sent record is taken only when stage E goes
-        # or is empty, so the forwarded values need not wait for e_go.)
-        e_ctx_we, e_new_cack, e_fatal = (Signal(name="sack_e_ctx_we"), Signal(PSN, name="sack_e_new_cack"),
-                                          Signal(name="sack_e_fatal"))
-        # Stage E advances CACK only to its SACK's CACK (e.cack), so the sent record is
-        # judged against both CACKs at once (sent_s1_*_e: stage E's, sent_s1_*_c: the
-        # stored one) and stage E's decision picks one at the end: the forwarding adds one
-        # multiplexer after the comparisons instead of a stage E in front of them.
+        # Stage W writes CACK and error at the end of the cycle it goes, and stage E's record
+        # comes before a sent record taken as it leaves: both forwarded, so a sent record
+        # sees every ack record taken before its own cycle. (Stage E's decisions before
+        # e_go: a sent record of its QP is taken only when stage E goes.)
+        e_ctx_we, e_new_cack, e_fatal = (Signal(name="sack_e_ctx_we"),
+                                         Signal(PSN, name="sack_e_new_cack"),
+                                         Signal(name="sack_e_fatal"))
+        w_fwd_we, w_fwd_cack, w_fwd_fatal = (Signal(name="sack_w_fwd_we"),
+                                             Signal(PSN, name="sack_w_fwd_cack"),
+                                             Signal(name="sack_w_fwd_fatal"))
+        # A stage advances CACK only to its SACK's CACK, so the sent record is judged
+        # against the three CACKs at once (sent_s1_*_e, *_w: the stages', *_c: the stored
+        # one) and the stages' decisions pick one at the end: the forwarding adds
+        # multiplexers after the comparisons instead of a stage in front of them. (Stage E
+        # goes only with a QP stage W does not hold: at most one of them forwards.)
         e_adv = Signal()
         s_fwd = Signal(name="sent_s1_fwd")
-        m.d.comb += s_fwd.eq(e_ctx_we & e_adv & (e_q == qs))
-        s_err = err.bit_select(qs, 1) | (e_fatal & (e_q == qs))
+        s_fwd_w = Signal(name="sent_s1_fwd_w")
+        m.d.comb += [s_fwd.eq(e_ctx_we & e_adv & (e_q == qs)),
+                     s_fwd_w.eq(w_fwd_we & (w_q == qs))]
+        s_err = (err.bit_select(qs, 1) | (e_fatal & (e_q == qs)) |
+                 (w_fwd_fatal & (w_q == qs)))
         s_n = nxt_rs.data
 
         def credit(n_out, mpr, cw):
@@ -599,8 +621,10 @@ class RetransmitTracker(wiring.Component):
             return (out > O, (dp != 0) & (dp < out), (dp == 0) | dp[-1],
                     credit(out, ctx_rs.data.mpr, cwnd_rs.data))
 
-        j_e, j_c = judge(e_new_cack, "e"), judge(ctx_rs.data.cack, "c")
-        over, in_win, behind, s_credit = (Mux(s_fwd, a, b) for a, b in zip(j_e, j_c))
+        j_e, j_w, j_c = (judge(e_new_cack, "e"), judge(w_fwd_cack, "w"),
+                         judge(ctx_rs.data.cack, "c"))
+        over, in_win, behind, s_credit = (Mux(s_fwd, a, Mux(s_fwd_w, b, c))
+                                          for a, b, c in zip(j_e, j_w, j_c))
         s_ok = take_s & (s.qp < qps) & ~s_err
         s_new = s_ok & ~s.rtx & (s.psn == s_n)
         s_full = s_new & over
@@ -627,7 +651,8 @@ class RetransmitTracker(wiring.Component):
         vars(v).update(
             credit=credit, e_adv=e_adv, e_ctx_we=e_ctx_we, e_fatal=e_fatal, e_go=e_go,
             e_new_cack=e_new_cack, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
-            s_rtx_ok=s_rtx_ok, take_s=take_s)
+            s_rtx_ok=s_rtx_ok, take_s=take_s, w_fwd_cack=w_fwd_cack, w_fwd_fatal=w_fwd_fatal,
+            w_fwd_we=w_fwd_we)
 
     def _cwnd_input(self, m, v):
         """The cwnd input: a QP's congestion window, written into its table."""
@@ -659,13 +684,12 @@ class RetransmitTracker(wiring.Component):
 
 
     def _ack_stage_a(self, m, v):
-        """SACK/NACK path, stage A: the reads, and what needs no per-QP state worked out
-        from the record alone."""
-        (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, banks, bank_addr, rec_ra, rec_addr,
-         tag_ra, guard, epoch, e_q, qps) = _take(v, """
-            cmd_busy hole_busy e_valid e_go room2 qb qidx banks bank_addr rec_ra rec_addr tag_ra
-            guard epoch e_q qps""")
-        # --- SACK/NACK path, stage A --------------------------------------------------------
+        """SACK/NACK path, stage A: the bitmap words read, and what needs no per-QP state
+        worked out from the record alone."""
+        (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, banks, bank_addr,
+         guard, epoch, e_q, qps) = _take(v, """
+            cmd_busy hole_busy e_valid e_go room2 qb qidx banks bank_addr guard epoch e_q
+            qps""")
         a = self.ack.payload
         ready_a = ~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2
         m.d.comb += self.ack.ready.eq(ready_a)
@@ -681,18 +705,18 @@ class RetransmitTracker(wiring.Component):
         e_base = Signal(PSN, name="sack_e_base")
         even = Mux(w0[0], w1, w0)
         odd = Mux(w0[0], w0, w1)
-        # A record waiting in stage E behind stage K reads its words again (sack_e_reread).
+        # A record held in stage E reads its words again every cycle (sack_e_reread): the
+        # read port is transparent, so it sees what stage W writes on the same edge.
         e_reread = Signal(name="sack_e_reread")
         e_w0 = e_base[6:]
         e_w1 = Signal(PSN - 6, name="sack_e_w1")
         e_even = Mux(e_w0[0], e_w1, e_w0)
         e_odd = Mux(e_w0[0], e_w0, e_w1)
         m.d.comb += [
+            e_reread.eq(e_valid & ~e_go),
             banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_even), bank_addr(qa, even))),
             banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_odd), bank_addr(qa, odd))),
             banks[0][1].en.eq(take_a | e_reread), banks[1][1].en.eq(take_a | e_reread),
-            rec_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a_trig))), rec_ra.en.eq(take_a),
-            tag_ra.addr.eq(rec_addr(qa, Mux(a.nack, a.psn, a.cack))), tag_ra.en.eq(take_a),
         ]
         # What does not depend on per-QP state is worked out here, from the input record,
         # so that stage E starts from registers: where CACK + 1 falls in the two words
@@ -735,12 +759,18 @@ class RetransmitTracker(wiring.Component):
         e_lo = Signal(8, name="sack_e_lo")
         e_hx = Signal(PSN, name="sack_e_hx")
         e_qp_ok = Signal(name="sack_e_qp_ok")
+        # The low PSN bits of the two ring reads stage W needs (the trigger's or the
+        # NACK's record, CACK's tag), made when the record leaves stage E.
+        e_rec_lo = Signal(PSN, name="sack_e_rec_psn")
+        e_tag_lo = Signal(PSN, name="sack_e_tag_psn")
         with m.If(take_a):
             m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
                          e_found.eq(a_found), e_hcand.eq(a_hcand),
                          e_pg.eq(a_pg), e_ehx.eq(Mux(a_after, end_bit, end_cack)), e_lo.eq(a_lo),
                          e_hx.eq(a_hx),
+                         e_rec_lo.eq(Mux(a.nack, a.psn, a_trig)),
+                         e_tag_lo.eq(Mux(a.nack, a.psn, a.cack)),
                          e_epoch.eq(epoch[qa]), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
         with m.If(take_a):
             m.d.sync += e_valid.eq(1)
@@ -749,49 +779,49 @@ class RetransmitTracker(wiring.Component):
 
         vars(v).update(
             e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
-            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_reread=e_reread, e_trig1=e_trig1,
-            e_w1=e_w1)
+            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo,
+            e_tag_lo=e_tag_lo, e_trig1=e_trig1, e_w1=e_w1)
 
     def _ack_stage_e(self, m, v):
-        """SACK/NACK path, stage E: the checks, the new CACK, the acked bitmap and the hole
-        search (one cycle: a hole is requested before the next SACK is applied)."""
-        (e_go, e_valid, hole_busy, cmd_busy, w_rdy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
+        """SACK/NACK path, stage E: the record against its QP's context, bitmap words, hole
+        mark and next PSN (read here, written only by stage W), every check, and the
+        bounds of the hole search, registered for stage W."""
+        (e_go, e_valid, hole_busy, h_q, cmd_busy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
-         ctx_w, mark_w, bank_addr, e_ctx_we, e_new_cack, e_adv, e_fatal, rtx_rec, tag_ra, rec_ra,
-         fb_rec, rel_rec, err_rec, fifos, ev, e_lo, e_hx, k_valid, e_reread, e_w1) = _take(v, """
-            e_go e_valid hole_busy cmd_busy w_rdy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
-            banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O ctx_w mark_w
-            bank_addr e_ctx_we e_new_cack e_adv e_fatal rtx_rec tag_ra rec_ra fb_rec rel_rec
-            err_rec fifos ev e_lo e_hx k_valid e_reread e_w1""")
-        # --- Stage E -----------------------------------------------------------------------
-        # A record waits while stage K writes the mark of its QP (read here).
-        k_q = Signal.like(e_q, name="sack_k_q")
-        m.d.comb += [e_reread.eq(e_valid & k_valid & (k_q == e_q)),
-                     e_go.eq(e_valid & ~hole_busy & ~cmd_busy & w_rdy & ~e_reread),
-                     ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
+         e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra, rec_addr, e_rec_lo,
+         e_tag_lo) = _take(v, """
+            e_go e_valid hole_busy h_q cmd_busy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
+            banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O e_lo e_hx e_w1
+            w_valid w_go w_q rec_ra tag_ra rec_addr e_rec_lo e_tag_lo""")
+        # A record goes on to stage W when W is free or emptied on this edge, and neither
+        # stage W nor the hole engine holds its QP: they may write its context, words or
+        # mark on this edge, after which stage E reads them again (one cycle later).
+        m.d.comb += [
+            e_go.eq(e_valid & ~cmd_busy & (~w_valid | w_go) & ~(w_valid & (w_q == e_q)) &
+                    ~(hole_busy & (h_q == e_q))),
+            ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q),
+            rec_ra.addr.eq(rec_addr(e_q, e_rec_lo)), rec_ra.en.eq(e_go),
+            tag_ra.addr.eq(rec_addr(e_q, e_tag_lo)), tag_ra.en.eq(e_go)]
         c = ctx_re.data
         n = nxt_re.data
-        qp_ok = e_qp_ok
         in_err = err.bit_select(e_q, 1)
-        live_u = e_valid & qp_ok & ~in_err
-        live = e_go & qp_ok & ~in_err
+        live_u = e_valid & e_qp_ok & ~in_err
         ew0 = e_base[6:]
-        ew1 = e_w1
         d_even, d_odd = banks[0][1].data, banks[1][1].data
         d0 = Signal(WORDL)
         d1 = Signal(WORDL)
         m.d.comb += [d0.eq(Mux(ew0[0], d_odd, d_even)), d1.eq(Mux(ew0[0], d_even, d_odd))]
+        ok0, ok1 = Signal(name="sack_e_word0_ok"), Signal(name="sack_e_word1_ok")
+        m.d.comb += [ok0.eq((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch)),
+                     ok1.eq((d1.lap == e_w1[wq:]) & (d1.epoch == e_epoch))]
         old = Signal(2 * WORD)
-        d0_ok = Signal(name="sack_e_word0_ok")      # the first word is of this lap and open
-        m.d.comb += d0_ok.eq((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch))
-        m.d.comb += old.eq(Cat(Mux(d0_ok, d0.bits, 0),
-                               Mux((d1.lap == ew1[wq:]) & (d1.epoch == e_epoch), d1.bits, 0)))
+        m.d.comb += old.eq(Cat(Mux(ok0, d0.bits, 0), Mux(ok1, d1.bits, 0)))
         # A NACK's PSN acknowledged: its bit, picked from each bank's word as read, beside
         # the check of the first word.
         i0 = e_base[:6]
         nack_bit = Signal(name="nack_e_bit")
-        m.d.comb += nack_bit.eq(d0_ok & Mux(ew0[0], d_odd.bits.bit_select(i0, 1),
-                                            d_even.bits.bit_select(i0, 1)))
+        m.d.comb += nack_bit.eq(ok0 & Mux(ew0[0], d_odd.bits.bit_select(i0, 1),
+                                          d_even.bits.bit_select(i0, 1)))
         p0 = Cat(Const(0, 6), ew0)              # first PSN of the two words
         C = e.cack
         # Each PSN test a sign (a carry chain) beside an equality, not a test of a difference.
@@ -803,189 +833,223 @@ class RetransmitTracker(wiring.Component):
         c_unsent = (n == C) | dnC[-1]
         # A bit for an unsent PSN: the highest bit the SACK sets is at or after n.
         b_unsent = e_found & ~dhn[-1]
-        is_sack = live & ~e.nack
-        sack_ok, sack_ok_u = Signal(name="sack_e_ok"), Signal(name="sack_e_ok_u")
-        m.d.comb += [sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent),
-                     sack_ok.eq(sack_ok_u & e_go)]
-        # The SACK's bitmap aligned to the two words, the bits at or before CACK dropped
-        # (beside the words' lap check, which is deeper).
+        sack_ok_u = Signal(name="sack_e_ok_u")
+        m.d.comb += sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent)
+        # The SACK's bitmap aligned to the two words, the bits at or before CACK dropped.
         e_vn = Signal(2 * WORD, name="sack_e_vn")
         m.d.comb += e_vn.eq((Cat(e.bitmap, Const(0, WORD)) << e_base[:6]) &
                             ge_mask(e_lo, 2 * WORD))
-        # With every bit before n (else the SACK is ignored), the new bits are e_vn.
-        after = Signal(2 * WORD)
-        m.d.comb += after.eq(old | e_vn)
-        changed = adv | (e_vn & ~old).any()
-        new_cack = Signal(PSN)
-        m.d.comb += new_cack.eq(Mux(adv, C, c.cack))
+        # Whether the SACK sets a bit not yet set, per word (each word's test read apart
+        # from its lap check, which picks one of them in stage W).
+        fresh = Signal(4, name="sack_e_fresh")
+        m.d.comb += fresh.eq(Cat((e_vn[:WORD] & ~d0.bits).any(), e_vn[:WORD].any(),
+                                 (e_vn[WORD:] & ~d1.bits).any(), e_vn[WORD:].any()))
         # Highest acknowledged PSN: the larger of the stored one and the SACK's own (CACK
         # or its highest bit, stage A).
         h2 = Signal(PSN)
         m.d.comb += h2.eq(Mux(_after(e_hx, c.hi), e_hx, c.hi))
         # Holes: after CACK (lo), not before mark (mk), before n (hl), hi - psn >= guard
         # (before ehx or ehi: the end that the SACK's evidence or the stored hi gives), not
-        # acknowledged. Positions in the two words, each bound a mask of its own.
+        # acknowledged: the search from max(lo, mk) to before min(max(ehx, ehi), hl).
         mk, hl, ehi = (Signal(8, name="sack_e_mk"), Signal(8, name="sack_e_hl"),
-                        Signal(8, name="sack_e_ehi"))
+                       Signal(8, name="sack_e_ehi"))
         m.d.comb += [mk.eq(_clamp(mark_re.data - p0)), hl.eq(_clamp(n - p0)),
                      ehi.eq(_clamp(c.hi - e_pg))]
-        holes = Signal(2 * WORD)
-        m.d.comb += holes.eq(~old & ~e_vn & ge_mask(e_lo, 2 * WORD) &
-                             dist_ge_mask(mark_re.data - p0, 2 * WORD) &
-                             dist_lt_mask(n - p0, 2 * WORD) &
-                             (lt_mask(e_ehx, 2 * WORD) | dist_lt_mask(c.hi - e_pg, 2 * WORD)))
-        # The hole mark moves to the end of the search when the search is not empty: the
-        # search's start and its two ends, to stage K, which writes the mark.
         end_raw = Signal(8, name="sack_e_end_raw")
         m.d.comb += end_raw.eq(Mux(e_ehx > ehi, e_ehx, ehi))
         s_pos = Signal(8, name="sack_e_start")
         m.d.comb += s_pos.eq(Mux(e_lo > mk, e_lo, mk))
         trig_d = Signal(PSN)
         m.d.comb += trig_d.eq(n - e_trig1)
-        trig_ok = trig_d < O
+        # NACK: its PSN against CACK and n (for a NACK, e_base is its PSN).
+        np_d, nn_d = Signal(PSN, name="nack_e_dp"), Signal(PSN, name="nack_e_dn")
+        m.d.comb += [np_d.eq(e_base - c.cack), nn_d.eq(n - e_base)]
         m_kind = Mux(e.m == SackMode.SKIP_ONCE, int(FeedbackKind.SKIP_ONCE),
                      Mux(e.m == SackMode.ALWAYS_SKIP, int(FeedbackKind.ALWAYS_SKIP),
                          int(FeedbackKind.ACKED)))
-        sack_fb = sack_ok & changed & ~e.pr & trig_ok
-
-        with m.If(sack_ok):
-            m.d.comb += [ctx_w.addr.eq(e_q), ctx_w.en.eq(1),
-                         *assign(ctx_w.data, cack=new_cack, hi=h2, mpr=e.mpr)]
-            for b in range(2):
-                wp = banks[b][0]
-                mine = ew0[0] == b
-                m.d.comb += [
-                    wp.addr.eq(bank_addr(e_q, Mux(mine, ew0, ew1))), wp.en.eq(1),
-                    wp.data.lap.eq(Mux(mine, ew0[wq:], ew1[wq:])),
-                    wp.data.epoch.eq(e_epoch),
-                    wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
-                ]
-        m.d.comb += [e_ctx_we.eq(sack_ok_u), e_new_cack.eq(C), e_adv.eq(adv)]
-        # Stage K: the hole mark, from the bounds stage E found (the mark is read in stage
-        # E alone, and a record of the QP waits there while this writes it).
-        k_p0 = Signal(PSN - 6, name="sack_k_p0")
-        k_start, k_end_raw, k_hl = (Signal(8, name="sack_k_start"),
-                                    Signal(8, name="sack_k_end_raw"), Signal(8, name="sack_k_hl"))
-        m.d.sync += [k_valid.eq(sack_ok), k_q.eq(e_q), k_p0.eq(ew0), k_start.eq(s_pos),
-                     k_end_raw.eq(end_raw), k_hl.eq(hl)]
-        k_end = Signal(8, name="sack_k_end")
-        m.d.comb += k_end.eq(Mux(k_end_raw < k_hl, k_end_raw, k_hl))
-        with m.If(k_valid & (k_end > k_start)):
-            m.d.comb += [mark_w.addr.eq(k_q), mark_w.en.eq(1),
-                         mark_w.data.eq(Cat(Const(0, 6), k_p0) + k_end)]
-        vars(v).update(
-            C=C, adv=adv, b_unsent=b_unsent, c=c, c_unsent=c_unsent, changed=changed, e=e,
-            nack_bit=nack_bit,
-            e_base=e_base, e_fatal=e_fatal, e_q=e_q, err_rec=err_rec, ev=ev, fb_rec=fb_rec,
-            fifos=fifos, holes=holes, in_err=in_err, is_sack=is_sack, live=live, live_u=live_u,
-            m_kind=m_kind, n=n, old=old, p0=p0, qp_ok=qp_ok, rec_ra=rec_ra, rel_rec=rel_rec,
-            rtx_rec=rtx_rec, sack_fb=sack_fb, sack_ok=sack_ok, stale=stale, tag_ra=tag_ra,
-            trig_ok=trig_ok)
-
-    def _ack_stage_e_answer(self, m, v):
-        """Stage E, continued: a NACK's request and feedback, and what stage E hands
-        the outputs and the hole engine."""
-        (e_valid, e, live, e_base, c, n, old, e_fatal, live_u, sack_fb, sack_ok, adv, rtx_rec, e_q, tag_ra,
-         rec_ra, fb_rec, m_kind, rel_rec, C, err_rec, fifos, ev, is_sack, stale, c_unsent,
-         b_unsent, changed, holes, in_err, p0, qp_ok, trig_ok, nack_bit) = _take(v, """
-            e_valid e live e_base c n old e_fatal live_u sack_fb sack_ok adv rtx_rec e_q tag_ra rec_ra
-            fb_rec m_kind rel_rec C err_rec fifos ev is_sack stale c_unsent b_unsent changed holes
-            in_err p0 qp_ok trig_ok nack_bit""")
-        # NACK.
-        reason = e.reason
-        is_nack = live & e.nack
-        fatal = is_nack & (reason == NackCode.UNEXPECTED_EVENT)
         nk = Signal(4)
         known = Signal()
-        with m.Switch(reason):
+        with m.Switch(e.reason):
             with m.Case(NackCode.TRIMMED):
                 m.d.comb += [nk.eq(FeedbackKind.TRIMMED), known.eq(1)]
             with m.Case(NackCode.TRIMMED_LASTHOP):
                 m.d.comb += [nk.eq(FeedbackKind.TRIMMED_LASTHOP), known.eq(1)]
             with m.Case(*[int(r) for r in RESOURCE_NACKS]):
                 m.d.comb += [nk.eq(FeedbackKind.RESOURCE), known.eq(1)]
-        np_d, nn_d = Signal(PSN, name="nack_e_dp"), Signal(PSN, name="nack_e_dn")
-        # (For a NACK, e_base is its PSN.)
-        m.d.comb += [np_d.eq(e_base - c.cack), nn_d.eq(n - e_base)]
-        n_unsent = (n == e_base) | nn_d[-1]
-        n_acked = (e_base == c.cack) | np_d[-1] | nack_bit
-        nack_unknown = is_nack & ~fatal & ~known
-        nack_unsent = is_nack & known & n_unsent
-        nack_acked = is_nack & known & ~n_unsent & n_acked
-        nack_ok = is_nack & known & ~n_unsent & ~n_acked
-        m.d.comb += e_fatal.eq(live_u & e.nack & (reason == NackCode.UNEXPECTED_EVENT))
 
-        # Outputs of stage E.
+        # --- Into stage W: what it writes and answers, decided ------------------------------
+        w = SimpleNamespace(
+            **{n_: Signal(name=f"sack_w_{n_}") for n_ in (
+                "qp_ok", "in_err", "nack", "pr", "ok_u", "stale", "unsent", "adv", "trig_ok",
+                "ok0", "ok1", "fatal_u", "known", "n_unsent", "n_acked")},
+            fresh=Signal(4, name="sack_w_fresh"), kind=Signal(4, name="sack_w_kind"),
+            entropy=Signal.like(e.entropy, name="sack_w_entropy"),
+            mpr=Signal.like(e.mpr, name="sack_w_mpr"),
+            cack=Signal(PSN, name="sack_w_cack"), old_cack=Signal(PSN, name="sack_w_old_cack"),
+            h2=Signal(PSN, name="sack_w_hi"), base=Signal(PSN, name="sack_w_base"),
+            w1=Signal(PSN - 6, name="sack_w_w1"), epoch=Signal(EPOCH_BITS, name="sack_w_epoch"),
+            old=Signal(2 * WORD, name="sack_w_old"), vn=Signal(2 * WORD, name="sack_w_vn"),
+            lo=Signal(8, name="sack_w_lo"), start=Signal(8, name="sack_w_start"),
+            end_raw=Signal(8, name="sack_w_end_raw"), hl=Signal(8, name="sack_w_hl"))
+        with m.If(e_go):
+            m.d.sync += [
+                w_q.eq(e_q), w.qp_ok.eq(e_qp_ok), w.in_err.eq(in_err), w.nack.eq(e.nack),
+                w.pr.eq(e.pr), w.ok_u.eq(sack_ok_u), w.stale.eq(stale),
+                w.unsent.eq(c_unsent | b_unsent), w.adv.eq(adv), w.trig_ok.eq(trig_d < O),
+                w.ok0.eq(ok0), w.ok1.eq(ok1),
+                w.fatal_u.eq(live_u & e.nack & (e.reason == NackCode.UNEXPECTED_EVENT)),
+                w.known.eq(known), w.n_unsent.eq((n == e_base) | nn_d[-1]),
+                w.n_acked.eq((e_base == c.cack) | np_d[-1] | nack_bit),
+                w.fresh.eq(fresh), w.kind.eq(Mux(e.nack, nk, m_kind)),
+                w.entropy.eq(e.entropy), w.mpr.eq(e.mpr), w.cack.eq(C),
+                w.old_cack.eq(c.cack), w.h2.eq(h2), w.base.eq(e_base), w.w1.eq(e_w1),
+                w.epoch.eq(e_epoch), w.old.eq(old), w.vn.eq(e_vn), w.lo.eq(e_lo),
+                w.start.eq(s_pos), w.end_raw.eq(end_raw), w.hl.eq(hl),
+            ]
+        with m.If(e_go):
+            m.d.sync += w_valid.eq(1)
+        with m.Elif(w_go):
+            m.d.sync += w_valid.eq(0)
+        # Forwarded to the sent path: a sent record taken as this record leaves stage E
+        # comes after it (sent_s1_*_e), and one taken while stage W holds it too (*_w).
+        e_ctx_we, e_new_cack, e_adv, e_fatal = _take(v, "e_ctx_we e_new_cack e_adv e_fatal")
+        w_fwd_we, w_fwd_cack, w_fwd_fatal = _take(v, "w_fwd_we w_fwd_cack w_fwd_fatal")
+        m.d.comb += [e_ctx_we.eq(sack_ok_u), e_new_cack.eq(C), e_adv.eq(adv),
+                     e_fatal.eq(live_u & e.nack & (e.reason == NackCode.UNEXPECTED_EVENT)),
+                     w_fwd_we.eq(w_valid & w.ok_u & w.adv), w_fwd_cack.eq(w.cack),
+                     w_fwd_fatal.eq(w_valid & w.fatal_u)]
+        vars(v).update(w=w)
+
+    def _ack_stage_w(self, m, v):
+        """SACK/NACK path, stage W: the record applied (context, bitmap words, hole mark)
+        and its holes found, from what stage E decided."""
+        (w, w_valid, w_go, w_q, hole_busy, cmd_busy, w_rdy, banks, bank_addr, wq, ctx_w,
+         mark_w) = _take(v, """
+            w w_valid w_go w_q hole_busy cmd_busy w_rdy banks bank_addr wq ctx_w mark_w""")
+        m.d.comb += w_go.eq(w_valid & ~hole_busy & ~cmd_busy & w_rdy)
+        live = w_go & w.qp_ok & ~w.in_err
+        sack_ok = Signal(name="sack_w_ok")
+        m.d.comb += sack_ok.eq(w.ok_u & w_go)
+        # The SACK's bits are new in a word if it sets one not set there (or the word was
+        # of another lap or epoch, and it sets any).
+        changed = w.adv | Mux(w.ok0, w.fresh[0], w.fresh[1]) | Mux(w.ok1, w.fresh[2],
+                                                                    w.fresh[3])
+        after = Signal(2 * WORD)
+        m.d.comb += after.eq(w.old | w.vn)
+        new_cack = Signal(PSN)
+        m.d.comb += new_cack.eq(Mux(w.adv, w.cack, w.old_cack))
+        ww0 = w.base[6:]
+        with m.If(sack_ok):
+            m.d.comb += [ctx_w.addr.eq(w_q), ctx_w.en.eq(1),
+                         *assign(ctx_w.data, cack=new_cack, hi=w.h2, mpr=w.mpr)]
+            for b in range(2):
+                wp = banks[b][0]
+                mine = ww0[0] == b
+                m.d.comb += [
+                    wp.addr.eq(bank_addr(w_q, Mux(mine, ww0, w.w1))), wp.en.eq(1),
+                    wp.data.lap.eq(Mux(mine, ww0[wq:], w.w1[wq:])),
+                    wp.data.epoch.eq(w.epoch),
+                    wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
+                ]
+        # Holes: the search's bounds, each a mask of its own, ANDed with what is not
+        # acknowledged.
+        holes = Signal(2 * WORD)
+        m.d.comb += holes.eq(~w.old & ~w.vn & ge_mask(w.start, 2 * WORD) &
+                             lt_mask(w.end_raw, 2 * WORD) & lt_mask(w.hl, 2 * WORD))
+        # The hole mark moves to the end of a search that is not empty (stage E reads it;
+        # a record of the QP waits there while this writes it).
+        k_end = Signal(8, name="sack_w_end")
+        m.d.comb += k_end.eq(Mux(w.end_raw < w.hl, w.end_raw, w.hl))
+        with m.If(sack_ok & (k_end > w.start)):
+            m.d.comb += [mark_w.addr.eq(w_q), mark_w.en.eq(1),
+                         mark_w.data.eq(Cat(Const(0, 6), ww0) + k_end)]
+        vars(v).update(changed=changed, holes=holes, live=live, p0=Cat(Const(0, 6), ww0),
+                       sack_ok=sack_ok)
+
+    def _ack_stage_w_answer(self, m, v):
+        """Stage W, continued: the records it answers (release, feedback, a NACK's
+        retransmit request, an error) and the events it counts."""
+        (w, w_valid, w_go, w_q, live, sack_ok, changed, rtx_rec, tag_ra, rec_ra, fb_rec,
+         rel_rec, err_rec, fifos, ev) = _take(v, """
+            w w_valid w_go w_q live sack_ok changed rtx_rec tag_ra rec_ra fb_rec rel_rec
+            err_rec fifos ev""")
+        is_sack = live & ~w.nack
+        is_nack = live & w.nack
+        fatal = w.fatal_u & w_go
+        nack_unknown = is_nack & ~fatal & ~w.known
+        nack_unsent = is_nack & w.known & w.n_unsent
+        nack_acked = is_nack & w.known & ~w.n_unsent & w.n_acked
+        nack_ok = is_nack & w.known & ~w.n_unsent & ~w.n_acked
+        sack_fb = sack_ok & changed & ~w.pr & w.trig_ok
         e_rtx = Signal()
         e_fb = Signal()
         e_err = Signal()
         p_hit = Signal()                       # the pending table holds the key (below)
         m.d.comb += [e_rtx.eq(nack_ok & ~p_hit), e_fb.eq(nack_ok | sack_fb), e_err.eq(fatal)]
-        e_release = sack_ok & adv
+        w_release = sack_ok & w.adv
         # Each record's fields are chosen by which stage holds a record (registers), not by
-        # the decision to write it: E's here, the hole engine's and the timer's below.
-        with m.If(e_valid):
-            m.d.comb += assign(rtx_rec, qp=e_q, psn=e_base, tag=tag_ra.data,
-                               ev=rec_ra.data.ev, cause=RtxCause.NACK)
-        with m.If(e_valid):
-            m.d.comb += assign(fb_rec, qp=e_q, ev=rec_ra.data.ev,
-                               kind=Mux(e.nack, nk, m_kind), entropy=e.entropy)
-        m.d.comb += assign(rel_rec, qp=e_q, first=c.cack + 1, last=C, tag=tag_ra.data)
-        with m.If(e_valid):
-            m.d.comb += assign(err_rec, qp=e_q, cause=ErrorCause.NACK_FATAL)
-        m.d.comb += fifos["release"].w_en.eq(e_release)
+        # the decision to write it: W's here, the hole engine's and the timer's below.
+        with m.If(w_valid):
+            m.d.comb += [
+                *assign(rtx_rec, qp=w_q, psn=w.base, tag=tag_ra.data, ev=rec_ra.data.ev,
+                        cause=RtxCause.NACK),
+                *assign(fb_rec, qp=w_q, ev=rec_ra.data.ev, kind=w.kind, entropy=w.entropy),
+                *assign(err_rec, qp=w_q, cause=ErrorCause.NACK_FATAL),
+            ]
+        m.d.comb += assign(rel_rec, qp=w_q, first=w.old_cack + 1, last=w.cack,
+                           tag=tag_ra.data)
+        m.d.comb += fifos["release"].w_en.eq(w_release)
         m.d.comb += [
             ev.sacks.eq(sack_ok),
-            ev.sack_stale.eq(is_sack & stale),
-            ev.sack_unsent.eq(is_sack & ~stale & (c_unsent | b_unsent)),
+            ev.sack_stale.eq(is_sack & w.stale),
+            ev.sack_unsent.eq(is_sack & ~w.stale & w.unsent),
             ev.sack_duplicate.eq(sack_ok & ~changed),
             ev.nacks.eq(nack_ok),
             ev.nack_acked.eq(nack_acked),
             ev.nack_unsent.eq(nack_unsent),
             ev.nack_unknown.eq(nack_unknown),
             ev.nack_fatal.eq(fatal),
-            ev.releases.eq(e_release),
+            ev.releases.eq(w_release),
             ev.rtx_nack.eq(e_rtx),
         ]
-
-        vars(v).update(
-            C=C, adv=adv, e_err=e_err, e_fb=e_fb, e_rtx=e_rtx, fatal=fatal, holes=holes,
-            in_err=in_err, nack_ok=nack_ok, p0=p0, p_hit=p_hit, qp_ok=qp_ok, sack_ok=sack_ok,
-            trig_ok=trig_ok)
+        vars(v).update(e_err=e_err, e_fb=e_fb, e_rtx=e_rtx, fatal=fatal, nack_ok=nack_ok,
+                       p_hit=p_hit)
 
     def _hole_engine(self, m, v):
         """The hole engine: the holes one SACK found, requested oldest first, one a cycle."""
-        (qb, hole_busy, h_busy_qp, s, e_valid, e_q, fifos, e_go, sack_ok, holes, p0, rec_ra,
-         trig_ok, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w, ev) = _take(v, """
-            qb hole_busy h_busy_qp s e_valid e_q fifos e_go sack_ok holes p0 rec_ra trig_ok rtx_rec
-            tag_rh rec_rh r_time p_hit mark_w ev""")
-        # --- Hole engine: the holes one SACK found, oldest first ---------------------------
+        (h_q, hole_busy, h_busy_qp, s, e_valid, e_q, fifos, w, w_valid, w_go, w_q, sack_ok,
+         holes, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w, ev) = _take(v, """
+            h_q hole_busy h_busy_qp s e_valid e_q fifos w w_valid w_go w_q sack_ok holes p0
+            rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev""")
         h_vec = Signal(2 * WORD)
-        h_q = Signal(qb)
         h_p0 = Signal(PSN)
         h_emit = Signal()                      # a request whose records are being read
         h_psn = Signal(PSN)
-        # h_vec is not zero, as a register of its own: the SACK input, stage E and the sent
-        # input wait on it, and a 128-bit OR in front of them would lengthen every path
-        # that starts at their handshakes.
+        # h_vec is not zero, as a register of its own: the SACK input, stages E and W and
+        # the sent input wait on it, and a 128-bit OR in front of them would lengthen every
+        # path that starts at their handshakes.
         h_nz = Signal(name="hole_nz")
-        m.d.comb += [hole_busy.eq(h_nz | h_emit),
-                     h_busy_qp.eq((hole_busy & (s.qp == h_q)) |
-                                  (e_valid & (s.qp == e_q)))]
+        # The time guard's mark write, registered (hole_mark_*) and made the cycle after
+        # the hole's record is read: the engine counts as busy until it is written.
+        mk_valid = Signal(name="hole_mark_valid")
+        mk_psn = Signal(PSN, name="hole_mark_psn")
+        m.d.comb += [hole_busy.eq(h_nz | h_emit | mk_valid),
+                     h_busy_qp.eq((hole_busy & (s.qp == h_q)) | (e_valid & (s.qp == e_q)) |
+                                  (w_valid & (s.qp == w_q)))]
         h_found, h_idx, h_iso = lowest_set(m, h_vec, "hole")
         h_issue = h_nz & fifos["rtx"].room2
         h_next_psn = Signal(PSN)
         m.d.comb += h_next_psn.eq(h_p0 + h_idx)
-        # Loaded whenever stage E goes (the engine is idle then): no enable behind the
-        # hole search, which ends the longest path of stage E.
-        # For the time guard (TIME_RULE): the trigger PSN's send time, and the context stage
-        # E wrote, to write the mark back at the first hole too young to count as lost.
+        # Loaded whenever stage W goes (the engine is idle then): no enable behind the
+        # hole search, which ends the longest path of stage W.
+        # For the time guard (TIME_RULE): the trigger PSN's send time, to write the mark
+        # back at the first hole too young to count as lost.
         h_ttime = Signal(TIME_BITS)
         h_tok = Signal()
         h_young_seen = Signal()
-        with m.If(e_go):
-            m.d.sync += [h_vec.eq(Mux(sack_ok, holes, 0)), h_q.eq(e_q),
-                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(trig_ok),
+        with m.If(w_go):
+            m.d.sync += [h_vec.eq(Mux(sack_ok, holes, 0)), h_q.eq(w_q),
+                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(w.trig_ok),
                          h_young_seen.eq(0)]
             m.d.sync += h_nz.eq(sack_ok & holes.any())
         with m.Elif(h_issue):
@@ -1000,16 +1064,18 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += h_young.eq((r_time != 0) & (~h_tok | (h_age < r_time)))
         h_old = h_emit & ~h_young              # a hole that counts as lost
         h_rtx = h_old & ~p_hit
-        # Stage E is idle while the engine runs (e_go needs ~hole_busy), so the mark's
+        # Stage W is idle while the engine runs (w_go needs ~hole_busy), so the mark's
         # write port is free.
-        with m.If(h_emit & h_young & ~h_young_seen):
+        m.d.sync += [mk_valid.eq(h_emit & h_young & ~h_young_seen), mk_psn.eq(h_psn)]
+        with m.If(h_emit & h_young):
             m.d.sync += h_young_seen.eq(1)
-            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(h_psn)]
+        with m.If(mk_valid):
+            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(mk_psn)]
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(h_emit & h_young)]
 
         vars(v).update(
             h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, h_psn=h_psn,
-            h_q=h_q, h_rtx=h_rtx)
+            h_rtx=h_rtx)
 
     def _timer_scan(self, m, v):
         """The timer scan's stages S1 and S2, which visit each QP's unacknowledged PSNs for
@@ -1017,9 +1083,9 @@ class RetransmitTracker(wiring.Component):
         read into registers for stage S3 (:meth:`_timer_decide`)."""
         (qb, cmd_busy, rec_addr, rec_rh, h_issue, h_q, h_next_psn, tag_rh, rq_r, banks, bank_addr,
          retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
-         qidx) = _take(v, """
+         qidx, w_valid, w_q) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_issue h_q h_next_psn tag_rh rq_r banks bank_addr retries
-            t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s qidx""")
+            t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s qidx w_valid w_q""")
         # --- Timer scan ---------------------------------------------------------------------
         sc_q = Signal(qb)
         sc_p = Signal(PSN)
@@ -1081,10 +1147,11 @@ class RetransmitTracker(wiring.Component):
             s3.fired.eq(rq_d.valid & (rq_d.time == rec_rh.data.time) &
                         (rq_d.rtx == rec_rh.data.rtx) & (rq_d.lap == s2_p[ob:]) &
                         (rq_d.epoch == t_epoch)),
-            # What S1 read may be stale in S3, which reads the context: stage E held a record
-            # of the QP (it may have written its context and bitmap words), or a sent record
-            # of this PSN was taken (its record written, and for a new PSN the next PSN).
-            s3.stale.eq((e_valid & (e_q == s2_q)) |
+            # What S1 read may be stale in S3, which reads the context: stage E or W held a
+            # record of the QP (W may have written its context and bitmap words), or a sent
+            # record of this PSN was taken (its record written, and for a new PSN the next
+            # PSN).
+            s3.stale.eq((e_valid & (e_q == s2_q)) | (w_valid & (w_q == s2_q)) |
                         (take_s & (qidx(s.qp) == s2_q) & (s.psn == s2_p))),
         ]
         vars(v).update(
@@ -1097,15 +1164,17 @@ class RetransmitTracker(wiring.Component):
         the visit, go back to CACK + 1, try the PSN again, step, or time it out), and where
         the scan goes next."""
         (qb, cmd_busy, ctx_rt, nxt_rt, e_valid, e_q, err, r_max, h_emit, room3, p_hit, qps, ctx,
-         issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q) = _take(v, """
+         issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q, w_valid,
+         w_q) = _take(v, """
             qb cmd_busy ctx_rt nxt_rt e_valid e_q err r_max h_emit room3 p_hit qps ctx issue
-            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q""")
+            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid w_q""")
         m.d.comb += [ctx_rt.addr.eq(s3_q), nxt_rt.addr.eq(s3_q)]
-        # Stage S3 decides. It holds (tries the PSN again) while stage E holds a record of
-        # its QP, which may write the QP's context and bitmap words at the end of this
-        # cycle: no value is forwarded from stage E into the scan.
+        # Stage S3 decides. It holds (tries the PSN again) while stage E or W holds a record
+        # of its QP (W may write the QP's context and bitmap words at the end of this
+        # cycle): no value is forwarded from the SACK path into the scan.
         t_hold = Signal(name="scan_s3_hold")
-        m.d.comb += t_hold.eq((e_valid & (e_q == s3_q)) | s3.stale)
+        m.d.comb += t_hold.eq((e_valid & (e_q == s3_q)) | (w_valid & (w_q == s3_q)) |
+                              s3.stale)
         t_cack = Signal(PSN)
         m.d.comb += t_cack.eq(ctx_rt.data.cack)
         t_n = nxt_rt.data
@@ -1117,7 +1186,7 @@ class RetransmitTracker(wiring.Component):
         expired = ~s3.acked & s3.late & ~s3.fired
         head = t_dp == 1
         exhaust = expired & head & s3.rmax & (r_max < RETRY_FOREVER)
-        busy_out = e_valid | h_emit | ~room3
+        busy_out = w_valid | h_emit | ~room3
         s3_live = s3_valid & ~cmd_busy
         s3_go = s3_live & ~t_hold
         # What stage S3 does: end the visit, go back to CACK + 1, retry the PSN, or step.
@@ -1126,7 +1195,7 @@ class RetransmitTracker(wiring.Component):
         t_eval = s3_go & ~t_err & t_in
         t_retry = (s3_live & t_hold) | (t_eval & (~s3.port | s3.kstale | (expired & busy_out)))
         # The pending lookup below is keyed on (s3_q, s3_p) when neither the hole engine nor
-        # stage E uses it (~busy_out): an expired PSN whose resend is pending just steps on.
+        # stage W uses it (~busy_out): an expired PSN whose resend is pending just steps on.
         t_fire = t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~p_hit
         t_timeout = t_fire & ~exhaust
         t_exhaust = t_fire & exhaust
@@ -1152,14 +1221,14 @@ class RetransmitTracker(wiring.Component):
 
     def _timer_writes(self, m, v):
         """What the timer writes: the fired mark of a PSN timed out, its retransmit request,
-        feedback and error records, and the output FIFOs' write enables (with stage E's and
+        feedback and error records, and the output FIFOs' write enables (with stage W's and
         the hole engine's) and the events the scan and the inputs count."""
-        (rec_addr, rq_w, ob, e_valid, h_emit, tag_rh, rtx_rec, fb_rec, err_rec, fifos, e_rtx,
-         h_rtx, e_go, e_fb, e_err, ev, take_s, s, qp_ok, take_c, s_err, in_err, qps, s3,
+        (rec_addr, rq_w, ob, w_valid, h_emit, tag_rh, rtx_rec, fb_rec, err_rec, fifos, e_rtx,
+         h_rtx, w_go, e_fb, e_err, ev, take_s, s, w, take_c, s_err, qps, s3,
          s3_epoch, s3_p, s3_q, s3_rec, busy_out, exhaust, expired, t_end, t_eval, t_exhaust,
          t_retry, t_timeout) = _take(v, """
-            rec_addr rq_w ob e_valid h_emit tag_rh rtx_rec fb_rec err_rec fifos e_rtx h_rtx e_go
-            e_fb e_err ev take_s s qp_ok take_c s_err in_err qps s3 s3_epoch s3_p s3_q s3_rec
+            rec_addr rq_w ob w_valid h_emit tag_rh rtx_rec fb_rec err_rec fifos e_rtx h_rtx w_go
+            e_fb e_err ev take_s s w take_c s_err qps s3 s3_epoch s3_p s3_q s3_rec
             busy_out exhaust expired t_end t_eval t_exhaust t_retry t_timeout""")
         # The PSN's request marked as fired whether or not the pending table holds it (a
         # pending PSN's entry leaves only when it is resent, acknowledged or its QP is
@@ -1169,54 +1238,54 @@ class RetransmitTracker(wiring.Component):
             m.d.comb += [rq_w.addr.eq(rec_addr(s3_q, s3_p)), rq_w.en.eq(1),
                          *assign(rq_w.data, valid=1, time=s3_rec.time,
                                  rtx=s3_rec.rtx, lap=s3_p[ob:], epoch=s3_epoch)]
-        # (The timer writes only while stage E and the hole engine hold no record.)
-        with m.If(~e_valid & ~h_emit):
+        # (The timer writes only while stage W and the hole engine hold no record.)
+        with m.If(~w_valid & ~h_emit):
             m.d.comb += [
                 *assign(rtx_rec, qp=s3_q, psn=s3_p, tag=tag_rh.data, ev=s3_rec.ev,
                         cause=RtxCause.TIMEOUT),
                 *assign(fb_rec, qp=s3_q, ev=s3_rec.ev, kind=FeedbackKind.TIMEOUT),
             ]
-        with m.If(~e_valid):
+        with m.If(~w_valid):
             m.d.comb += assign(err_rec, qp=s3_q, cause=ErrorCause.RETRIES)
         m.d.comb += [
             fifos["rtx"].w_en.eq(e_rtx | h_rtx | t_timeout),
-            fifos["feedback"].w_en.eq((e_go & e_fb) | t_timeout),
+            fifos["feedback"].w_en.eq((w_go & e_fb) | t_timeout),
             fifos["qp_error"].w_en.eq(e_err | t_exhaust),
-            ev.feedback.eq((e_go & e_fb) | t_timeout),
+            ev.feedback.eq((w_go & e_fb) | t_timeout),
             ev.rtx_timeout.eq(t_timeout),
             ev.retries_exhausted.eq(t_exhaust),
             ev.scan_visits.eq(t_end),
             ev.scan_yields.eq(t_retry),
-            ev.no_qp.eq((take_s & (s.qp >= qps)) + (e_go & ~qp_ok) +
+            ev.no_qp.eq((take_s & (s.qp >= qps)) + (w_go & ~w.qp_ok) +
                         (take_c & (self.cwnd.payload.qp >= qps))),
-            ev.in_error.eq((take_s & (s.qp < qps) & s_err) + (e_go & qp_ok & in_err)),
+            ev.in_error.eq((take_s & (s.qp < qps) & s_err) + (w_go & w.qp_ok & w.in_err)),
         ]
 
 
     def _pending_table(self, m, v):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
-        (qb, h_emit, h_q, h_psn, e_valid, e_q, e_base, s3_q, s3_p, p_hit, nack_ok, h_old,
-         t_timeout, C, s_rtx_ok, qs, s, fatal, sack_ok, adv, t_exhaust, cmd_qp, cmd_apply, e_go,
+        (qb, h_emit, h_q, h_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
+         t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, t_exhaust, cmd_qp, cmd_apply, e_go, w_go,
          ev) = _take(v, """
-            qb h_emit h_q h_psn e_valid e_q e_base s3_q s3_p p_hit nack_ok h_old t_timeout C
-            s_rtx_ok qs s fatal sack_ok adv t_exhaust cmd_qp cmd_apply e_go ev""")
+            qb h_emit h_q h_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
+            s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # One lookup per cycle serves the three requesters, which never request in the same
-        # cycle: the hole engine (h_emit), stage E (a NACK needs e_go) and the timer (its
+        # cycle: the hole engine (h_emit), stage W (a NACK needs w_go) and the timer (its
         # t_fire needs neither, and needs no hit).
         P = self.pending
         pv = Signal(P, name="pend_valid")
         # A slot freed by a retransmission taken while a SACK's holes are still to be
         # requested stays taken for those requests (the model applies that SACK whole,
-        # before the retransmission): "zombie" until the next SACK or NACK goes (e_go).
+        # before the retransmission): "zombie" until the next SACK or NACK goes (w_go).
         pz = Signal(P, name="pend_zombie")
         pq = [Signal(qb, name=f"pend_qp{i}", reset_less=True) for i in range(P)]
         pp = [Signal(PSN, name=f"pend_psn{i}", reset_less=True) for i in range(P)]
         k_q, k_p = Signal(qb, name="pend_key_q"), Signal(PSN, name="pend_key_p")
         with m.If(h_emit):
             m.d.comb += [k_q.eq(h_q), k_p.eq(h_psn)]
-        with m.Elif(e_valid):
-            m.d.comb += [k_q.eq(e_q), k_p.eq(e_base)]
+        with m.Elif(w_valid):
+            m.d.comb += [k_q.eq(w_q), k_p.eq(w.base)]
         with m.Else():
             m.d.comb += [k_q.eq(s3_q), k_p.eq(s3_p)]
         # An insert in two steps, so that no request decision ends in the table: the key is
@@ -1239,58 +1308,71 @@ class RetransmitTracker(wiring.Component):
         p_ins = p_want & p_free.any()
         m.d.sync += [ins_valid.eq(p_ins), ins_slot.eq(p_slot)]
         # Entries leave when their retransmission is taken, when CACK passes them, and when
-        # their QP is opened or goes to error.
+        # their QP is opened or goes to error. A retransmission taken as stage E's record
+        # moves on to stage W comes after that record, which stage W has yet to look up:
+        # its entry leaves when stage W is done with it (pend_rm_*; meanwhile every
+        # retransmission waits, stage W holding a record).
+        rm_valid = Signal(name="pend_rm_valid")
+        rm_q, rm_p = Signal(qb, name="pend_rm_q"), Signal(PSN, name="pend_rm_p")
+        m.d.sync += rm_valid.eq((s_rtx_ok & e_go) | (rm_valid & ~w_go))
+        with m.If(s_rtx_ok & e_go):
+            m.d.sync += [rm_q.eq(qs), rm_p.eq(s.psn)]
         rm_sent = Signal(P)
         rm_qp = Signal(P)
         for i in range(P):
-            at_c = ~(C - pp[i])[PSN - 1]       # at or before the SACK's CACK
+            at_c = ~(w.cack - pp[i])[PSN - 1]  # at or before the SACK's CACK
             m.d.comb += [
-                rm_sent[i].eq(s_rtx_ok & live[i] & (pq[i] == qs) & (pp[i] == s.psn)),
-                rm_qp[i].eq(((pq[i] == e_q) & (fatal | (sack_ok & adv & at_c))) |
+                rm_sent[i].eq(live[i] & (
+                    (s_rtx_ok & ~e_go & (pq[i] == qs) & (pp[i] == s.psn)) |
+                    (rm_valid & w_go & (pq[i] == rm_q) & (pp[i] == rm_p)))),
+                rm_qp[i].eq(((pq[i] == w_q) & (fatal | (sack_ok & w.adv & at_c))) |
                             ((pq[i] == s3_q) & t_exhaust) |
                             ((pq[i] == cmd_qp) & cmd_apply)),
             ]
             with m.If(p_slot[i]):
                 m.d.sync += [pq[i].eq(k_q), pp[i].eq(k_p)]
         m.d.sync += [pv.eq(live & ~rm_sent & ~rm_qp),
-                     pz.eq(rm_sent | Mux(e_go, 0, pz))]
+                     pz.eq(rm_sent | Mux(w_go, 0, pz))]
         m.d.comb += [ev.rtx_pending_skip.eq((nack_ok | h_old) & p_hit),
                      ev.pending_full.eq(p_want & ~p_free.any())]
 
 
     def _error_and_retries(self, m, v):
         """Per-QP error flag and retry count."""
-        (r_written, r_written2, cmd_apply, sack_ok, adv, e_q, sc_q, t_timeout, head, s2_q, s3_q,
-         qps, cmd_qp, err, retries, epoch, fatal, t_exhaust) = _take(v, """
-            r_written r_written2 cmd_apply sack_ok adv e_q sc_q t_timeout head s2_q s3_q qps
-            cmd_qp err retries epoch fatal t_exhaust""")
+        (r_written, r_written2, cmd_apply, sack_ok, w, w_q, sc_q, t_timeout, head, s2_q, s3_q,
+         qps, cmd_qp, err, retries, epoch, fatal, t_exhaust, t_eval, expired) = _take(v, """
+            r_written r_written2 cmd_apply sack_ok w w_q sc_q t_timeout head s2_q s3_q qps
+            cmd_qp err retries epoch fatal t_exhaust t_eval expired""")
         # --- Per-QP error and retry count --------------------------------------------------
-        # A retry count written this cycle for the QP of stage S1 (or S2): its timeout is
-        # worked out again.
-        m.d.comb += [r_written.eq(cmd_apply | (sack_ok & adv & (e_q == sc_q)) |
-                                  (t_timeout & head & (s3_q == sc_q))),
-                     r_written2.eq(cmd_apply | (sack_ok & adv & (e_q == s2_q)) |
-                                   (t_timeout & head & (s3_q == s2_q)))]
+        # A retry count maybe written this cycle for the QP of stage S1 (or S2): its timeout
+        # is worked out again. (Maybe: a timeout of the QP's oldest PSN that stage S3
+        # evaluates, whether or not it fires, which the pending table and the outputs
+        # decide later in the cycle.)
+        t_head = t_eval & expired & head
+        m.d.comb += [r_written.eq(cmd_apply | (sack_ok & w.adv & (w_q == sc_q)) |
+                                  (t_head & (s3_q == sc_q))),
+                     r_written2.eq(cmd_apply | (sack_ok & w.adv & (w_q == s2_q)) |
+                                   (t_head & (s3_q == s2_q)))]
         for i in range(qps):
             with m.If(cmd_apply & (cmd_qp == i)):
                 m.d.sync += [err[i].eq(0), retries[i].eq(0), epoch[i].eq(epoch[i] + 1)]
             with m.Else():
-                with m.If((fatal & (e_q == i)) | (t_exhaust & (s3_q == i))):
+                with m.If((fatal & (w_q == i)) | (t_exhaust & (s3_q == i))):
                     m.d.sync += err[i].eq(1)
-                with m.If(sack_ok & adv & (e_q == i)):
+                with m.If(sack_ok & w.adv & (w_q == i)):
                     m.d.sync += retries[i].eq(0)
                 with m.Elif(t_timeout & head & (s3_q == i) & (retries[i] != 31)):
                     m.d.sync += retries[i].eq(retries[i] + 1)
 
 
     def _open_sweep_writes(self, m, v):
-        """The writes of a QP open or the sweep (inputs held, stage E and the hole engine
-        empty); the counters; the probe for formal checks."""
+        """The writes of a QP open or the sweep (inputs held, stages E and W and the hole
+        engine empty); the counters; the probe for formal checks."""
         (sweep, cmd_start, cmd_apply, ctx_w, cmd_qp, mark_w, f, nxt_w, cwnd_w, qps, cmd_busy, ev,
          fifos, rtx_rec, rel_rec) = _take(v, """
             sweep cmd_start cmd_apply ctx_w cmd_qp mark_w f nxt_w cwnd_w qps cmd_busy ev fifos
             rtx_rec rel_rec""")
-        # --- Open / sweep writes (inputs held, stage E and the hole engine empty) ----------
+        # --- Open / sweep writes (inputs held, stages E, W and the hole engine empty) ----
         start = Mux(sweep, 0, cmd_start)
         with m.If(cmd_apply):
             m.d.comb += [
@@ -1310,6 +1392,6 @@ class RetransmitTracker(wiring.Component):
         # For formal checks: what enters the output FIFOs this cycle.
         self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
                       "release_we": fifos["release"].w_en, "release": rel_rec,
-                      "open": cmd_apply}
+                      "open": cmd_apply, "applied": v.w_go}
 
 
