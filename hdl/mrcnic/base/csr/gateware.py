@@ -7,10 +7,14 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from mrcnic.base.csr.counters import CounterBank, bank_addresses, high_part
 from mrcnic.base.csr.regs import (RESP_OKAY, RESP_SLVERR, SET_SUFFIX, CsrError, RegisterMap,
                                   check_counter_width)
 
-__all__ = ["AxiLiteSignature", "CsrBlock", "event_counters", "ipv6_value"]
+__all__ = ["AxiLiteSignature", "CsrBlock", "event_counters", "ipv6_value", "COUNTER_STORAGE"]
+
+# Where :func:`event_counters` keeps the counts: flip-flops (the default) or a CounterBank.
+COUNTER_STORAGE = ("ff", "ram")
 
 
 class AxiLiteSignature(wiring.Signature):
@@ -144,6 +148,14 @@ class CsrBlock(wiring.Component):
     (predecoded index), W and AR and the R data register: the price of full rate with
     registered readies and a registered decode. Measured depths and resources:
     docs/csr.md.
+
+    Counters in RAM: :func:`event_counters` with ``storage="ram"`` (through
+    :meth:`counters_in_ram`) puts a :class:`~mrcnic.base.csr.counters.CounterBank` in the
+    block. Its registers, addresses and read latency stay the same and a read of a counter
+    returns the count of the edge it is performed on, exactly as with flip-flop counters;
+    the bank's RAM is addressed by the low bits of AR's stage (no logic before it), and R
+    takes the counters' side ORed with the tree of the other registers (see
+    :meth:`_read_counters`). Without a bank the block is built as it always was.
     """
 
     def __init__(self, regmap):
@@ -151,7 +163,9 @@ class CsrBlock(wiring.Component):
             raise CsrError(f"CsrBlock needs a RegisterMap, not {regmap!r}")
         self.regmap = regmap
         super().__init__({"s_axil": In(AxiLiteSignature(regmap.addr_width, regmap.data_width))})
-        self.fields = {}
+        self.fields = _Fields(self)
+        self.counter_bank = None        # set by counters_in_ram()
+        self._bank_words = {}           # word index -> counter number, with a bank
         self.f = SimpleNamespace()
         for r in regmap:
             sigs = {}
@@ -222,6 +236,9 @@ class CsrBlock(wiring.Component):
         with m.If(~rvalid | bus.rready):
             m.d.sync += [rdata.eq(self._read_mux(m, ar_index, lsb)),
                          rresp.eq(Mux(declared(ar_index), RESP_OKAY, RESP_SLVERR))]
+        if self.counter_bank is not None:
+            m.submodules.counter_bank = bank = self.counter_bank
+            m.d.comb += bank.read_addr.eq(ar_index[:bank.addr_width])
 
         index_bits = len(word_index(bus.awaddr))
         selects = [_predecoded_match(aw_s1[1:], index_bits, w) for w in words]   # per reg
@@ -254,16 +271,70 @@ class CsrBlock(wiring.Component):
                     m.d.sync += sig.eq((sig & ~clear) | set_)
 
     def _read_mux(self, m, index, lsb):
-        """The word at ``index`` (0 where no register is declared, w1p fields read 0)."""
+        """The word at ``index`` (0 where no register is declared, w1p fields read 0). With
+        a counter bank, see :meth:`_read_counters`."""
         dw = self.regmap.data_width
         entries = {}
+        bank = self.counter_bank
         for r in self.regmap:
+            if bank is not None and (r.offset >> lsb) in self._bank_words:
+                continue
             word = Const(0, dw)
             for fd in r.fields.values():
                 if fd.access != "w1p":
                     word = word | (self.fields[r.name][fd.name] << fd.offset)
             entries[r.offset >> lsb] = word
-        return _mux_tree(m, entries, index, dw, "rd_mux")
+        tree = _mux_tree(m, entries, index, dw, "rd_mux")
+        if bank is None:
+            return tree
+        return tree | self._read_counters(m, index)
+
+    def _read_counters(self, m, index):
+        """The counters' side of the read with a counter bank, 0 at other words, to be ORed
+        with the other registers' tree (an OR, not a multiplexer, into R: synthesis then
+        finds no constant case to turn into a reset of R, whose combination with R's
+        enable would cost levels): a tree of the counters' low parts (flip-flops) and one
+        of their flags, and one LUT per high bit that makes the high part from the flags
+        and the bank's RAM, read at the same index (:func:`~mrcnic.base.csr.counters.
+        high_part`): the tree's levels and one more. The flags of a word that is not a
+        counter's are 0 (not valid, no carry): its high part is 0."""
+        bank = self.counter_bank
+        low = _mux_tree(m, {w: bank.low[i] for w, i in self._bank_words.items()}, index,
+                        bank.low_width, "rd_counter_low")
+        if bank.high_width == 0:
+            return low
+        flags = _mux_tree(m, {w: Cat(bank.valid[i], bank.carry[i])
+                              for w, i in self._bank_words.items()}, index, 2, "rd_flags")
+        return Cat(low, high_part(flags[0], flags[1], bank.read_hi, bank.read_hi1))
+
+    def counters_in_ram(self, increments, width):
+        """A :class:`~mrcnic.base.csr.counters.CounterBank` of ``width`` (16, 32) bits for
+        the counters ``increments`` ({register name: event width}), which R then reads for
+        those registers; :func:`event_counters` with ``storage="ram"`` calls this. Each of
+        those registers must hold one ro field ``count`` at bit 0, at least ``width`` bits
+        wide; the bank's RAM is addressed by the low bits of the AR stage's word index
+        (:func:`~mrcnic.base.csr.counters.bank_addresses`). One bank per block; the bank's
+        ``events`` and ``clear`` are the caller's to drive. Raises CsrError otherwise."""
+        if self.counter_bank is not None:
+            raise CsrError(f"regmap {self.regmap.name!r}: its CsrBlock already has a "
+                           f"counter bank")
+        lsb = (self.regmap.word_bytes - 1).bit_length()
+        words = []
+        for name in increments:
+            r = self.regmap[name]
+            fd = r.fields.get("count")
+            if (list(r.fields) != ["count"] or fd.access != "ro" or fd.offset != 0
+                    or fd.width < width):
+                raise CsrError(f"regmap {self.regmap.name!r}: register {name!r} must hold "
+                               f"one ro field 'count' at bit 0 of at least {width} bits to "
+                               f"be read from a counter bank")
+            words.append(r.offset >> lsb)
+        index_bits = max(0, self.regmap.addr_width - lsb)
+        _, addresses = bank_addresses(words, index_bits)
+        self.counter_bank = CounterBank(increments, width, addresses=addresses,
+                                        own_read=False)
+        self._bank_words = {w: i for i, w in enumerate(words)}     # word -> counter
+        return self.counter_bank
 
 
 def _request_stage(m, name, valid, payload, take, load=lambda value: value):
@@ -333,7 +404,7 @@ def _mux_tree(m, entries, index, width, name):
     return entries.get(0, Const(0, width))
 
 
-def event_counters(m, fields, events, names, clear, width=32):
+def event_counters(m, fields, events, names, clear, width=32, *, storage="ff", csr=None):
     """Count one-cycle ``events`` (a view with one member per name, each 1 bit or a small
     increment) into the ro fields ``fields[name]["count"]``; ``clear`` zeroes them all.
 
@@ -342,9 +413,34 @@ def event_counters(m, fields, events, names, clear, width=32):
     ``width`` (:data:`COUNTER_WIDTHS`): 32, 16 (wrapping at 2^16: the fields read the low
     16 bits) or 0 (no counters: the fields read 0; for a build in which nothing reads
     them, such as a board's self-test, where they are a tenth of the logic).
+
+    ``storage`` (:data:`COUNTER_STORAGE`): ``"ff"`` (the default), one ``width``-bit
+    flip-flop counter with its adder per event, each driving its field; ``"ram"``, the
+    counts in the distributed RAM of a :class:`~mrcnic.base.csr.counters.CounterBank`
+    inside the block's :class:`CsrBlock` (``csr``, by default the block whose ``fields``
+    these are; see :meth:`CsrBlock.counters_in_ram`). With ``"ram"`` an AXI read returns
+    exactly what it returns with ``"ff"`` (the same count, sampled on the same edge, the
+    same latency, the same clear), but the ``count`` field signals are not driven (they
+    read 0 in the gateware): only the register read sees the counts. It takes about 40% of
+    the flip-flops (28 counters of 32 bits with 2-bit events: 370 instead of 952) and
+    some LUT RAM (docs/csr.md). ``names`` must then be register names whose only field is
+    ``count``, at bit 0, at least ``width`` bits wide; one call per block. Switching a
+    block over is this one keyword: ``event_counters(m, f, ev, NAMES, clear, width=w,
+    storage="ram")``.
     """
     check_counter_width(width)
+    if storage not in COUNTER_STORAGE:
+        raise CsrError(f"counter storage {storage!r} is not one of {COUNTER_STORAGE}")
     if width == 0:
+        return
+    if storage == "ram":
+        csr = csr if csr is not None else getattr(fields, "block", None)
+        if not isinstance(csr, CsrBlock) or csr.fields is not fields:
+            raise CsrError("storage='ram' needs the CsrBlock whose fields these are "
+                           "(csr=...)")
+        bank = csr.counters_in_ram({n: len(getattr(events, n)) for n in names}, width)
+        m.d.comb += [getattr(bank.events, n).eq(getattr(events, n)) for n in names]
+        m.d.comb += bank.clear.eq(clear)
         return
     registered = Signal.like(events)
     m.d.sync += registered.eq(events)
@@ -355,6 +451,15 @@ def event_counters(m, fields, events, names, clear, width=32):
         with m.Else():
             m.d.sync += count.eq(count + getattr(registered, name))
         m.d.comb += fields[name]["count"].eq(count)
+
+
+class _Fields(dict):
+    """:attr:`CsrBlock.fields`: a dict that knows its block (``.block``), so that
+    :func:`event_counters` finds the block from the fields it is given."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
 
 
 def ipv6_value(fields, prefix):
