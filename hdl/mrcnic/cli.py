@@ -216,12 +216,17 @@ def _add_demo(sub):
     p = sub.add_parser("demo", help="two NICs over the fabric model (8 planes unless --planes; "
                                     "make demo runs 4), simulated on Verilator",
                        description="Export two MrcNic, run them on Verilator over the fabric "
-                                   "model, print goodput, retransmissions, EV state changes, "
-                                   "failure recovery and the data check; metrics.json, "
-                                   "goodput.png (and wire.pcap with --pcap) in --out.")
+                                   "model (a cocotb simulation in a child process), show a "
+                                   "progress bar, then print goodput, the fabric's drops, "
+                                   "retransmissions by cause, EV state changes, failure "
+                                   "recovery and the data check; metrics.json, goodput.png, "
+                                   "demo.log (the simulator's and cocotb's output) and, with "
+                                   "--pcap, wire.pcap in --out.")
     p.add_argument("--planes", type=int, default=8,
                    help="planes of each NIC and of the fabric (default 8; make demo runs 4)")
-    p.add_argument("--loss", type=float, default=0.0, help="random loss per frame (0..1)")
+    p.add_argument("--loss", type=float, default=0.0,
+                   help="random loss per frame (0..1), drawn from --seed: the same seed "
+                        "drops the same frames")
     p.add_argument("--fail", action="append", default=[], metavar="PLANE@US",
                    help="fail every link of a plane at a time in microseconds (repeatable)")
     p.add_argument("--gray", action="append", default=[], metavar="PLANE:SPINE@US[:DROP]",
@@ -232,7 +237,8 @@ def _add_demo(sub):
                    help="N more hosts send to NIC b on every plane from 20 us, each at a "
                         "plane link's full rate (queues and trimming at b's leaf)")
     p.add_argument("--size", type=int, default=None, help="bytes written (default 1 MiB)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1,
+                   help="the fabric's random choices (loss, jitter, gray drops) and cocotb's")
     p.add_argument("--qps", type=int, default=None, help="QPs per NIC (default 4)")
     p.add_argument("--ev-count", type=int, default=None, help="EVs per QP (default 32)")
     p.add_argument("--pmtu", type=int, default=None, help="PMTU in bytes, a power of two "
@@ -256,13 +262,42 @@ def _add_demo(sub):
     p.add_argument("--pcap", action="store_true", help="write the wire traffic to wire.pcap")
     p.add_argument("--waves", action="store_true", help="write an FST waveform")
     p.add_argument("--out", default="build/demo", help="output folder")
+    p.add_argument("--verbose", action="store_true",
+                   help="the simulator's and cocotb's output on the terminal, and a progress "
+                        "line now and then (default: in demo.log of --out, and a progress bar)")
     p.set_defaults(func=_run_demo)
+
+
+def _add_demo_summary(sub):
+    """``mrcnic demo-summary``: the closing table and picture of ``make demo``."""
+    p = sub.add_parser("demo-summary", help="the runs of mrcnic demo side by side: a table "
+                                            "and their goodput plots in one picture",
+                       description="Read the metrics.json of each run folder (written by "
+                                   "mrcnic demo --out FOLDER) and print one table, a row per "
+                                   "run: fault, goodput over the run and while data flows, "
+                                   "goodput after the failure, retransmit requests by cause, "
+                                   "EV state changes, the time from the failure to the last "
+                                   "data frame on the failed path, verdict; write the runs' "
+                                   "goodput plots side by side to --out. Simulates nothing.")
+    p.add_argument("runs", nargs="+", metavar="FOLDER", help="a run's folder (repeatable)")
+    p.add_argument("--out", default="build/demo/summary.png", help="the picture (PNG)")
+    p.set_defaults(func=_run_demo_summary)
+
+
+def _run_demo_summary(args):
+    """Print the table of the run folders, write their picture; 1 if a run lost data."""
+    from mrcnic.netsim import demo_summary
+    runs = demo_summary.load_runs(args.runs)
+    print(demo_summary.table(runs))
+    demo_summary.plot_runs(runs, args.out)
+    print(f"picture: {args.out}")
+    return 0 if all(m["complete"] for _, m in runs) else 1
 
 
 # What `mrcnic demo` imports beyond the package's own dependencies: module -> package (the
 # "sim" extra of pyproject.toml).
 DEMO_MODULES = {"cocotb": "cocotb", "cocotb_bus": "cocotb-bus",
-                "cocotbext.axi": "cocotbext-axi", "matplotlib": "matplotlib"}
+                "cocotbext.axi": "cocotbext-axi", "matplotlib": "matplotlib", "tqdm": "tqdm"}
 
 
 def demo_missing():
@@ -298,6 +333,30 @@ def _run_demo(args):
         print(f"mrcnic demo needs {'; and '.join(need)}; nothing was run", file=sys.stderr)
         return 2
     from mrcnic.netsim import demo
+    cfg = _demo_config(args, demo)
+    log = os.path.join(args.out, "demo.log")
+    if args.verbose:
+        metrics = demo.run_demo(cfg, args.out, waves=args.waves)
+    else:
+        from mrcnic.netsim.demo_progress import DemoBar, warnings_to
+        os.makedirs(args.out, exist_ok=True)
+        name = os.path.basename(os.path.normpath(args.out))
+        try:
+            with warnings_to(log), DemoBar(name, cfg.get("size", demo.DEFAULTS["size"])) as bar:
+                metrics = demo.run_demo(cfg, args.out, waves=args.waves, log_file=log, bar=bar)
+        except AssertionError as e:         # the simulation failed: its log says why
+            print(f"mrcnic demo: {e}; the simulation's log: {log}", file=sys.stderr)
+            return 1
+    print(demo.summary(metrics))
+    png = os.path.join(args.out, "goodput.png")
+    demo.plot(metrics, png)
+    print(f"in {args.out}: metrics.json, goodput.png" + (", wire.pcap" if args.pcap else "")
+          + ("" if args.verbose else ", demo.log (the simulator's and cocotb's output)"))
+    return 0 if metrics["complete"] else 1
+
+
+def _demo_config(args, demo):
+    """The run's configuration (what differs from ``demo.DEFAULTS``) from the options."""
     cfg = {"planes": args.planes, "loss": args.loss, "seed": args.seed, "pcap": args.pcap,
            "failures": [demo.parse_failure(f) for f in args.fail]
            + [demo.parse_gray(g) for g in args.gray], "incast": args.incast}
@@ -329,13 +388,7 @@ def _run_demo(args):
         if args.pmtu < 256 or args.pmtu & (args.pmtu - 1):
             raise ValueError(f"--pmtu {args.pmtu}: a power of two, 256 or more")
         cfg["pmtu_log2"] = args.pmtu.bit_length() - 1
-    metrics = demo.run_demo(cfg, args.out, waves=args.waves)
-    print(demo.summary(metrics))
-    png = os.path.join(args.out, "goodput.png")
-    demo.plot(metrics, png)
-    print(f"metrics: {os.path.join(args.out, 'metrics.json')}, plot: {png}"
-          + (f", wire: {os.path.join(args.out, 'wire.pcap')}" if args.pcap else ""))
-    return 0 if metrics["complete"] else 1
+    return cfg
 
 
 def _add_report(sub):
@@ -388,14 +441,15 @@ def _add_ev_expand(sub):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="mrcnic", description="The mrcnic command: Verilog export, ECP5 builds, the EV "
-                                   "expansion tool, frame decoding, the two-NIC demo and the "
-                                   "performance report.")
+                                   "expansion tool, frame decoding, the two-NIC demo (and its "
+                                   "summary table) and the performance report.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_verilog(sub)
     _add_build(sub)
     _add_ev_expand(sub)
     _add_packet(sub)
     _add_demo(sub)
+    _add_demo_summary(sub)
     _add_report(sub)
     args = parser.parse_args(argv)
     try:

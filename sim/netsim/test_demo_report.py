@@ -1,10 +1,15 @@
 """The software half of ``mrcnic demo`` without a simulation: the bad frames the bench
-injects, the failure report and goodput computed from metrics, the summary and the plot."""
+injects, the failure report and goodput computed from metrics, the summary and the plot, the
+closing table and picture of ``mrcnic demo-summary``, and the progress the bench reports to
+the bar."""
 
 import pytest
 
-from mrcnic.netsim import demo
-from mrcnic.netsim.demo_bench import INJECT_KINDS, bad_frame
+import json
+
+from mrcnic.netsim import demo, demo_summary
+from mrcnic.netsim.demo_bench import INJECT_KINDS, PROGRESS_PREFIX, Progress, bad_frame
+from mrcnic.netsim.demo_progress import ProgressFollower
 from mrcnic.model import packet as pk
 from mrcnic.base.proto import EvState, Opcode
 
@@ -186,3 +191,76 @@ def test_one_build_per_distinct_verilog(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "_SOFTWARE", demo._SOFTWARE - {"pcap.py"})
     assert demo._verilog({"planes": 4}, tmp_path) == a and len(exports) == 3
     assert a.read_text().startswith(f"module {demo.TOP};")
+
+
+def _lossy_metrics():
+    """The metrics of a run without failures over a fabric that dropped 3 frames at random:
+    2 resent on SACK holes, 1 on the timeout."""
+    m = _metrics()
+    m["config"] = {**m["config"], "failures": [], "loss": 0.02, "seed": 100}
+    m["counters"] = {"mrc-tx": {"retransmissions": 3},
+                     "retransmit-tracker": {"rtx_nack": 0, "rtx_hole": 2, "rtx_timeout": 1}}
+    m["fabric"] = {"drops": {"0": {"loss": 2}, "1": {"loss": 1, "failed": 0}, "2": {}, "3": {}},
+                   "sent": 67, "delivered": 64}
+    return m
+
+
+def test_summary_names_the_drops_and_the_retransmissions_by_cause():
+    m = _lossy_metrics()
+    assert demo.fabric_drops(m) == {"loss": 3}
+    assert demo.retransmissions(m) == {"frames": 3, "nack": 0, "hole": 2, "timeout": 1}
+    text = demo.summary(m)
+    assert "2% random loss (seed 100)" in text
+    assert "the fabric dropped 3 of the 67 frames it carried (random loss 3)" in text
+    assert "3 frames resent; requests by cause: NACK/trim 0, hole (SACK) 2, timeout 1" in text
+    # metrics without the fabric's counters (older runs): no drop line
+    assert "the fabric dropped" not in demo.summary(_metrics())
+
+
+def test_demo_summary_table_and_picture(tmp_path):
+    """One row per run, in the order given, with its fault, goodput, the goodput after a
+    failure, retransmit requests by cause, EV state changes, the failed path's last use
+    and the verdict; and one picture of the runs side by side."""
+    runs = {"plane-failure": _metrics(), "loss": _lossy_metrics()}
+    for name, m in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(m))
+    loaded = demo_summary.load_runs([tmp_path / "plane-failure", tmp_path / "loss"])
+    assert [name for name, _ in loaded] == ["plane-failure", "loss"]
+    assert demo_summary.row(*loaded[0]) == [
+        "plane-failure", "plane 1 at 10 us", "75.0 / 50.0", "0.0", "0 / 2 / 0", "3",
+        "40 ns", "intact"]                  # the retransmission 10 cycles after the failure
+    assert demo_summary.row(*loaded[1]) == [
+        "loss", "2% loss: 3 dropped", "75.0 / 50.0", "-", "0 / 2 / 1", "3", "-", "intact"]
+    lines = demo_summary.table(loaded).splitlines()
+    assert lines[0].split()[:2] == ["run", "fault"] and lines[2].startswith("plane-failure")
+    assert lines[3].split()[-1] == "intact" and len(lines) == 7
+    png = tmp_path / "summary.png"
+    demo_summary.plot_runs(loaded, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="metrics.json is missing"):
+        demo_summary.load_runs([tmp_path / "none"])
+
+
+def test_progress_goes_from_the_bench_to_the_bar(tmp_path, monkeypatch):
+    """The bench appends prefixed lines to the file MRCNIC_PROGRESS names; the follower
+    reports each one once, in order, and ignores other lines."""
+    path = tmp_path / "progress.txt"
+    monkeypatch.setenv("MRCNIC_PROGRESS", str(path))
+    seen = []
+    follower = ProgressFollower(path, lambda *a: seen.append(a))
+    bench = Progress(4096)
+    bench.report("bring-up", 0, 0, 0.0)
+    bench.report("run", 1, 100, 4.0)            # not a multiple of CHECK_CYCLES: skipped
+    with open(path, "a") as f:
+        f.write("a line of something else\n")
+    bench.last = 0.0
+    bench.report("run", Progress.CHECK_CYCLES, 2048, 2000.0)
+    follower.start()
+    bench.report("done", 2 * Progress.CHECK_CYCLES, 4096, 4000.0)
+    bench.file.close()
+    follower.stop()
+    assert seen == [("bring-up", 0, 4096, 0.0), ("run", 2048, 4096, 2000.0),
+                    ("done", 4096, 4096, 4000.0)]
+    assert path.read_text().startswith(PROGRESS_PREFIX)
+

@@ -10,6 +10,8 @@ test folder, or a module of this package) on it. The testbench gets ``params`` a
   ``random`` with it, and every failure message names it.
 * Waves: ``WAVES=1`` (or ``waves=True``) writes an FST (Verilator) or VCD/FST (Icarus) in
   the build folder.
+* Logs: the build's in ``build.log`` of the build folder; the simulation's (the simulator's
+  and cocotb's output) on the terminal, or in ``log_file`` when one is given.
 """
 
 import json
@@ -42,10 +44,11 @@ def prepare(simulator):
 
 
 def run(top, source, params, module, simulator, build_dir, *, testcase=None, extra_env=None,
-        seed=None, waves=None, test_dir=None, optimize=False):
+        seed=None, waves=None, test_dir=None, optimize=False, log_file=None):
     """Build (once per ``build_dir``) and run; ``optimize``: the C++ optimisation of a
     Verilator model, False for -O0 (short runs: the compile is the cost), True for -O2, or
-    the flag itself ("-O1")."""
+    the flag itself ("-O1"); ``log_file``: a file for the simulation's output (stdout and
+    stderr of the simulator, cocotb's log), which then leaves the terminal alone."""
     prepare(simulator)
     build_dir = Path(build_dir).resolve()       # the simulator runs in it: no relative paths
     if waves is None:
@@ -78,14 +81,16 @@ def run(top, source, params, module, simulator, build_dir, *, testcase=None, ext
     results = build_dir / f"results_{module}_{testcase or 'all'}.xml"
     where = (f"{module} on {top} in {simulator}, seed {seed} "
              f"(rerun: SEED={seed} pytest ...)")
-    print(f"cocotb: {where}")
+    if log_file is None:
+        print(f"cocotb: {where}")
     try:
         runner.test(test_module=module, hdl_toplevel=top, testcase=testcase, seed=seed,
                     extra_env=env, waves=waves, build_dir=build_dir, test_dir=test_dir or build_dir,
-                    results_xml=str(results), timescale=("1ns", "1ps"))
+                    results_xml=str(results), timescale=("1ns", "1ps"),
+                    log_file=None if log_file is None else str(Path(log_file).resolve()))
     except SystemExit as e:
         raise AssertionError(f"cocotb failed (exit {e.code}): {where}; log in "
-                             f"{build_dir}") from None
+                             f"{log_file or build_dir}") from None
     num_tests, num_failed = get_results(results)
     assert num_tests > 0, f"no cocotb test ran: {where}"
     assert num_failed == 0, f"{num_failed} of {num_tests} cocotb tests failed: {where}"

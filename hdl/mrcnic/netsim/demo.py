@@ -20,7 +20,9 @@ from mrcnic.flow.simrun import run as simrun
 from mrcnic.base.records import TICK_NS
 
 __all__ = ["DEFAULTS", "tracker_registers", "run_demo", "summary", "failure_report", "plot",
-           "parse_failure", "parse_gray", "affected_evs"]
+           "parse_failure", "parse_gray", "affected_evs", "fabric_drops", "retransmissions",
+           "goodput", "goodput_run", "goodput_flowing",
+           "plane_goodput", "draw_goodput"]
 
 # The demo's NIC and network. Decision: a 64-bit datapath on a 4 ns clock, each plane's links
 # at 1/planes of its line rate; a jumbo PMTU so that a plane's loss costs its share and
@@ -78,8 +80,9 @@ def tracker_registers(cfg):
 
 
 # Modules that make no gateware: a change to them needs no new Verilog.
-_SOFTWARE = {"demo.py", "demo_bench.py", "bringup.py", "cli.py", "fabric.py", "pcap.py",
-             "simrun.py", "synth.py", "formal.py", "__init__.py"}
+_SOFTWARE = {"demo.py", "demo_bench.py", "demo_progress.py", "demo_summary.py", "bringup.py",
+             "cli.py", "fabric.py", "pcap.py", "simrun.py", "synth.py", "formal.py",
+             "__init__.py"}
 TOP = "mrcnic_nic_pair"
 
 
@@ -129,29 +132,45 @@ def _nic_params(cfg):
             "pmtu_max": max(4096, 1 << cfg["pmtu_log2"])}
 
 
-def _verilog(params, root):
+def _gateware_sources():
+    """The package's modules that can change the pair's Verilog: every one but the models,
+    the host software, the tool flow (its Verilog export aside), the command line and this
+    folder's software (:data:`_SOFTWARE`)."""
+    package = Path(__file__).parent.parent
+    skip = {"model", "host", "flow"}
+    paths = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.parts[0] in skip and rel != Path("flow", "export.py"):
+            continue
+        if rel == Path("cli.py") or (rel.parts[0] == "netsim" and path.name in _SOFTWARE):
+            continue
+        paths.append(path)
+    return paths
+
+
+def _verilog(params, root, say=print):
     """The Verilog of the NIC pair of ``params``, in ``root/nic_pair_<hash of the
     Verilog>/`` (one Verilator build per distinct Verilog). Exported only when the
     parameters or a gateware module changed since the last export (``root/exports.json``
     maps a hash of both to the folder): a change that leaves the Verilog as it was (a
-    docstring, a Python helper) reuses the build."""
+    docstring, a Python helper) reuses the build. ``say`` prints what it does."""
     digest = hashlib.sha1(json.dumps(params, sort_keys=True).encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        if path.name not in _SOFTWARE:
-            digest.update(path.read_bytes())
+    for path in _gateware_sources():
+        digest.update(path.read_bytes())
     key = digest.hexdigest()
     index_path = root / "exports.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     if key in index and (root / index[key] / f"{TOP}.v").exists():
         return root / index[key] / f"{TOP}.v"
-    print(f"mrcnic demo: exporting two MrcNic ({params}) to Verilog")
+    say(f"mrcnic demo: exporting two MrcNic ({params}) to Verilog")
     text = verilog_text(NicPair(**params), TOP)
     folder = f"nic_pair_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
     source = root / folder / f"{TOP}.v"
     if not source.exists():
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text(text)
-        print(f"mrcnic demo: new Verilog in {source.parent}: Verilator builds it (minutes)")
+        say(f"mrcnic demo: new Verilog in {source.parent}: Verilator builds it (minutes)")
     index[key] = folder
     index_path.write_text(json.dumps(index, indent=1))
     return source
@@ -169,10 +188,13 @@ def top_inputs(source):
 
 
 def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo",
-             simulator="verilator"):
+             simulator="verilator", log_file=None, bar=None):
     """Run the two-NIC simulation of ``cfg`` (``DEFAULTS`` updated); returns the metrics.
     The simulator's model (Verilator by default; ``"icarus"`` for short runs) is built under
-    ``build_root`` (kept between runs), the metrics (and pcap) go to ``out_dir``."""
+    ``build_root`` (kept between runs), the metrics (and pcap) go to ``out_dir``.
+    ``log_file``: a file for the simulation's output (else the terminal); ``bar``: a
+    :class:`~mrcnic.netsim.demo_progress.DemoBar` that the run's progress moves (else the
+    bench prints a progress line now and then)."""
     cfg = {**DEFAULTS, **cfg}
     cfg.update(tracker_registers(cfg))
     bad = [k for k in cfg["inject"] if k not in INJECT_KINDS]
@@ -190,15 +212,31 @@ def run_demo(cfg, out_dir="build/demo", waves=False, build_root="build/demo",
         raise ValueError(f"incast {cfg['incast']} sources at {cfg['incast_share']} of a link: "
                          "0..64 sources, a share in (0, 4]")
     params = _nic_params(cfg)
-    source = _verilog(params, Path(build_root))
+    source = _verilog(params, Path(build_root), say=print if bar is None else bar.note)
     build = source.parent
     cfg["out_dir"] = str(Path(out_dir).resolve())
     # Every input starts at 0 (Icarus starts them at X; an X data bus under valid = 0 must
     # not reach the NIC's state in one simulator and not in the other).
     cfg["inputs"] = top_inputs(source)
-    simrun(TOP, source, params, "mrcnic.netsim.demo_bench", simulator, build / simulator,
-           extra_env={"MRCNIC_DEMO": json.dumps(cfg)}, seed=cfg["seed"], waves=waves,
-           optimize=cfg["optimize"])
+    env = {"MRCNIC_DEMO": json.dumps(cfg)}
+    follower = None
+    if bar is not None:
+        from mrcnic.netsim.demo_progress import ProgressFollower
+        progress = Path(cfg["out_dir"]) / "progress.txt"
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        progress.write_text("")
+        env["MRCNIC_PROGRESS"] = str(progress)
+        if not (build / simulator / TOP).exists():
+            bar.status(f"{simulator} build (minutes, once)")
+        follower = ProgressFollower(progress, bar.report, idle=bar.tick)
+        follower.start()
+    try:
+        simrun(TOP, source, params, "mrcnic.netsim.demo_bench", simulator, build / simulator,
+               extra_env=env, seed=cfg["seed"], waves=waves, optimize=cfg["optimize"],
+               log_file=log_file)
+    finally:
+        if follower is not None:
+            follower.stop()
     with open(os.path.join(cfg["out_dir"], "metrics.json")) as f:
         return json.load(f)
 
@@ -210,6 +248,13 @@ def goodput(metrics, t0_ns=None, t1_ns=None):
     t1 = metrics["t_end_ns"] if t1_ns is None else t1_ns
     placed = sum(v for t, _, v in metrics["placements"] if t0 <= t < t1)
     return placed * 8 / (t1 - t0) / metrics["line_gbps"] if t1 > t0 else 0.0
+
+
+def goodput_run(metrics):
+    """Goodput over the whole run: every byte placed at b, over the time from the first work
+    request to the end of the run, as a share of the line rate."""
+    span_ns = metrics["t_end_ns"] - metrics["t_start_ns"]
+    return metrics["delivered_bytes"] * 8 / span_ns / metrics["line_gbps"] if span_ns > 0 else 0.0
 
 
 def goodput_flowing(metrics):
@@ -268,37 +313,44 @@ def failure_report(metrics):
     return report
 
 
-def plot(metrics, path):
-    """A PNG of goodput per plane over time (placed payload at NIC b, per receive plane,
-    averaged over a sliding window), their sum, and the failures marked."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plane_goodput(metrics, points=200):
+    """Goodput per plane over time: ``(xs_us, per, window_ns)``, ``per[p][k]`` the payload
+    placed at NIC b on receive plane ``p`` in the window ending at ``xs_us[k]``, as a share of
+    a plane's rate; None for a run without time."""
     cfg = metrics["config"]
     P = cfg["planes"]
     plane_gbps = metrics["line_gbps"] / P
     t0, t1 = metrics["t_start_ns"] or 0.0, metrics["t_end_ns"]
     if t1 <= t0:
-        return
+        return None
     # A sliding window of at least four frames per plane at the plane's rate (a frame is
     # placed at once: shorter windows show single frames, not a rate).
     frame_ns = (1 << cfg["pmtu_log2"]) * 8 / plane_gbps
     window = max((t1 - t0) / 30, 4 * frame_ns)
-    xs = [t0 + (t1 - t0) * k / 200 for k in range(201)]
+    xs = [t0 + (t1 - t0) * k / points for k in range(points + 1)]
     per = [[0.0] * len(xs) for _ in range(P)]
     for t, p, v in metrics["placements"]:
         for k, x in enumerate(xs):
             if x - window < t <= x:
                 per[p][k] += v * 8 / window / plane_gbps
-    xs = [x / 1000 for x in xs]
-    fig, (ax, tot) = plt.subplots(2, 1, figsize=(9, 6), sharex=True,
-                                  gridspec_kw={"height_ratios": [2, 1]})
+    return [x / 1000 for x in xs], per, window
+
+
+def draw_goodput(metrics, ax, tot, legend=True):
+    """Goodput per plane (on ``ax``) and their sum (on ``tot``) over time, the failures
+    marked; False when the run has no time to draw."""
+    curves = plane_goodput(metrics)
+    if curves is None:
+        return False
+    xs, per, window = curves
+    cfg = metrics["config"]
+    P = cfg["planes"]
     for p in range(P):
         ax.plot(xs, [100 * y for y in per[p]], label=f"plane {p}", linewidth=1.2)
     ax.set_ylabel(f"goodput, % of a plane's rate\n({window / 1000:.0f} us window)")
     ax.set_ylim(0, max(110, 105 * max(max(y) for y in per)))
-    ax.legend(ncol=min(P, 4), fontsize=8, loc="lower left")
+    if legend:
+        ax.legend(ncol=min(P, 4), fontsize=8, loc="lower left")
     tot.plot(xs, [100 * sum(per[p][i] for p in range(P)) / P for i in range(len(xs))],
              color="black", linewidth=1.5)
     tot.set_ylabel("total, % of line rate")
@@ -310,22 +362,69 @@ def plot(metrics, path):
             a.axvline(f["at_ns"] / 1000, color="red", linestyle="--", linewidth=1)
     for f in cfg["failures"]:
         ax.text(f["at_ns"] / 1000, 104, f" {_failure_name(f)} fails", color="red", fontsize=8)
-    title = (f"mrcnic demo: {P} planes, {metrics['bytes']} bytes, loss {cfg['loss']:g}, "
-             f"{metrics['line_gbps']:.0f} Gb/s line rate")
+    return True
+
+
+def plot(metrics, path):
+    """A PNG of goodput per plane over time (placed payload at NIC b, per receive plane,
+    averaged over a sliding window), their sum, and the failures marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = metrics["config"]
+    fig, (ax, tot) = plt.subplots(2, 1, figsize=(9, 6), sharex=True,
+                                  gridspec_kw={"height_ratios": [2, 1]})
+    if not draw_goodput(metrics, ax, tot):
+        plt.close(fig)
+        return
+    title = (f"mrcnic demo: {cfg['planes']} planes, {metrics['bytes']} bytes, loss "
+             f"{cfg['loss']:g}, {metrics['line_gbps']:.0f} Gb/s line rate")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
+# The fabric's drop causes as the summaries name them (mrcnic.netsim.fabric_config)
+DROP_NAMES = {"loss": "random loss", "failed": "on failed links", "gray": "on gray links",
+              "queue_full": "queues full", "hop_limit": "hop limit", "no_route": "no route"}
+
+
+def fabric_drops(metrics):
+    """The frames the fabric dropped, by cause (``{cause: frames}``, causes with none left
+    out), summed over the planes; empty for metrics without the fabric's counters."""
+    total = {}
+    for per_plane in metrics.get("fabric", {}).get("drops", {}).values():
+        for cause, n in per_plane.items():
+            if n:
+                total[cause] = total.get(cause, 0) + n
+    return total
+
+
+def retransmissions(metrics):
+    """NIC a's frames resent (``frames``: the transmit path's count) and the retransmit
+    tracker's requests by cause: ``nack`` (NACKs, trimmed frames among them), ``hole``
+    (SACK holes past the reorder guard), ``timeout``."""
+    rt = metrics["counters"]["retransmit-tracker"]
+    return {"frames": metrics["counters"]["mrc-tx"].get("retransmissions", 0),
+            "nack": rt.get("rtx_nack", 0), "hole": rt.get("rtx_hole", 0),
+            "timeout": rt.get("rtx_timeout", 0)}
+
+
 def summary(metrics):
+    """The report of one run, a few lines: what ran, goodput, each failure and what the
+    NIC did about it, the fabric's drops, retransmissions by cause, EV state changes,
+    incast and injected frames when asked for, and the verdict on the data."""
     cfg = metrics["config"]
     lines = []
     span_ns = metrics["t_end_ns"] - metrics["t_start_ns"]
-    total = metrics["delivered_bytes"] * 8 / span_ns / metrics["line_gbps"]
+    total = goodput_run(metrics)
     lines.append(f"{cfg['planes']} planes, {metrics['bytes']} bytes in "
                  f"{metrics['work_requests']} writes, {span_ns / 1000:.1f} us simulated "
-                 f"({metrics['cycles']} cycles, {metrics['wall_s']:.0f} s)")
+                 f"({metrics['cycles']} cycles, {metrics['wall_s']:.0f} s)"
+                 + (f", {100 * cfg['loss']:g}% random loss (seed {cfg['seed']})"
+                    if cfg.get("loss") else ""))
     regs = tracker_registers(cfg)
     lines.append(f"retransmit tracker: reorder guard {regs['reorder_guard']} PSNs, timeout "
                  f"{TICK_NS * (1 << regs['timeout_exp']) / 1000:.0f} us "
@@ -350,15 +449,23 @@ def summary(metrics):
             lines.append(f"  EV {e['ev']}: ASSUMED_BAD {e['bad_ns'] / 1000:.1f} us, last frame "
                          + ("before that" if e["last_after_bad_cycles"] is None else
                             f"{e['last_after_bad_cycles']} cycles after it"))
-    rt = metrics["counters"]["retransmit-tracker"]
-    causes = {k: v for k, v in rt.items() if k.startswith("rtx") or "timeout" in k}
-    lines.append(f"retransmissions: {metrics['counters']['mrc-tx'].get('retransmissions', 0)} "
-                 f"({', '.join(f'{k} {v}' for k, v in causes.items() if v)})")
+    dropped = fabric_drops(metrics)
+    if dropped:
+        fab = metrics["fabric"]
+        causes = ", ".join(f"{DROP_NAMES.get(k, k)} {v}" for k, v in dropped.items())
+        carried = f" of the {fab['sent']} frames it carried" if "sent" in fab else " frames"
+        lines.append(f"the fabric dropped {sum(dropped.values())}{carried} ({causes})")
+    rtx = retransmissions(metrics)
+    lines.append(f"retransmissions: {rtx['frames']} frame{'s' * (rtx['frames'] != 1)} "
+                 f"resent; requests by cause: "
+                 f"NACK/trim {rtx['nack']}, hole (SACK) {rtx['hole']}, timeout "
+                 f"{rtx['timeout']}")
     states = {}
     for _, _, st in metrics["events"]:
         states[st] = states.get(st, 0) + 1
-    lines.append(f"EV state changes: {len(metrics['events'])} "
-                 f"({', '.join(f'to {EvState(k).name}: {v}' for k, v in sorted(states.items()))})")
+    changes = ", ".join(f"to {EvState(k).name}: {v}" for k, v in sorted(states.items()))
+    lines.append(f"EV state changes: {len(metrics['events'])}"
+                 + (f" ({changes})" if changes else ""))
     if cfg["incast"]:
         fab = metrics["fabric"]
         nak = metrics["counters"]["b.psn-tracker"]

@@ -32,7 +32,8 @@ from mrcnic.model import packet as pk
 from mrcnic.base.proto import Opcode
 from mrcnic.base.records import TICK_NS
 
-__all__ = ["CREDIT_FRAMES", "INJECT_KINDS", "bad_frame", "pattern"]
+__all__ = ["CREDIT_FRAMES", "INJECT_KINDS", "PROGRESS_PREFIX", "Progress", "bad_frame",
+           "pattern"]
 
 CREDIT_FRAMES = 2               # a port has credit while fewer frames than this wait in it
 RKEY = 0x1234
@@ -414,15 +415,56 @@ class _Bench:
                        "trims": fab.stats.total("trims"),
                        "trims_lasthop": fab.stats.total("trims_lasthop"),
                        "ecn_marks": fab.stats.total("ecn_marks"),
-                       "cross_sunk": fab.stats.total("sunk")},
+                       "cross_sunk": fab.stats.total("sunk"),
+                       "sent": fab.stats.total("sent"),
+                       "delivered": fab.stats.total("delivered")},
             "wall_s": wall_s,
         }
+
+
+PROGRESS_PREFIX = "mrcnic-progress"
+
+
+class Progress:
+    """Where the bench reports how far it is: a line ``mrcnic-progress PHASE PLACED SIZE
+    T_NS`` (PHASE ``bring-up``, ``run`` or ``done``; PLACED of SIZE bytes placed at b at
+    simulated time T_NS) appended to the file named by ``MRCNIC_PROGRESS``, which
+    ``mrcnic demo`` follows to draw its progress bar; without it, a plain line on stderr
+    every :attr:`EVERY_CYCLES` cycles (the simulator's log then shows the progress)."""
+
+    EVERY_CYCLES = 20000
+    CHECK_CYCLES = 500              # cycles between looks at the clock (about 1 s of wall)
+
+    def __init__(self, size):
+        self.size = size
+        path = os.environ.get("MRCNIC_PROGRESS")
+        self.file = open(path, "a") if path else None
+        self.wall0 = time.time()
+        self.last = 0.0
+
+    def report(self, phase, cycles, placed, t_ns):
+        """Report the state at ``cycles``: to the file at most twice a second (and at every
+        change of phase), else on stderr every EVERY_CYCLES cycles."""
+        if self.file is not None:
+            if phase == "run" and (cycles % self.CHECK_CYCLES or
+                                   time.time() - self.last < 0.5):
+                return
+            self.last = time.time()
+            self.file.write(f"{PROGRESS_PREFIX} {phase} {placed} {self.size} {t_ns:.0f}\n")
+            self.file.flush()
+        elif phase == "run" and cycles % self.EVERY_CYCLES == 0:
+            sys.stderr.write(f"mrcnic demo: {100 * placed // self.size:3d}% of {self.size} "
+                             f"bytes, {t_ns / 1000:.0f} us simulated, "
+                             f"{time.time() - self.wall0:.0f} s\n")
+            sys.stderr.flush()
 
 
 @cocotb.test()
 async def demo(dut):
     cfg = json.loads(os.environ["MRCNIC_DEMO"])
     bench = _Bench(dut, cfg)
+    progress = Progress(bench.size)
+    progress.report("bring-up", 0, 0, 0.0)
     await bench.reset()
     await bench.bring_up()
     wall0 = time.time()
@@ -432,12 +474,8 @@ async def demo(dut):
         bench.cycles += 1
         t = bench.now_ns()
         bench.cycle(t)
-        if bench.cycles % 20000 == 0:
-            pct = 100 * bench.delivered // bench.size
-            sys.stderr.write(f"\rmrcnic demo: {pct:3d}% of {bench.size} bytes, "
-                             f"{t / 1000:.0f} us simulated, {time.time() - wall0:.0f} s")
-            sys.stderr.flush()
-    sys.stderr.write("\n")
+        progress.report("run", bench.cycles, bench.delivered, t)
+    progress.report("done", bench.cycles, bench.delivered, bench.now_ns())
 
     metrics = bench.metrics(await bench.counters(), time.time() - wall0)
     os.makedirs(cfg["out_dir"], exist_ok=True)
