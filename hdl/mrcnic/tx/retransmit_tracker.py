@@ -274,7 +274,7 @@ class RetransmitTracker(wiring.Component):
     -------
     A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 4
     (:attr:`nack_latency`); a SACK's release and feedback too (:attr:`sack_latency`), its
-    first hole request in t + 6, then one per cycle. A timeout is seen at most one timer
+    first hole request in t + 7, then one per cycle. A timeout is seen at most one timer
     pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 3) cycles,
     at most ``qps`` x (``outstanding`` + 3), plus the cycles it yields to the output FIFOs.
 
@@ -287,8 +287,8 @@ class RetransmitTracker(wiring.Component):
     alone, one record every two cycles on each input (measured in
     ``sim/tx/test_retransmit_tracker.py``, with 4 QPs at random too). The ``ack`` input
     also pauses while the hole engine sends requests (one cycle per hole, requested or
-    skipped as pending, and one more after a hole too young for the time guard: a SACK
-    that opens k holes costs k + 1 cycles) or an output FIFO is full; a retransmission
+    skipped as pending: a SACK that opens k holes costs k + 2 cycles) or an output FIFO
+    is full; a retransmission
     record waits while stage E or W holds a record, or a SACK of its QP is in stage E, W
     or the hole engine. The pending table adds no cycle and no pause.
 
@@ -301,7 +301,9 @@ class RetransmitTracker(wiring.Component):
     against the words, aligns the SACK's bitmap and finds the bounds of the hole search;
     stage W (``sack_w_*``) applies the record (context, words, the hole mark moved to the
     end of a search that was not empty), answers it and finds its holes, each bound a
-    mask of its own; the hole engine (``hole_*``) requests them one per cycle. Only stage
+    mask of its own; the hole engine (``hole_*``) reads their records one per cycle, and
+    its stage J (``hole_j_*``) judges each against the time guard, looks it up in the
+    pending table and requests it (or moves the hole mark back to it). Only stage
     W writes what stage E reads: a record of the QP stage W (or the hole engine) holds
     waits in stage E and reads it all again the cycle after it is written (the words
     through a transparent read port). A hole found by one SACK is requested before the
@@ -460,11 +462,13 @@ class RetransmitTracker(wiring.Component):
                           mem.read_port(transparent_for=(wp,))))
         m.submodules.rec = rec = Memory(shape=REC, depth=qps * O, init=[])
         rec_w = rec.write_port()
-        rec_ra = rec.read_port(transparent_for=(rec_w,))     # SACK path
+        # The SACK path reads a record as it leaves stage E: a sent record taken in that
+        # cycle comes after it, so its write is not seen (read before write).
+        rec_ra = rec.read_port()                             # SACK path
         rec_rh = rec.read_port(transparent_for=(rec_w,))     # hole engine / timer scan
         m.submodules.tags = tags = Memory(shape=unsigned(W), depth=qps * O, init=[])
         tag_w = tags.write_port()
-        tag_ra = tags.read_port(transparent_for=(tag_w,))
+        tag_ra = tags.read_port()
         tag_rh = tags.read_port(transparent_for=(tag_w,))
         m.submodules.rq = rqm = Memory(shape=RQ, depth=qps * O, init=[])
         rq_w = rqm.write_port()
@@ -514,7 +518,9 @@ class RetransmitTracker(wiring.Component):
         ]
         for name, wr in fifos.items():
             wr.room2 = Signal(name=f"out_{name}_room2")
-            m.d.sync += wr.room2.eq(wr.level <= FIFO_DEPTH - 4)
+            wr.room3 = Signal(name=f"out_{name}_room3")
+            m.d.sync += [wr.room2.eq(wr.level <= FIFO_DEPTH - 4),
+                         wr.room3.eq(wr.level <= FIFO_DEPTH - 5)]
         rtx_rec = Signal(rtx_layout(W))
         fb_rec = Signal(EV_FEEDBACK)
         rel_rec = Signal(release_layout(W))
@@ -1029,15 +1035,15 @@ class RetransmitTracker(wiring.Component):
         # the sent input wait on it, and a 128-bit OR in front of them would lengthen every
         # path that starts at their handshakes.
         h_nz = Signal(name="hole_nz")
-        # The time guard's mark write, registered (hole_mark_*) and made the cycle after
-        # the hole's record is read: the engine counts as busy until it is written.
-        mk_valid = Signal(name="hole_mark_valid")
-        mk_psn = Signal(PSN, name="hole_mark_psn")
-        m.d.comb += [hole_busy.eq(h_nz | h_emit | mk_valid),
+        # Stage J (hole_j_*): the hole's records, read in the h_emit cycle, registered with
+        # the time guard's verdict on them; the request, its pending lookup and the mark
+        # write are decided from these registers the cycle after.
+        j_valid = Signal(name="hole_j_valid")
+        m.d.comb += [hole_busy.eq(h_nz | h_emit | j_valid),
                      h_busy_qp.eq((hole_busy & (s.qp == h_q)) | (e_valid & (s.qp == e_q)) |
                                   (w_valid & (s.qp == w_q)))]
         h_found, h_idx, h_iso = lowest_set(m, h_vec, "hole")
-        h_issue = h_nz & fifos["rtx"].room2
+        h_issue = h_nz & fifos["rtx"].room3
         h_next_psn = Signal(PSN)
         m.d.comb += h_next_psn.eq(h_p0 + h_idx)
         # Loaded whenever stage W goes (the engine is idle then): no enable behind the
@@ -1055,27 +1061,30 @@ class RetransmitTracker(wiring.Component):
         with m.Elif(h_issue):
             m.d.sync += [h_vec.eq(h_vec & ~h_iso), h_nz.eq((h_vec & ~h_iso).any())]
         m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
-        with m.If(h_emit):
-            m.d.comb += assign(rtx_rec, qp=h_q, psn=h_psn, tag=tag_rh.data,
-                               ev=rec_rh.data.ev, cause=RtxCause.HOLE)
         h_age = Signal(signed(TIME_BITS))      # trigger's send time - the hole's
         m.d.comb += h_age.eq(h_ttime - rec_rh.data.time)
-        h_young = Signal()
-        m.d.comb += h_young.eq((r_time != 0) & (~h_tok | (h_age < r_time)))
-        h_old = h_emit & ~h_young              # a hole that counts as lost
+        j_psn = Signal(PSN, name="hole_j_psn")
+        j_ev = Signal.like(rec_rh.data.ev, name="hole_j_ev")
+        j_tag = Signal.like(tag_rh.data, name="hole_j_tag")
+        h_young = Signal(name="hole_j_young")
+        m.d.sync += [j_valid.eq(h_emit), j_psn.eq(h_psn), j_ev.eq(rec_rh.data.ev),
+                     j_tag.eq(tag_rh.data),
+                     h_young.eq((r_time != 0) & (~h_tok | (h_age < r_time)))]
+        with m.If(j_valid):
+            m.d.comb += assign(rtx_rec, qp=h_q, psn=j_psn, tag=j_tag, ev=j_ev,
+                               cause=RtxCause.HOLE)
+        h_old = j_valid & ~h_young             # a hole that counts as lost
         h_rtx = h_old & ~p_hit
         # Stage W is idle while the engine runs (w_go needs ~hole_busy), so the mark's
         # write port is free.
-        m.d.sync += [mk_valid.eq(h_emit & h_young & ~h_young_seen), mk_psn.eq(h_psn)]
-        with m.If(h_emit & h_young):
+        with m.If(j_valid & h_young & ~h_young_seen):
             m.d.sync += h_young_seen.eq(1)
-        with m.If(mk_valid):
-            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(mk_psn)]
-        m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(h_emit & h_young)]
+            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(j_psn)]
+        m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
 
         vars(v).update(
-            h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, h_psn=h_psn,
-            h_rtx=h_rtx)
+            h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, j_psn=j_psn,
+            j_valid=j_valid, h_rtx=h_rtx)
 
     def _timer_scan(self, m, v):
         """The timer scan's stages S1 and S2, which visit each QP's unacknowledged PSNs for
@@ -1163,10 +1172,10 @@ class RetransmitTracker(wiring.Component):
         """The timer scan's stage S3: the PSN against the QP's context, the decision (end
         the visit, go back to CACK + 1, try the PSN again, step, or time it out), and where
         the scan goes next."""
-        (qb, cmd_busy, ctx_rt, nxt_rt, e_valid, e_q, err, r_max, h_emit, room3, p_hit, qps, ctx,
+        (qb, cmd_busy, ctx_rt, nxt_rt, e_valid, e_q, err, r_max, j_valid, room3, p_hit, qps, ctx,
          issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q, w_valid,
          w_q) = _take(v, """
-            qb cmd_busy ctx_rt nxt_rt e_valid e_q err r_max h_emit room3 p_hit qps ctx issue
+            qb cmd_busy ctx_rt nxt_rt e_valid e_q err r_max j_valid room3 p_hit qps ctx issue
             s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid w_q""")
         m.d.comb += [ctx_rt.addr.eq(s3_q), nxt_rt.addr.eq(s3_q)]
         # Stage S3 decides. It holds (tries the PSN again) while stage E or W holds a record
@@ -1186,7 +1195,7 @@ class RetransmitTracker(wiring.Component):
         expired = ~s3.acked & s3.late & ~s3.fired
         head = t_dp == 1
         exhaust = expired & head & s3.rmax & (r_max < RETRY_FOREVER)
-        busy_out = w_valid | h_emit | ~room3
+        busy_out = w_valid | j_valid | ~room3
         s3_live = s3_valid & ~cmd_busy
         s3_go = s3_live & ~t_hold
         # What stage S3 does: end the visit, go back to CACK + 1, retry the PSN, or step.
@@ -1223,11 +1232,11 @@ class RetransmitTracker(wiring.Component):
         """What the timer writes: the fired mark of a PSN timed out, its retransmit request,
         feedback and error records, and the output FIFOs' write enables (with stage W's and
         the hole engine's) and the events the scan and the inputs count."""
-        (rec_addr, rq_w, ob, w_valid, h_emit, tag_rh, rtx_rec, fb_rec, err_rec, fifos, e_rtx,
+        (rec_addr, rq_w, ob, w_valid, j_valid, tag_rh, rtx_rec, fb_rec, err_rec, fifos, e_rtx,
          h_rtx, w_go, e_fb, e_err, ev, take_s, s, w, take_c, s_err, qps, s3,
          s3_epoch, s3_p, s3_q, s3_rec, busy_out, exhaust, expired, t_end, t_eval, t_exhaust,
          t_retry, t_timeout) = _take(v, """
-            rec_addr rq_w ob w_valid h_emit tag_rh rtx_rec fb_rec err_rec fifos e_rtx h_rtx w_go
+            rec_addr rq_w ob w_valid j_valid tag_rh rtx_rec fb_rec err_rec fifos e_rtx h_rtx w_go
             e_fb e_err ev take_s s w take_c s_err qps s3 s3_epoch s3_p s3_q s3_rec
             busy_out exhaust expired t_end t_eval t_exhaust t_retry t_timeout""")
         # The PSN's request marked as fired whether or not the pending table holds it (a
@@ -1239,7 +1248,7 @@ class RetransmitTracker(wiring.Component):
                          *assign(rq_w.data, valid=1, time=s3_rec.time,
                                  rtx=s3_rec.rtx, lap=s3_p[ob:], epoch=s3_epoch)]
         # (The timer writes only while stage W and the hole engine hold no record.)
-        with m.If(~w_valid & ~h_emit):
+        with m.If(~w_valid & ~j_valid):
             m.d.comb += [
                 *assign(rtx_rec, qp=s3_q, psn=s3_p, tag=tag_rh.data, ev=s3_rec.ev,
                         cause=RtxCause.TIMEOUT),
@@ -1264,14 +1273,14 @@ class RetransmitTracker(wiring.Component):
 
     def _pending_table(self, m, v):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
-        (qb, h_emit, h_q, h_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
+        (qb, j_valid, h_q, j_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
          t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, t_exhaust, cmd_qp, cmd_apply, e_go, w_go,
-         ev) = _take(v, """
-            qb h_emit h_q h_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
-            s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev""")
+         ev, ob) = _take(v, """
+            qb j_valid h_q j_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
+            s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev ob""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # One lookup per cycle serves the three requesters, which never request in the same
-        # cycle: the hole engine (h_emit), stage W (a NACK needs w_go) and the timer (its
+        # cycle: the hole engine (its stage J), stage W (a NACK needs w_go) and the timer (its
         # t_fire needs neither, and needs no hit).
         P = self.pending
         pv = Signal(P, name="pend_valid")
@@ -1279,15 +1288,20 @@ class RetransmitTracker(wiring.Component):
         # requested stays taken for those requests (the model applies that SACK whole,
         # before the retransmission): "zombie" until the next SACK or NACK goes (w_go).
         pz = Signal(P, name="pend_zombie")
+        # An entry's PSN is kept as its low log2(outstanding) + 1 bits: every PSN the table
+        # holds or is asked about (a request's, a retransmission's taken) is after its QP's
+        # CACK and before its next PSN, a window of at most ``outstanding`` PSNs, in which
+        # those bits tell PSNs apart and their difference to CACK keeps its sign.
+        PB = ob + 1
         pq = [Signal(qb, name=f"pend_qp{i}", reset_less=True) for i in range(P)]
-        pp = [Signal(PSN, name=f"pend_psn{i}", reset_less=True) for i in range(P)]
-        k_q, k_p = Signal(qb, name="pend_key_q"), Signal(PSN, name="pend_key_p")
-        with m.If(h_emit):
-            m.d.comb += [k_q.eq(h_q), k_p.eq(h_psn)]
+        pp = [Signal(PB, name=f"pend_psn{i}", reset_less=True) for i in range(P)]
+        k_q, k_p = Signal(qb, name="pend_key_q"), Signal(PB, name="pend_key_p")
+        with m.If(j_valid):
+            m.d.comb += [k_q.eq(h_q), k_p.eq(j_psn[:PB])]
         with m.Elif(w_valid):
-            m.d.comb += [k_q.eq(w_q), k_p.eq(w.base)]
+            m.d.comb += [k_q.eq(w_q), k_p.eq(w.base[:PB])]
         with m.Else():
-            m.d.comb += [k_q.eq(s3_q), k_p.eq(s3_p)]
+            m.d.comb += [k_q.eq(s3_q), k_p.eq(s3_p[:PB])]
         # An insert in two steps, so that no request decision ends in the table: the key is
         # written into the lowest free slot every cycle (a free slot's key is not looked
         # at), and the decision to insert is registered (pend_ins_*) with that slot, which
@@ -1302,29 +1316,35 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += p_hit.eq(p_match.any())
         p_want = (nack_ok | h_old | t_timeout) & ~p_hit
         p_free = Signal(P)
-        m.d.comb += p_free.eq(~live & ~Mux(h_emit, pz, 0))
+        m.d.comb += p_free.eq(~live & ~Mux(j_valid, pz, 0))
         p_slot = Signal(P)                     # one-hot: the lowest free slot
         m.d.comb += p_slot.eq(p_free & (~p_free + 1)[:P])
         p_ins = p_want & p_free.any()
         m.d.sync += [ins_valid.eq(p_ins), ins_slot.eq(p_slot)]
         # Entries leave when their retransmission is taken, when CACK passes them, and when
-        # their QP is opened or goes to error. A retransmission taken as stage E's record
-        # moves on to stage W comes after that record, which stage W has yet to look up:
-        # its entry leaves when stage W is done with it (pend_rm_*; meanwhile every
-        # retransmission waits, stage W holding a record).
+        # their QP is opened or goes to error. A retransmission taken leaves the table from
+        # a register (pend_rm_*): the cycle after it is taken, or, when it was taken as stage
+        # E's record moved on to stage W (a record before it, which stage W has yet to look
+        # up), when stage W is done with that record (meanwhile every retransmission waits,
+        # stage W holding a record). No record after it looks the table up sooner. Only
+        # the entries live when it was taken leave (pend_rm_live): a request decided in
+        # that cycle or after comes after the retransmission, and keeps its entry.
         rm_valid = Signal(name="pend_rm_valid")
-        rm_q, rm_p = Signal(qb, name="pend_rm_q"), Signal(PSN, name="pend_rm_p")
-        m.d.sync += rm_valid.eq((s_rtx_ok & e_go) | (rm_valid & ~w_go))
-        with m.If(s_rtx_ok & e_go):
-            m.d.sync += [rm_q.eq(qs), rm_p.eq(s.psn)]
+        rm_wait = Signal(name="pend_rm_wait")
+        rm_q, rm_p = Signal(qb, name="pend_rm_q"), Signal(PB, name="pend_rm_p")
+        rm_live = Signal(P, name="pend_rm_live")
+        rm_now = rm_valid & (~rm_wait | w_go)
+        m.d.sync += rm_valid.eq(s_rtx_ok | (rm_valid & ~rm_now))
+        with m.If(s_rtx_ok):
+            m.d.sync += [rm_q.eq(qs), rm_p.eq(s.psn[:PB]), rm_wait.eq(e_go),
+                         rm_live.eq(live)]
         rm_sent = Signal(P)
         rm_qp = Signal(P)
         for i in range(P):
-            at_c = ~(w.cack - pp[i])[PSN - 1]  # at or before the SACK's CACK
+            at_c = ~(w.cack[:PB] - pp[i])[PB - 1]  # at or before the SACK's CACK
             m.d.comb += [
-                rm_sent[i].eq(live[i] & (
-                    (s_rtx_ok & ~e_go & (pq[i] == qs) & (pp[i] == s.psn)) |
-                    (rm_valid & w_go & (pq[i] == rm_q) & (pp[i] == rm_p)))),
+                rm_sent[i].eq(live[i] & rm_live[i] & rm_now & (pq[i] == rm_q) &
+                              (pp[i] == rm_p)),
                 rm_qp[i].eq(((pq[i] == w_q) & (fatal | (sack_ok & w.adv & at_c))) |
                             ((pq[i] == s3_q) & t_exhaust) |
                             ((pq[i] == cmd_qp) & cmd_apply)),
@@ -1388,7 +1408,8 @@ class RetransmitTracker(wiring.Component):
             with m.Else():
                 m.d.sync += [cmd_busy.eq(0), sweep.eq(0)]
 
-        event_counters(m, f, ev, COUNTER_NAMES, f["control"]["clear"], width=self.counter_width)
+        event_counters(m, f, ev, COUNTER_NAMES, f["control"]["clear"], width=self.counter_width,
+                       storage="ram")
         # For formal checks: what enters the output FIFOs this cycle.
         self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
                       "release_we": fifos["release"].w_en, "release": rel_rec,
