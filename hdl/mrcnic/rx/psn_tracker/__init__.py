@@ -153,16 +153,18 @@ class PsnTracker(TrackerStages, wiring.Component):
     * ``w_`` window: the bank words, as the block RAM gives them, into registers; which
       ring write the read missed reaches this window (that of the record in U or of the
       one in D) and where; the PSN's offsets from the record in D's window base and PSN;
-    * ``f_`` fetch: the QP's context (distributed RAM), and the PSN tested against it and
-      against the CACK the record in U writes if it advances; the window, with the write
-      it missed forwarded, searched per 16-bit word; the packet's own bit and the next;
-    * ``d_`` decide: the tests that hold picked, the verdict, the search combined (groups
-      of four words, then the groups), the SACK triggers; a continuation or an advance on
-      a QP holding completions flushes stages I to D (a registered flag, next cycle) and
-      the queue re-issues their records;
-    * ``u_`` update: the new CACK and context written (and forwarded), the ring bit, the
-      held completions admitted or released; the verdict, the packet's own completion and
-      the descriptor's body into their FIFOs;
+      the QP's context (distributed RAM) into registers;
+    * ``f_`` fetch: the PSN tested against the context (or the one the record past U
+      wrote) and against the CACK the record in U writes if it advances, and the tests
+      that hold picked; whether the pool will be full; the window, with the write it
+      missed forwarded, searched per 16-bit word; the packet's own bit and the next;
+    * ``d_`` decide: the verdict, the search combined (groups of four words, then the
+      groups, by a short carry chain), the SACK triggers, the ring write's address; a
+      continuation or an advance on a QP holding completions flushes stages I to D (a
+      registered flag, next cycle) and the queue re-issues their records;
+    * ``u_`` update: the context read, the new CACK and context written (and forwarded),
+      the ring bit, the held completions admitted or released; the verdict, the packet's
+      own completion and the descriptor's body into their FIFOs;
     * ``a_``, ``b_``, ``c_``, ``t_``: the ring read at SACK_BASE (after this record's write,
       before the next of its QP writes), registered as it leaves the block RAM, and shifted
       to the bitmap in two stages: the descriptor's tail, with ``ooo_count`` and
@@ -173,7 +175,8 @@ class PsnTracker(TrackerStages, wiring.Component):
     than a LUT is split across stages or precomputed. A QP's ring writes reach the records
     two and three behind by forwarding (R's block RAM read is transparent to U's write of
     the same cycle, which the record four behind reads); its context write reaches the
-    record two behind by forwarding, the one three behind by the read in F.
+    records two and three behind by forwarding (F's tests against the record in U, the
+    register ``uw``), the later ones by the read in W.
 
     For formal checks, :meth:`elaborate` sets ``probe``: the context write (``cack_write``,
     ``cack``) and the placement decided in U (``place``, ``place_psn``).
@@ -254,6 +257,7 @@ class PsnTracker(TrackerStages, wiring.Component):
         fifos, room = self._output_fifos(m)
         # The registers between the stages, and of the continuation, drain and commands.
         st = self._stage_registers()
+        st.sack_every = f["config"]["sack_every"]
         ctl = self._control_regs(m)
         # The input queue; stage I issues from it.
         q = self._queue(m, st, ctl)
@@ -294,7 +298,7 @@ class PsnTracker(TrackerStages, wiring.Component):
                     "open": 1}
         m.submodules.ctx = ctx = Memory(shape=self._ctx_layout, depth=qps, init=[ctx_init] * qps)
         ctx_w = ctx.write_port()
-        ctx_r = ctx.read_port(domain="comb")
+        ctx_r, ctx_u = ctx.read_port(domain="comb"), ctx.read_port(domain="comb")
         m.submodules.stats = stats = Memory(shape=self._stats_layout, depth=qps,
                                             init=[{"pbase": (1 << PSN) - 1}] * qps)
         stats_w = stats.write_port()
@@ -315,7 +319,8 @@ class PsnTracker(TrackerStages, wiring.Component):
         m.submodules.pool_data = pool_data = Memory(shape=POOL_DATA, depth=N, init=[])
         held = Signal(range(N + 1), name="pool_held")
         m.d.sync += held.eq(sum(pool[i].valid for i in range(N)))
-        return SimpleNamespace(ctx_w=ctx_w, ctx_r=ctx_r, stats_w=stats_w, stats_r=stats_r,
+        return SimpleNamespace(ctx_w=ctx_w, ctx_r=ctx_r, ctx_u=ctx_u, stats_w=stats_w,
+                               stats_r=stats_r,
                                lo=banks["lo"], hi=banks["hi"], pool=pool, held=held,
                                pool_w=pool_data.write_port(),
                                pool_r=pool_data.read_port(domain="comb"))
@@ -544,13 +549,14 @@ class PsnTracker(TrackerStages, wiring.Component):
         # Position (chunk j, bit 16 h + b) is at or after the start's (chunk s, bit
         # 16 sh + sb) when j > s, or j = s and h > sh, or h = sh and b >= sb.
         s_hi = cmd_start[7:lap] if lap > 7 else Const(0, 1)
-        # The chunk is written a cycle after its number is counted, from registers.
+        # The chunk is written a cycle after its number is counted, from registers (the
+        # address in stage U's, which no record uses while the pipeline is idle).
         w_valid = Signal(name="cmd_ring_w_valid")
-        w_addr = Signal(len(mem.lo.w.addr), name="cmd_ring_w_addr")
         after, here = Signal(name="cmd_chunk_after"), Signal(name="cmd_chunk_here")
         j = cmd_j[:cbits] if cbits else Const(0, 1)
-        m.d.sync += [w_valid.eq(0), w_addr.eq(self._ring_addr(cmd_qp, cmd_j)),
-                     after.eq(j > s_hi), here.eq(j == s_hi)]
+        m.d.sync += [w_valid.eq(0), after.eq(j > s_hi), here.eq(j == s_hi)]
+        with m.If(idle):
+            m.d.sync += st.u.ring_addr.eq(self._ring_addr(cmd_qp, cmd_j))
         par = parity(cmd_start)
         fresh = Signal(CHUNK, name="cmd_fresh")
         for k in range(CHUNK):
@@ -559,10 +565,8 @@ class PsnTracker(TrackerStages, wiring.Component):
                                            (ctl.cmd_word_eq[h] & ctl.cmd_bit_ge[b])))
             m.d.comb += fresh[k].eq(Mux(at_or_after, par, ~par))
         with m.If(w_valid):
-            m.d.comb += [mem.lo.w.addr.eq(w_addr), mem.lo.w.data.eq(fresh[:HALF]),
-                         mem.lo.w.en.eq(1),
-                         mem.hi.w.addr.eq(w_addr), mem.hi.w.data.eq(fresh[HALF:]),
-                         mem.hi.w.en.eq(1)]
+            m.d.comb += [mem.lo.w.data.eq(fresh[:HALF]), mem.lo.w.en.eq(1),
+                         mem.hi.w.data.eq(fresh[HALF:]), mem.hi.w.en.eq(1)]
         with m.If(cmd_run):
             with m.If(cmd_j < mpr_max):
                 m.d.sync += [cmd_j.eq(cmd_j + 1), w_valid.eq(1)]
@@ -595,7 +599,7 @@ class PsnTracker(TrackerStages, wiring.Component):
             ev.packets.eq(u.pkt_op),
             *[getattr(ev, name).eq(u.valid & getattr(u.events, name))
               for name in VERDICT_NAMES],
-            ev.sacks.eq(u.emit_sack),
+            ev.sacks.eq(st.sack),
             ev.nacks.eq(u.emit_nack),
             ev.completions.eq(cpl_fifo.w_en),
             ev.continuations.eq(u.valid & u.need_cont),

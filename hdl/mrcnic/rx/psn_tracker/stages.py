@@ -70,10 +70,12 @@ ACK_BODY = data.StructLayout({name: f.shape for name, f in ACK_DESC
                               if name not in ("bitmap", "ooo_count", "ack_psn_offset")})
 
 
-def named(m, value, name):
+def named(m, value, name, keep=False):
     """``value`` in a Signal named ``name``: a level of a wide function written out (each
-    at most about six inputs of the one before), which a timing report then names."""
-    sig = Signal(len(value), name=name)
+    at most about six inputs of the one before), which a timing report then names; with
+    ``keep``, kept as a boundary of LUT mapping (which otherwise, area first, may chain
+    the levels)."""
+    sig = Signal(len(value), name=name, attrs={"keep": 1} if keep else {})
     m.d.comb += sig.eq(value)
     return sig
 
@@ -85,6 +87,14 @@ def is_zero(m, value, name):
     return groups.all()
 
 
+def any_set(m, vec, name):
+    """``vec`` != 0 as the carry out of ``vec`` + (2^n - 1): a carry chain, which LUT-area
+    mapping does not turn into a chain of LUTs as it does a wide OR."""
+    n = len(vec)
+    total = named(m, Cat(vec, Const(0, 1)) + Const((1 << n) - 1, n + 1), f"{name}_sum")
+    return total[n]
+
+
 def select_bit(m, vec, sel, name):
     """Bit ``sel`` of ``vec``: a tree of 4:1 multiplexers (one LUT level each)."""
     level, i = vec, 0
@@ -93,7 +103,7 @@ def select_bit(m, vec, sel, name):
         nxt = Cat(*(Cat(*(level[g + k] if g + k < len(level) else Const(0, 1)
                           for k in range(4))).bit_select(s, 1)
                     for g in range(0, len(level), 4)))
-        level = named(m, nxt, f"{name}_{i // 2}") if len(nxt) > 1 else nxt
+        level = named(m, nxt, f"{name}_{i // 2}", keep=True) if len(nxt) > 1 else nxt
         i += 2
     return level
 
@@ -105,14 +115,6 @@ def first_of_four(flags):
     for i in reversed(range(n - 1)):
         idx = Mux(flags[i], i, idx)
     return Cat(*flags).any(), idx
-
-
-def pick_first(flags, values):
-    """The value of the first set flag of up to four (the last value if none is set)."""
-    out = values[-1]
-    for i in reversed(range(len(flags) - 1)):
-        out = Mux(flags[i], values[i], out)
-    return out
 
 
 def word_search(m, holes, name):
@@ -170,19 +172,21 @@ class TrackerStages:
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
         st.w = stage("w", **common, same_u=1, fwd_u=self._fwd_layout)
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
-                     fwd_done=1, fwd_pend=1, fwd=self._fwd_layout, hit_done=C * CHUNK // WORD,
-                     hit_pend=C * CHUNK // WORD, next_pos=7, next_in1=1,
+                     ctx=CTX, ctx_uw=1, sel=1, every=2,
+                     fwd_done=1, fwd_pend=1, fwd=self._fwd_layout, hit_pend=C * CHUNK // WORD,
+                     next_pos=8, next_par=1,
+                     next_val=1, own_fwd=2, next_fwd=2,
                      par=C, lap_own=CHUNK,
                      th_lt=CHUNK // WORD, th_eq=CHUNK // WORD, th_low=WORD,
                      off=PSN, pp_above=1, pp_new_hole=1)
-        st.d = stage("d", **common, ctx=CTX, sel=1, held=1, arrived=1, nextbit=1, pos0=1,
-                     qp_ok=1, data_ok=1,
+        st.d = stage("d", **common, held=1, arrived=1, nextbit=1, pos0=1,
+                     qp_ok=1, data=1, trig=1, pool_full=2,
                      raw=HALF, found=nw, found_last=1, idx=data.ArrayLayout(WORD_BITS, nw),
-                     ram=data.StructLayout(cmp), adv=data.StructLayout(cmp),
-                     above_hi=1, new_hole=1, pp_above=1, pp_new_hole=1,
-                     every0=1, every1=1, every2=1,
-                     fwd_adv=1, fwd_hi=1, fwd_sack=1, fwd_inc=1)
-        st.u = stage("u", **common, ctx=CTX, qp_ok=1, place=1, adv=1, run=range(self.window),
+                     t=data.StructLayout(cmp), above_hi=1)
+        # ``ring_addr``, ``ring_lo``/``ring_hi``: the packet's ring write, decided in D (the
+        # write port's address and enables come from registers).
+        st.u = stage("u", **common, qp_ok=1, place=1, adv=1, run=range(self.window),
+                     ring_addr=qbits + self._cbits, ring_lo=1, ring_hi=1,
                      verdict=3, pkt_op=1, emit_sack=1, emit_nack=1, reason=8,
                      due=1, need_cont=1, above_hi=1, admit=1, own_cpl=1, word=HALF,
                      cand=self.max_wimm_dest, rel=data.ArrayLayout(9, self.max_wimm_dest),
@@ -195,10 +199,11 @@ class TrackerStages:
         st.t = stage("t", valid=1, shift=2, nack=1, tail=ACK_TAIL, coarse=BITMAP_BITS + 3)
         # The packet's own completion, written in stage U.
         st.own = stage("own", valid=1, cpl=COMPLETION)
-        st.uw = stage("uw", valid=1, qpi=qbits, ctx=CTX)
+        st.uw = stage("uw", ctx=CTX, every=2)
         st.kill = Signal(name="d_kill")
         st.kill_held = Signal(name="d_kill_held")
         st.commit = Signal(name="u_commit")
+        st.sack = Signal(name="u_sack")             # a SACK sent (stage U)
         return st
 
     # --- Stage R: read ---------------------------------------------------------------------
@@ -254,7 +259,9 @@ class TrackerStages:
         write lands in (any lap) and the value its bit will read there, whether it is this
         packet's own bit or the next, or its bank word (for the write back); the search
         masks; the PSN's offsets from the record in D's window base and PSN, against which
-        stage F tests the CACK and highest PSN that record will write."""
+        stage F tests the CACK and highest PSN that record will write. The QP's context,
+        read (distributed RAM) into registers; whether the record in U (whose context write
+        that read misses: F takes it from ``uw``) or the one in D is of this QP."""
         w, f, d, u = st.w, st.f, st.d, st.u
         C = self.window_chunks
         op = w.op
@@ -269,6 +276,8 @@ class TrackerStages:
             chunks.append(chunk)
         fwd_d = self._fwd_flags(m, "w", psn, chunks, d.op.psn)
         pars = [self._chunk_parity(chunk) for chunk in chunks]
+        fwd = Signal(self._fwd_layout, name="w_fwd")
+        m.d.comb += fwd.eq(Mux(from_u, w.fwd_u, fwd_d))
         rel7 = psn[:7]
         nwc = CHUNK // WORD
         m.d.sync += [
@@ -276,10 +285,18 @@ class TrackerStages:
             *[f.lo[j].eq(mem.lo.win[j].data) for j in range(C)],
             *[f.hi[j].eq(mem.hi.win[j].data) for j in range(C)],
             f.fwd_done.eq(from_u), f.fwd_pend.eq(from_d & ~from_u),
-            f.fwd.eq(Mux(from_u, w.fwd_u, fwd_d)),
-            f.hit_done.eq(Mux(from_u, w.fwd_u.hit, 0)),
+            f.fwd.eq(fwd),
+            # The words a write lands in: the write made (``fwd.hit``), the write pending.
+            f.fwd.hit.eq(Mux(from_u, w.fwd_u.hit, 0)),
             f.hit_pend.eq(Mux(from_d & ~from_u, fwd_d.hit, 0)),
-            f.next_pos.eq(psn[:7] + 1), f.next_in1.eq(psn[:7] == CHUNK - 1),
+            # The next PSN's position (128: the next chunk's first), its lap parity and the
+            # value the forwarded write gives it; whether that write (made, or pending) is at
+            # the packet's own position or the next.
+            f.next_pos.eq(psn[:7] + 1),
+            f.next_par.eq(Mux(psn[:7] == CHUNK - 1, pars[1], pars[0])),
+            f.next_val.eq(Mux(psn[:7] == CHUNK - 1, fwd.val[1], fwd.val[0])),
+            f.own_fwd.eq(Cat(from_u, from_d & ~from_u) & fwd.own.replicate(2)),
+            f.next_fwd.eq(Cat(from_u, from_d & ~from_u) & fwd.next.replicate(2)),
             f.par.eq(Cat(*pars)),
             # Positions up to the packet's own read as arrived (the search starts after it):
             # whole words below its word, and in its word the bits up to its own.
@@ -287,7 +304,16 @@ class TrackerStages:
             f.th_eq.eq(Cat(*(rel7[WORD_BITS:] == k for k in range(nwc)))),
             f.th_low.eq(Cat(*(rel7[:WORD_BITS] >= b for b in range(WORD)))),
             f.off.eq(psn - Cat(Const(0, 7), d.op.psn[7:])),
+            # The QP's context, read here; the write it misses (that of the record now in
+            # U) is taken from ``uw`` in F.
+            f.ctx.eq(mem.ctx_r.data),
+            f.every.eq(self._every(mem.ctx_r.data.since, st.sack_every)),
+            f.ctx_uw.eq(u.valid & u.qp_ok & (u.qpi == w.qpi)),
+            # The record in D is of this QP (in U next cycle, unless the stages are
+            # flushed, this record with them).
+            f.sel.eq(d.valid & d.qp_ok & (d.qpi == w.qpi)),
         ]
+        m.d.comb += mem.ctx_r.addr.eq(w.qpi)
         if self._lap_chunks:
             m.d.sync += f.lap_own.eq(Mux(op.cont, 0, Const(1, CHUNK) << rel7))
         pp = Signal(PSN, name="w_dist_d")
@@ -298,8 +324,9 @@ class TrackerStages:
     # --- Stage F: fetch --------------------------------------------------------------------
 
     def _stage_f_fetch(self, m, f_regs, mem, st):
-        """Stage F: the QP's context, and its tests against this packet's PSN; the same
-        tests against the CACK the record in U writes if it advances; the window (lap
+        """Stage F: the tests of this packet's PSN against the QP's context, and against the
+        CACK the record in U writes if it advances, the ones that hold picked; whether the
+        pool will be full; the window (lap
         parity removed) with the write the read missed forwarded, positions up to the
         packet's own reading as arrived and later laps of its own position as not, searched
         per :data:`WORD`-bit word from the position after the packet's for the first that
@@ -311,11 +338,15 @@ class TrackerStages:
         # The forwarded write is there: the record in U placed its packet now, or the one
         # ahead of it did (then known in W).
         act = named(m, f.fwd_done | (f.fwd_pend & u.place), "f_fwd_act")
-        hitw = named(m, f.hit_done | (f.hit_pend & u.place.replicate(C * nwc)), "f_fwd_words")
+        hitw = named(m, f.fwd.hit | (f.hit_pend & u.place.replicate(C * nwc)), "f_fwd_words",
+                     keep=True)
         # Positions up to the packet's own read as arrived (but for position 0, which the
-        # search does not read: a continuation's first).
-        forced = named(m, Cat(*(f.th_lt[k] | (f.th_eq[k] & f.th_low[b])
-                               for k in range(nwc) for b in range(WORD))), "f_forced")
+        # search does not read: a continuation's first): in the packet's own word the bits
+        # up to its own here; the words before it (whose search words are then all
+        # arrived) by clearing their ``found`` below.
+        forced = named(m, Cat(*(f.th_eq[k] & f.th_low[b]
+                               for k in range(nwc) for b in range(WORD))), "f_forced",
+                       keep=True)
         parts = []
         for j in range(C):
             a = Cat(f.lo[j], f.hi[j]) ^ f.par[j].replicate(CHUNK)
@@ -335,7 +366,7 @@ class TrackerStages:
         found, idx = [], []
         for k in range(nw):
             fk, ik = word_search(m, ~srch[k * WORD:(k + 1) * WORD], f"f_word{k}")
-            found.append(fk)
+            found.append(fk & ~f.th_lt[k] if k < nwc else fk)
             idx.append(ik)
         found_last = ~srch[(nw - 1) * WORD:W - 1].all()
         op = f.op
@@ -344,57 +375,75 @@ class TrackerStages:
         # after), or the value the record ahead wrote there.
         raw0, raw1 = Cat(f.lo[0], f.hi[0]), Cat(f.lo[1], f.hi[1])
         own_raw = select_bit(m, raw0, rel7, "f_own_sel")
-        next_raw = Mux(f.next_in1, raw1[0], select_bit(m, raw0, f.next_pos, "f_next_sel"))
-        next_par = Mux(f.next_in1, f.par[1], f.par[0])
-        own_bit, next_bit = own_raw ^ f.par[0], next_raw ^ next_par
-        fwd_next_val = Mux(f.next_in1, f.fwd.val[1], f.fwd.val[0])
+        next_raw = select_bit(m, Cat(raw0, raw1[0]), f.next_pos, "f_next_sel")
+        own_act = f.own_fwd[0] | (f.own_fwd[1] & u.place)
+        next_act = f.next_fwd[0] | (f.next_fwd[1] & u.place)
         raw_own = Signal(HALF, name="f_raw_own")
         m.d.comb += raw_own.eq(Mux(op.psn[6], f.hi[0], f.lo[0]))
         phys = Signal(HALF, name="f_phys_mask")
         m.d.comb += phys.eq(Mux(f.fwd.phys_en & act, Const(1, HALF) << f.fwd.phys_bit, 0))
-        sel = Signal(name="f_sel")
-        m.d.comb += sel.eq(u.valid & u.qp_ok & (u.qpi == f.qpi))
         m.d.sync += [
             d.valid.eq(f.valid & ~st.kill), d.op.eq(op), d.qpi.eq(f.qpi),
-            d.qp_in.eq(f.qp_in), d.ctx.eq(mem.ctx_r.data),
-            d.sel.eq(sel),
+            d.qp_in.eq(f.qp_in),
             # Held completions of the QP: in the pool, or being admitted by the record in U.
+            d.pool_full.eq(self._pool_full(mem, st)),
             d.held.eq(Cat(*(mem.pool[i].valid & (mem.pool[i].qpi == f.qpi)
                             for i in range(self.max_wimm_dest))).any() |
                       (u.valid & u.admit & (u.qpi == f.qpi))),
             d.found.eq(Cat(*found)), d.found_last.eq(found_last),
             *[d.idx[k].eq(idx[k]) for k in range(nw)],
-            d.arrived.eq(Mux(f.fwd.own & act, f.fwd.val[0], own_bit)),
-            d.nextbit.eq(Mux(f.fwd.next & act, fwd_next_val, next_bit)),
+            d.arrived.eq(Mux(own_act, f.fwd.val[0], own_raw ^ f.par[0])),
+            d.nextbit.eq(Mux(next_act, f.next_val, next_raw ^ f.next_par)),
             # A continuation's search starts at its window's first position.
             d.pos0.eq(~op.cont | parts[0][0]),
             d.raw.eq((raw_own & ~phys) | (f.fwd.phys_raw.replicate(HALF) & phys)),
-            d.pp_above.eq(f.pp_above), d.pp_new_hole.eq(f.pp_new_hole),
-            # What the record in U changes in this QP's context.
-            d.fwd_adv.eq(sel & u.adv), d.fwd_hi.eq(sel & u.place & u.above_hi),
-            d.fwd_sack.eq(sel & u.pkt_op & u.due), d.fwd_inc.eq(sel & u.place),
         ]
         self._context_tests(m, f_regs, mem, st)
 
-    def _psn_tests(self, m, dd, dm, mpr_m1, into, name):
-        """``into`` (before, in_win, imm) from ``dd`` = PSN - CACK and ``dm`` = ``dd`` - 1."""
+    @staticmethod
+    def _every(since, sack_every):
+        """``since`` + 1 and ``since`` + 2 at or past ``sack_every``: the count since the
+        last SACK, with one or two more packets placed."""
+        return Cat(since + 1 >= sack_every, since + 2 >= sack_every)
+
+    def _pool_full(self, mem, st):
+        """Whether the held completions, with those being admitted, fill the pool in the
+        next cycle (when this record is in D): the pool as it will be counted then, the
+        admission of the record now in U (then in A), and that of the record now in D (then
+        in U; unknown yet): without it and with it."""
+        N, pool, u = self.max_wimm_dest, mem.pool, st.u
+        held = sum(pool[i].valid for i in range(N))
+        a_adm = u.valid & u.admit
+        out = []
+        for u_adm in (0, 1):
+            full = (held >= N) | ((held >= N - 1) & (a_adm | u_adm))
+            full |= (held >= N - 2) & a_adm & u_adm if N >= 2 else a_adm & u_adm
+            out.append(full)
+        return Cat(*out)
+
+    def _psn_tests(self, m, dd, dm, mpr_m1, name):
+        """(before, in_win, imm) from ``dd`` = PSN - CACK and ``dm`` = ``dd`` - 1."""
         cbits = self._cbits
         before = is_zero(m, dd, f"{name}_dd") | dd[-1]
         in_win = ~before & is_zero(m, dm[7 + cbits:], f"{name}_far")
         if cbits:
             in_win = in_win & (dm[7:7 + cbits] <= mpr_m1)
         low = named(m, dm[:7 + cbits] == 0, f"{name}_low")
-        return [into.before.eq(before), into.in_win.eq(in_win),
-                into.imm.eq(low & is_zero(m, dm[7 + cbits:], f"{name}_hi"))]
+        return Cat(before, in_win, low & is_zero(m, dm[7 + cbits:], f"{name}_hi"))
 
     def _context_tests(self, m, f_regs, mem, st):
-        """Stage F's tests of the packet's PSN: against the context read (CACK, highest PSN
-        seen, packets since the last SACK) and against the CACK the record in U writes if it
+        """Stage F's tests of the packet's PSN: against the context read in W or, when the
+        record now past U is of this QP, the one it wrote (``uw``) (CACK, highest PSN seen,
+        packets since the last SACK), and against the CACK the record in U writes if it
         advances (its window base plus the end of its run: the PSN's offset from that base,
-        taken in W, less the run's end)."""
+        taken in W, less the run's end); the tests that hold picked by what the record in U
+        does when it is of this QP, and the SACK triggers known here."""
         f, d, u = st.f, st.d, st.u
-        m.d.comb += mem.ctx_r.addr.eq(f.qpi)
-        ctx = mem.ctx_r.data
+        ctx = Signal(self._ctx_layout, name="f_context")
+        m.d.comb += ctx.eq(Mux(f.ctx_uw, st.uw.ctx, f.ctx))
+        # The count since the last SACK, one more and two more, against sack_every (worked
+        # out with the context read, or written).
+        every = Mux(f.ctx_uw, st.uw.every, f.every)
         psn = f.op.psn
         dd, dm, ad, am, dh = (Signal(PSN, name=n) for n in (
             "f_dist", "f_dist_m1", "f_adv_dist", "f_adv_dist_m1", "f_dist_hi"))
@@ -404,50 +453,50 @@ class TrackerStages:
                      dh.eq(psn - ctx.hi)]
         sack_every = f_regs["config"]["sack_every"]
         op = f.op
+        # What the record in U changes in this QP's context, picked here: its CACK (if it
+        # advances), its highest PSN (if it places above it), its count since the last SACK.
+        fwd_adv, fwd_hi = f.sel & u.adv, f.sel & u.place & u.above_hi
+        fwd_sack, fwd_inc = f.sel & u.pkt_op & u.due, f.sel & u.place
         m.d.sync += [
             # The QP is open; and the record is a WRITE (not a probe, not trimmed) to it.
             d.qp_ok.eq(f.qp_in & ctx.open),
-            d.data_ok.eq(f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
-            *self._psn_tests(m, dd, dm, ctx.mpr_m1, d.ram, "f_ram"),
-            *self._psn_tests(m, ad, am, ctx.mpr_m1, d.adv, "f_adv"),
-            d.above_hi.eq(~is_zero(m, dh, "f_hi") & ~dh[-1]),
-            d.new_hole.eq(~is_zero(m, dh[1:], "f_hi_far") & ~dh[-1]),
-            # The sack_every-th packet since the last SACK: with the count read, one more
-            # (the record in U placed its packet), or 0 (it was SACKed).
-            d.every0.eq(sack_every == 1),
-            d.every1.eq((sack_every != 0) & (ctx.since + 1 >= sack_every)),
-            d.every2.eq((sack_every != 0) & (ctx.since + 2 >= sack_every)),
+            # ``data``: and the record is a packet going on to D.
+            d.data.eq(f.valid & ~st.kill & ~op.cont &
+                      f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
+            d.t.eq(Mux(fwd_adv, self._psn_tests(m, ad, am, ctx.mpr_m1, "f_adv"),
+                       self._psn_tests(m, dd, dm, ctx.mpr_m1, "f_ram"))),
+            d.above_hi.eq(Mux(fwd_hi, f.pp_above, ~is_zero(m, dh, "f_hi") & ~dh[-1])),
+            # The SACK triggers known here: the packet asks (BTH A, a retransmission, ECN
+            # CE), opens a new hole, or is the sack_every-th since the last SACK (with the
+            # count read, one more: the record in U placed its packet, or 0: it was SACKed).
+            d.trig.eq(op.asks |
+                      Mux(fwd_hi, f.pp_new_hole, ~is_zero(m, dh[1:], "f_hi_far") & ~dh[-1]) |
+                      Mux(fwd_sack, sack_every == 1,
+                          (sack_every != 0) & Mux(fwd_inc, every[1], every[0]))),
         ]
 
     # --- Stage D: decide -------------------------------------------------------------------
 
     def _stage_d_decide(self, m, mem, st, ctl):
-        """Stage D: the verdict, from F's tests (those against what the record in U writes,
-        when it is of this QP and changes them), the SACK triggers, the search combined
-        over the words; a continuation or a possible release of held completions sets
-        ``kill``, which flushes the stages behind next cycle."""
-        d, u, uw = st.d, st.u, st.uw
+        """Stage D: the verdict, from F's tests, the SACK triggers, the search combined over
+        the words, the ring write's address and enables; a continuation or a possible
+        release of held completions sets ``kill``, which flushes the stages behind next
+        cycle."""
+        d, u = st.d, st.u
         N = self.max_wimm_dest
         op = d.op
         live = Signal(name="d_live")
         m.d.comb += live.eq(d.valid & ~st.kill)
-        t = named(m, Mux(d.fwd_adv, d.adv, d.ram), "d_tests")
-        t = d.ram.shape()(t)
-        above_hi = Mux(d.fwd_hi, d.pp_above, d.above_hi)
-        new_hole = named(m, Mux(d.fwd_hi, d.pp_new_hole, d.new_hole), "d_new_hole")
-        every = named(m, Mux(d.fwd_sack, d.every0, Mux(d.fwd_inc, d.every2, d.every1)),
-                     "d_every")
-        # Held completions: those in the pool, and the admissions of the two records ahead.
-        a_adm, u_adm = st.a.admit, u.valid & u.admit
-        held = mem.held
-        full = (held >= N) | ((held >= N - 1) & (a_adm | u_adm))
-        full |= (held >= N - 2) & a_adm & u_adm if N >= 2 else a_adm & u_adm
-        pool_full = named(m, full, "d_pool_full")
-        qp_ok, data_ok = d.qp_ok, d.data_ok
+        t, above_hi = d.t, d.above_hi
+        # Held completions: those in the pool, and the admissions of the two records ahead
+        # (worked out in F, but for the admission of the record now in U).
+        pool_full = named(m, Mux(u.valid & u.admit, d.pool_full[1], d.pool_full[0]),
+                          "d_pool_full")
+        qp_ok = d.qp_ok
         pkt_op = live & ~op.cont
         # A packet that may be placed: a WRITE to an open QP, not arrived (the window tests
         # and the pool decide).
-        fresh = named(m, d.valid & ~op.cont & data_ok & ~d.arrived, "d_fresh")
+        fresh = named(m, d.data & ~d.arrived, "d_fresh")
         cand = fresh & t.in_win
         refuse = op.wimm & ~t.imm & pool_full
         v = {
@@ -455,8 +504,8 @@ class TrackerStages:
             "probe": pkt_op & qp_ok & op.probe,
             "trimmed": pkt_op & qp_ok & ~op.probe & op.trimmed,
             "bad_opcode": pkt_op & qp_ok & ~op.probe & ~op.trimmed & ~op.write,
-            "duplicate": pkt_op & data_ok & (t.before | (t.in_win & d.arrived)),
-            "out_of_window": pkt_op & data_ok & ~t.before & ~t.in_win,
+            "duplicate": ~st.kill & d.data & (t.before | (t.in_win & d.arrived)),
+            "out_of_window": ~st.kill & d.data & ~t.before & ~t.in_win,
             "no_resource": ~st.kill & cand & refuse,
             "place": ~st.kill & cand & ~refuse,
         }
@@ -468,7 +517,7 @@ class TrackerStages:
                                    (fresh & t.imm)), "d_advance")
         need_cont = named(m, adv & ~found, "d_need_cont")
         # SACK triggers (fills: LATE_SACK, CACK moves past the packet).
-        trig = named(m, op.asks | new_hole | every | (t.imm & d.nextbit), "d_sack_trigger")
+        trig = named(m, d.trig | (t.imm & d.nextbit), "d_sack_trigger")
         answer = named(m, v["probe"] | v["duplicate"], "d_answer")
         due = Signal(name="d_due")
         m.d.comb += due.eq(Mux(op.cont, op.due, answer | (place & trig)))
@@ -497,15 +546,18 @@ class TrackerStages:
             rels.append(rel[:9])
         m.d.sync += [
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
-            u.ctx.eq(Mux(d.sel, uw.ctx, d.ctx)), u.qp_ok.eq(qp_ok), u.place.eq(place),
+            u.qp_ok.eq(qp_ok), u.place.eq(place),
             u.adv.eq(adv), u.run.eq(run), u.verdict.eq(verdict), u.pkt_op.eq(pkt_op),
-            u.emit_sack.eq(~st.kill & ~need_cont &
+            # (Not after a continuation's advance: U clears it then, ``sack``.)
+            u.emit_sack.eq(~st.kill &
                            Mux(op.cont, d.valid & op.due, answer | (place & trig))),
             u.emit_nack.eq(v["trimmed"] | v["out_of_window"] | v["no_resource"]),
             u.reason.eq(reason), u.due.eq(due), u.need_cont.eq(need_cont),
             u.above_hi.eq(above_hi), u.cand.eq(Cat(*rel_cand)),
             *[u.rel[i].eq(rels[i]) for i in range(N)],
             u.admit.eq(place & op.wimm & ~t.imm), u.own_cpl.eq(place & op.wimm & t.imm),
+            u.ring_addr.eq(self._ring_addr(d.qpi, op.psn[7:])),
+            u.ring_lo.eq(place & ~op.psn[6]), u.ring_hi.eq(place & op.psn[6]),
             # The bank word to write back: as read (with the write ahead forwarded), with
             # the packet's bit set.
             u.word.eq((d.raw & ~own) | ((~self._parity(op.psn)).replicate(HALF) & own)),
@@ -519,54 +571,54 @@ class TrackerStages:
                          assign(ctl.cont_op, psn=wb + self.window, cont=1, due=due)]
 
     def _combine(self, m, d):
-        """The search combined over the words, in groups of :data:`GROUP` words and then
-        over the groups (four LUT levels): the window position of the end of the run (the
-        search position of the first hole) and whether a hole was found inside the window."""
+        """The search combined over the words: in groups of :data:`GROUP` words (whether one
+        has a hole, and the first one's number in the group and index), then over the groups
+        with a short carry chain (the first group with a hole, one-hot, as ``g & -g``, which
+        LUT-area mapping does not turn into a chain of LUTs as it does a priority): the
+        window position of the end of the run (the search position of the first hole) and
+        whether a hole was found inside the window (the last word always has one: the
+        position after the window)."""
         nw = self.words
-        groups = []
+        gfound, picks = [], []
         for n, g in enumerate(range(0, nw, GROUP)):
             ks = list(range(g, min(g + GROUP, nw)))
             fl = [d.found[k] for k in ks] + [Const(1, 1)] * (GROUP - len(ks))
             ix = [d.idx[k] for k in ks] + [Const(0, WORD_BITS)] * (GROUP - len(ks))
             half = named(m, Cat(Mux(fl[0], ix[0], ix[1]), Mux(fl[2], ix[2], ix[3])),
-                        f"d_group{n}_half")
-            groups.append((fl, half))
-        ng = len(groups)
-        gfound = named(m, Cat(*(Cat(*fl).any() for fl, _ in groups)), "d_group_found")
-        first = named(m, Cat(*(gfound[n] & ~gfound[:n].any() if n else gfound[0]
-                              for n in range(ng))), "d_first_group")
-        # Each group's first hole: its word's index, then the word within the group.
-        pick = named(m, Cat(*(Cat(Mux(fl[0] | fl[1], half[:WORD_BITS], half[WORD_BITS:]),
-                                 first_of_four(fl)[1])
-                             for fl, half in groups)), "d_group_pick")
+                         f"d_group{n}_half")
+            picks.append(named(m, Cat(Mux(fl[0] | fl[1], half[:WORD_BITS], half[WORD_BITS:]),
+                                      first_of_four(fl)[1]), f"d_group{n}_pick"))
+            gfound.append(Cat(*fl).any())
+        ng = len(gfound)
+        gf = named(m, Cat(*gfound), "d_group_found")
+        first = named(m, gf & (~gf + 1)[:ng], "d_first_group")
         width = WORD_BITS + 2
-        parts = []
-        for lo in range(0, ng, 3):        # three groups (six inputs) a LUT
-            parts.append(named(m, functools.reduce(operator.or_, (
-                Mux(first[n], pick[width * n:width * (n + 1)], 0)
-                for n in range(lo, min(lo + 3, ng)))), f"d_run_part{lo // 3}"))
+        low = named(m, Cat(*(Cat(*(first[n] & picks[n][b] for n in range(ng))).any()
+                             for b in range(width))), "d_run_low")
         run = Signal(range(self.window), name="d_run_end")
         top = len(run) - width
-        m.d.comb += run.eq(Cat(
-            functools.reduce(operator.or_, parts),
-            functools.reduce(operator.or_, (Mux(first[n], n, 0) for n in range(ng)))
-            if top else Const(0, 0)))
+        m.d.comb += run.eq(Cat(low, *(Cat(*(first[n] for n in range(ng) if n >> i & 1)).any()
+                                      for i in range(top))))
         # A hole inside the window: in a group but the last, or in the last group's words
         # but the window's last position.
         last = range((ng - 1) * GROUP, nw - 1)
-        found = named(m, gfound[:ng - 1].any() | Cat(*(d.found[k] for k in last)).any() |
-                     d.found_last, "d_found_hole")
+        found = any_set(m, Cat(gf[:ng - 1], *(d.found[k] for k in last), d.found_last),
+                        "d_found_hole")
         return run, found
 
     # --- Stage U: update -------------------------------------------------------------------
 
     def _stage_u_update(self, m, mem, fifos, st, ctl, q):
-        """Stage U: the new CACK and context (written, and forwarded in ``uw``); the ring bit
+        """Stage U: the QP's context, read (the record before it has written), the new CACK
+        and context (written, and forwarded in ``uw``); the ring bit
         written back in its bank word; the packet's completion held, or the held ones the new
         CACK passes released; the packet kept for a continuation; the verdict, completion
         and descriptor's body into their FIFOs, and to A what its tail needs."""
         u, a, uw = st.u, st.a, st.uw
-        op, c = u.op, u.ctx
+        op = u.op
+        # The context, read here (the write of the record before is done).
+        m.d.comb += mem.ctx_u.addr.eq(u.qpi)
+        c = mem.ctx_u.data
         # The packet: from the input queue, or for a continuation what its register keeps.
         qd = q.at_u.data
         cont = ctl.cont_pkt
@@ -601,12 +653,18 @@ class TrackerStages:
                          mem.ctx_w.en.eq(1),
                          mem.stats_w.addr.eq(u.qpi), mem.stats_w.data.eq(new_stats),
                          mem.stats_w.en.eq(1)]
-        m.d.sync += [uw.valid.eq(u.valid & u.qp_ok), uw.qpi.eq(u.qpi), uw.ctx.eq(new)]
+        # The new count against sack_every, from the count read (each case compared in
+        # parallel): 0 after a SACK; one more (0 past 255) after a placement; else as read.
+        se, since = st.sack_every, c.since
+        every_new = Mux(u.pkt_op & u.due, self._every(Const(0, 8), se),
+                        Mux(u.place, Mux(since == 255, self._every(Const(0, 8), se),
+                                         Cat(since + 2 >= se, since + 3 >= se)),
+                            self._every(since, se)))
+        m.d.sync += [uw.ctx.eq(new), uw.every.eq(every_new)]
         # The packet's bit, written back in its bank word (made in D).
-        addr = self._ring_addr(u.qpi, op.psn[7:])
-        with m.If(u.valid & u.place):
-            for bank, sel in ((mem.lo, ~op.psn[6]), (mem.hi, op.psn[6])):
-                m.d.comb += [bank.w.addr.eq(addr), bank.w.data.eq(u.word), bank.w.en.eq(sel)]
+        # (Address and enables are registers, which a QP command's writes share.)
+        for bank, en in ((mem.lo, u.ring_lo), (mem.hi, u.ring_hi)):
+            m.d.comb += [bank.w.addr.eq(u.ring_addr), bank.w.data.eq(u.word), bank.w.en.eq(en)]
         self._pool_update(m, mem, st, ctl, qd, wb)
         # The verdict, the packet's own completion and the descriptor (but for the part that
         # waits for the bitmap, stage C) into their FIFOs; to stage A, what that part needs.
@@ -626,11 +684,12 @@ class TrackerStages:
             fifos["verdict"].w_en.eq(u.pkt_op), fifos["verdict"].w_data.eq(verdict),
             st.own.valid.eq(u.valid & u.own_cpl),
             assign(st.own.cpl, qp=qd.qp, psn=op.psn, imm=qd.imm, tag=qd.tag),
-            fifos["ack"].w_en.eq(u.emit_sack | u.emit_nack),
+            st.sack.eq(u.emit_sack & ~u.need_cont),
+            fifos["ack"].w_en.eq(st.sack | u.emit_nack),
             fifos["ack"].w_data.eq(body),
         ]
         m.d.sync += [
-            a.valid.eq(u.emit_sack | u.emit_nack), a.admit.eq(u.valid & u.admit),
+            a.valid.eq(st.sack | u.emit_nack), a.admit.eq(u.valid & u.admit),
             a.qpi.eq(u.qpi), a.cack.eq(cack),
             a.pbase.eq(new_stats.pbase), a.psn.eq(body.psn), a.nack.eq(u.emit_nack),
             a.plain.eq(u.emit_nack | op.probe),
