@@ -83,11 +83,11 @@ class TrackerTB(TB):
             self.stalls["sent"] += sd and not sr
             self.stalls["ack"] += ad and not ar
             if sd and sr:
-                log.append((cycle, 0, "sent", sents[si]))
+                log.append((cycle, 1, "sent", sents[si]))
                 si += 1
                 sd = False
             if ad and ar:
-                log.append((cycle, 1, "ack", acks[ai][0]))
+                log.append((cycle, 0, "ack", acks[ai][0]))
                 ai += 1
                 ad = False
             cycle += 1

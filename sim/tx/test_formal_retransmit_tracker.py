@@ -72,7 +72,10 @@ class NeverReleasedOrResentWhenAcked(wiring.Component):
                                            s.payload.psn == sent_n)))
         with m.If(s.valid & s.ready & ~s.payload.rtx):
             m.d.sync += sent_n.eq(sent_n + 1)
-        resent_x = s.valid & s.ready & s.payload.rtx & (s.payload.psn == x)
+        # A retransmission counts as recorded when the sent path judges it (probe
+        # "sent_go"), in the order the tracker applies records, not when the port takes it.
+        pr = dut.probe
+        resent_x = pr["sent_go"] & pr["sent"].rtx & (pr["sent"].psn == x)
 
         # The receiver: SACKs before sent_n, CACK never moving back; any NACK.
         a = self.ack
@@ -105,7 +108,6 @@ class NeverReleasedOrResentWhenAcked(wiring.Component):
         # x counts as acknowledged once the covering SACK is applied (probe "applied": an
         # ack record applied, in the order taken): the records taken before it may still
         # request x until then.
-        pr = dut.probe
         applied = pr["applied"]
         inflight = Signal(3)             # ack records taken, not yet applied
         m.d.sync += inflight.eq(inflight + (a.valid & a.ready) - applied)

@@ -141,11 +141,11 @@ def run_events(events, *, qps=4, outstanding=128, tag_width=32, pending=16, regs
             stalls["sent"] += sv and not sr
             stalls["ack"] += av and not ar
             if sv and sr:
-                log.append((cycle, 0, "sent", si))
+                log.append((cycle, 1, "sent", si))
                 si += 1
                 sv = False
             if av and ar:
-                log.append((cycle, 1, "ack", ai))
+                log.append((cycle, 0, "ack", ai))
                 ai += 1
                 av = False
             cycle += 1

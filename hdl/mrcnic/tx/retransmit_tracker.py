@@ -278,6 +278,10 @@ class RetransmitTracker(wiring.Component):
     pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 3) cycles,
     at most ``qps`` x (``outstanding`` + 3), plus the cycles it yields to the output FIFOs.
 
+    A sent record is judged the cycle after it is taken (stage S1 holds it), and writes
+    the record rings the cycle after that; an ack record sees every sent record taken in an
+    earlier cycle, a sent record every ack record taken in an earlier cycle or the same one.
+
     Throughput
     ----------
     One ``sent`` record and one ``ack`` record per cycle, sustained, together, while
@@ -294,6 +298,10 @@ class RetransmitTracker(wiring.Component):
 
     Stages
     ------
+    Sent path: stage S1 (``sent_s1_*``) holds the record and its QP's index; the cycle it
+    goes it is judged against the QP's stored state and stages E's and W's CACK and error,
+    and its ring writes are registered (``sent_ring_*``). It waits while a record ahead of it
+    in flight decides what it needs (below); the ``ack`` input takes nothing meanwhile.
     SACK/NACK path: stage A (``sack_a_*``) takes the record, reads the bitmap words, and
     works out from the record alone where its CACK falls in the two words, the highest
     PSN it acknowledges and the end of the hole search that gives; stage E (``sack_e_*``)
@@ -308,8 +316,8 @@ class RetransmitTracker(wiring.Component):
     waits in stage E and reads it all again the cycle after it is written (the words
     through a transparent read port). A hole found by one SACK is requested before the
     next ack record is applied: stage W waits while the engine runs. Stage E's and W's
-    CACK and error are forwarded to the sent path (a sent record taken as an ack record
-    leaves stage E, or while stage W holds it, sees it); a retransmission taken as a
+    CACK and error are forwarded to the sent path (a sent record judged as an ack record
+    leaves stage E, or while stage W holds it, sees it); a retransmission judged as a
     record leaves stage E leaves the pending table when stage W is done with that record
     (``pend_rm_*``). Nothing is forwarded to the timer scan, whose stage S3 tries its PSN
     again while stage E or W holds a record of the same QP. Each output record is chosen
@@ -463,12 +471,13 @@ class RetransmitTracker(wiring.Component):
         m.submodules.rec = rec = Memory(shape=REC, depth=qps * O, init=[])
         rec_w = rec.write_port()
         # The SACK path reads a record as it leaves stage E: a sent record taken in that
-        # cycle comes after it, so its write is not seen (read before write).
-        rec_ra = rec.read_port()                             # SACK path
+        # cycle comes after it, and its write (a cycle later, sent_ring_*) is not seen; one
+        # taken the cycle before is written on this edge, and seen (transparent).
+        rec_ra = rec.read_port(transparent_for=(rec_w,))     # SACK path
         rec_rh = rec.read_port(transparent_for=(rec_w,))     # hole engine / timer scan
         m.submodules.tags = tags = Memory(shape=unsigned(W), depth=qps * O, init=[])
         tag_w = tags.write_port()
-        tag_ra = tags.read_port()
+        tag_ra = tags.read_port(transparent_for=(tag_w,))
         tag_rh = tags.read_port(transparent_for=(tag_w,))
         m.submodules.rq = rqm = Memory(shape=RQ, depth=qps * O, init=[])
         rq_w = rqm.write_port()
@@ -569,10 +578,29 @@ class RetransmitTracker(wiring.Component):
          rec_addr, tag_w, nxt_w, ev, w_valid, w_go, w_q) = _take(v, """
             cmd_busy e_valid qb qidx ctx_rs nxt_rs err O pmtu_log2 cwnd qps rec_w rec_addr tag_w
             nxt_w ev w_valid w_go w_q""")
-        s = self.sent.payload
         e_go = Signal(name="sack_e_go")
-        # An ack record sees exactly the sent records taken before its own cycle. Stage E
-        # reads the QP's next PSN: while it holds a record, the sent records of its QP wait.
+        # Stage S1 (sent_s1_*): the input record in a register, with its QP's index, so that
+        # the judgement starts from flip-flops; the record is judged (and counts as sent)
+        # in the cycle it leaves the register (take_s). The ack input takes no record while
+        # one waits here, so an ack record sees exactly the sent records taken before its
+        # own cycle (and, in the same cycle, comes before the sent record taken with it).
+        s = Signal.like(self.sent.payload, name="sent_s1_rec")
+        s1_valid = Signal(name="sent_s1_valid")
+        s1_qp_ok = Signal(name="sent_s1_qp_ok")
+        s_cond = Signal(name="sent_s1_go_ok")       # the record may be judged this cycle
+        take_s = Signal(name="sent_s1_go")
+        m.d.comb += [take_s.eq(s1_valid & s_cond),
+                     self.sent.ready.eq(~s1_valid | s_cond)]
+        qs = Signal(qb, name="sent_s1_q")
+        with m.If(self.sent.valid & self.sent.ready):
+            m.d.sync += [s.eq(self.sent.payload), qs.eq(qidx(self.sent.payload.qp)),
+                         s1_qp_ok.eq(self.sent.payload.qp < qps)]
+        with m.If(self.sent.valid & self.sent.ready):
+            m.d.sync += s1_valid.eq(1)
+        with m.Elif(take_s):
+            m.d.sync += s1_valid.eq(0)
+        # Stage E reads the QP's next PSN: while it holds a record, the sent records of its
+        # QP wait.
         # A retransmission taken frees a slot of the shared pending table, which stage W
         # looks up: while stage E or W holds a record, every retransmission waits (one
         # taken as stage E's record moves on to W leaves the table when W is done with it,
@@ -580,17 +608,15 @@ class RetransmitTracker(wiring.Component):
         # of its holes, a retransmission on that QP waits, so that a hole request carries
         # the EV of the transmission the SACK saw lost.
         h_busy_qp = Signal()
-        qs = Signal(qb)
-        m.d.comb += [qs.eq(qidx(s.qp)), ctx_rs.addr.eq(qs), nxt_rs.addr.eq(qs)]
+        m.d.comb += [ctx_rs.addr.eq(qs), nxt_rs.addr.eq(qs)]
         e_q = Signal(qb, name="sack_e_q")
-        m.d.comb += self.sent.ready.eq(
+        m.d.comb += s_cond.eq(
             ~cmd_busy & ~(e_valid & ~e_go & ((qs == e_q) | s.rtx)) &
             ~(w_valid & ~w_go & s.rtx) & ~(h_busy_qp & s.rtx))
-        take_s = self.sent.valid & self.sent.ready
         # Stage W writes CACK and error at the end of the cycle it goes, and stage E's record
-        # comes before a sent record taken as it leaves: both forwarded, so a sent record
-        # sees every ack record taken before its own cycle. (Stage E's decisions before
-        # e_go: a sent record of its QP is taken only when stage E goes.)
+        # comes before a sent record judged as it leaves: both forwarded, so a sent record
+        # sees every ack record taken before the cycle it is judged in. (Stage E's decisions before
+        # e_go: a sent record of its QP is judged only when stage E goes.)
         e_ctx_we, e_new_cack, e_fatal = (Signal(name="sack_e_ctx_we"),
                                          Signal(PSN, name="sack_e_new_cack"),
                                          Signal(name="sack_e_fatal"))
@@ -631,20 +657,30 @@ class RetransmitTracker(wiring.Component):
                          judge(ctx_rs.data.cack, "c"))
         over, in_win, behind, s_credit = (Mux(s_fwd, a, Mux(s_fwd_w, b, c))
                                           for a, b, c in zip(j_e, j_w, j_c))
-        s_ok = take_s & (s.qp < qps) & ~s_err
+        s_ok = take_s & s1_qp_ok & ~s_err
         s_new = s_ok & ~s.rtx & (s.psn == s_n)
         s_full = s_new & over
         s_new_ok = s_new & ~s_full
         s_rtx_ok = s_ok & s.rtx & in_win
         s_rtx_acked = s_ok & s.rtx & behind
-        with m.If(s_new_ok | s_rtx_ok):
-            m.d.comb += [rec_w.addr.eq(rec_addr(qs, s.psn)), rec_w.en.eq(1),
-                         rec_w.data.ev.eq(s.ev), rec_w.data.time.eq(s.time),
-                         rec_w.data.rtx.eq(s.rtx)]
+        # The record and tag rings are written a cycle after the decision, from registers
+        # (sent_ring_*), so that the decision ends at flip-flops and not at the block
+        # RAMs' write enables. Their readers see the write in flight: the SACK path's and
+        # the hole engine's read ports are transparent to it, and the timer scan takes a
+        # PSN whose write is in flight as stale (scan_s3_stale).
+        ring_we = Signal(name="sent_ring_we")
+        ring_tag_we = Signal(name="sent_ring_tag_we")
+        ring_addr = Signal.like(rec_w.addr, name="sent_ring_addr")
+        ring_rec = Signal(REC, name="sent_ring_rec")
+        ring_tag = Signal.like(tag_w.data, name="sent_ring_tag")
+        m.d.sync += [ring_we.eq(s_new_ok | s_rtx_ok), ring_tag_we.eq(s_new_ok),
+                     ring_addr.eq(rec_addr(qs, s.psn)),
+                     *assign(ring_rec, ev=s.ev, time=s.time, rtx=s.rtx), ring_tag.eq(s.tag)]
+        m.d.comb += [rec_w.addr.eq(ring_addr), rec_w.en.eq(ring_we), rec_w.data.eq(ring_rec),
+                     tag_w.addr.eq(ring_addr), tag_w.en.eq(ring_tag_we),
+                     tag_w.data.eq(ring_tag)]
         with m.If(s_new_ok):
-            m.d.comb += [tag_w.addr.eq(rec_addr(qs, s.psn)), tag_w.en.eq(1),
-                         tag_w.data.eq(s.tag),
-                         nxt_w.addr.eq(qs), nxt_w.data.eq(s.psn + 1), nxt_w.en.eq(1)]
+            m.d.comb += [nxt_w.addr.eq(qs), nxt_w.data.eq(s.psn + 1), nxt_w.en.eq(1)]
         m.d.comb += [
             ev.sent_new.eq(s_new_ok),
             ev.sent_rtx.eq(s_rtx_ok),
@@ -657,7 +693,9 @@ class RetransmitTracker(wiring.Component):
         vars(v).update(
             credit=credit, e_adv=e_adv, e_ctx_we=e_ctx_we, e_fatal=e_fatal, e_go=e_go,
             e_new_cack=e_new_cack, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
-            s_rtx_ok=s_rtx_ok, take_s=take_s, w_fwd_cack=w_fwd_cack, w_fwd_fatal=w_fwd_fatal,
+            s_rtx_ok=s_rtx_ok, take_s=take_s, ring_we=ring_we, ring_addr=ring_addr,
+            s1_valid=s1_valid, s1_qp_ok=s1_qp_ok, s_cond=s_cond, w_fwd_cack=w_fwd_cack,
+            w_fwd_fatal=w_fwd_fatal,
             w_fwd_we=w_fwd_we)
 
     def _cwnd_input(self, m, v):
@@ -676,14 +714,19 @@ class RetransmitTracker(wiring.Component):
 
     def _credit_query(self, m, v):
         """The credit query: may ``credit_qp`` send its next PSN."""
-        (qb, qidx, ctx_rc, nxt_rc, cwnd_rc, qps, err, cmd_busy, credit) = _take(v, """
-            qb qidx ctx_rc nxt_rc cwnd_rc qps err cmd_busy credit""")
+        (qb, qidx, ctx_rc, nxt_rc, cwnd_rc, qps, err, cmd_busy, credit, s, qs, s1_valid,
+         s1_qp_ok) = _take(v, """
+            qb qidx ctx_rc nxt_rc cwnd_rc qps err cmd_busy credit s qs s1_valid s1_qp_ok""")
         # --- Credit query -----------------------------------------------------------------
         qc = Signal(qb)
         m.d.comb += [qc.eq(qidx(self.credit_qp)), ctx_rc.addr.eq(qc), nxt_rc.addr.eq(qc),
                      cwnd_rc.addr.eq(qc)]
+        # A new PSN of the QP waiting in the sent path's stage S1 counts as sent (whether
+        # or not it will be accepted): the answer never lags the sent input.
+        c_s1 = Signal(name="credit_s1")
+        m.d.comb += c_s1.eq(s1_valid & s1_qp_ok & ~s.rtx & (qs == qc))
         c_out = Signal(PSN)
-        m.d.comb += c_out.eq(nxt_rc.data - ctx_rc.data.cack)
+        m.d.comb += c_out.eq(nxt_rc.data - ctx_rc.data.cack + c_s1)
         m.d.sync += self.credit_ready.eq(
             (self.credit_qp < qps) & ~err.bit_select(qc, 1) & ~cmd_busy &
             credit(c_out, ctx_rc.data.mpr, cwnd_rc.data))
@@ -693,11 +736,13 @@ class RetransmitTracker(wiring.Component):
         """SACK/NACK path, stage A: the bitmap words read, and what needs no per-QP state
         worked out from the record alone."""
         (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, banks, bank_addr,
-         guard, epoch, e_q, qps) = _take(v, """
+         guard, epoch, e_q, qps, s1_valid, s_cond) = _take(v, """
             cmd_busy hole_busy e_valid e_go room2 qb qidx banks bank_addr guard epoch e_q
-            qps""")
+            qps s1_valid s_cond""")
         a = self.ack.payload
-        ready_a = ~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2
+        # No record is taken while a sent record waits in its stage S1 (it comes first).
+        ready_a = (~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2 &
+                   ~(s1_valid & ~s_cond))
         m.d.comb += self.ack.ready.eq(ready_a)
         take_a = self.ack.valid & ready_a
         qa = Signal(qb)
@@ -894,7 +939,7 @@ class RetransmitTracker(wiring.Component):
             cack=Signal(PSN, name="sack_w_cack"), old_cack=Signal(PSN, name="sack_w_old_cack"),
             h2=Signal(PSN, name="sack_w_hi"), base=Signal(PSN, name="sack_w_base"),
             w1=Signal(PSN - 6, name="sack_w_w1"), epoch=Signal(EPOCH_BITS, name="sack_w_epoch"),
-            old=Signal(2 * WORD, name="sack_w_old"), vn=Signal(2 * WORD, name="sack_w_vn"),
+            after=Signal(2 * WORD, name="sack_w_after"),
             lo=Signal(8, name="sack_w_lo"), start=Signal(8, name="sack_w_start"),
             end_raw=Signal(8, name="sack_w_end_raw"), hl=Signal(8, name="sack_w_hl"))
         with m.If(e_go):
@@ -909,15 +954,15 @@ class RetransmitTracker(wiring.Component):
                 w.fresh.eq(fresh), w.kind.eq(Mux(e.nack, nk, m_kind)),
                 w.entropy.eq(e.entropy), w.mpr.eq(e.mpr), w.cack.eq(C),
                 w.old_cack.eq(c.cack), w.h2.eq(h2), w.base.eq(e_base), w.w1.eq(e_w1),
-                w.epoch.eq(e_epoch), w.old.eq(old), w.vn.eq(e_vn), w.lo.eq(e_lo),
+                w.epoch.eq(e_epoch), w.after.eq(old | e_vn), w.lo.eq(e_lo),
                 w.start.eq(s_pos), w.end_raw.eq(end_raw), w.hl.eq(hl),
             ]
         with m.If(e_go):
             m.d.sync += w_valid.eq(1)
         with m.Elif(w_go):
             m.d.sync += w_valid.eq(0)
-        # Forwarded to the sent path: a sent record taken as this record leaves stage E
-        # comes after it (sent_s1_*_e), and one taken while stage W holds it too (*_w).
+        # Forwarded to the sent path: a sent record judged as this record leaves stage E
+        # comes after it (sent_s1_*_e), and one judged while stage W holds it too (*_w).
         e_ctx_we, e_new_cack, e_adv, e_fatal = _take(v, "e_ctx_we e_new_cack e_adv e_fatal")
         w_fwd_we, w_fwd_cack, w_fwd_fatal = _take(v, "w_fwd_we w_fwd_cack w_fwd_fatal")
         m.d.comb += [e_ctx_we.eq(sack_ok_u), e_new_cack.eq(C), e_adv.eq(adv),
@@ -940,8 +985,7 @@ class RetransmitTracker(wiring.Component):
         # of another lap or epoch, and it sets any).
         changed = w.adv | Mux(w.ok0, w.fresh[0], w.fresh[1]) | Mux(w.ok1, w.fresh[2],
                                                                     w.fresh[3])
-        after = Signal(2 * WORD)
-        m.d.comb += after.eq(w.old | w.vn)
+        after = w.after                     # the two words with the SACK's bits set
         new_cack = Signal(PSN)
         m.d.comb += new_cack.eq(Mux(w.adv, w.cack, w.old_cack))
         ww0 = w.base[6:]
@@ -960,7 +1004,7 @@ class RetransmitTracker(wiring.Component):
         # Holes: the search's bounds, each a mask of its own, ANDed with what is not
         # acknowledged.
         holes = Signal(2 * WORD)
-        m.d.comb += holes.eq(~w.old & ~w.vn & ge_mask(w.start, 2 * WORD) &
+        m.d.comb += holes.eq(~after & ge_mask(w.start, 2 * WORD) &
                              lt_mask(w.end_raw, 2 * WORD) & lt_mask(w.hl, 2 * WORD))
         # The hole mark moves to the end of a search that is not empty (stage E reads it;
         # a record of the QP waits there while this writes it).
@@ -1023,9 +1067,10 @@ class RetransmitTracker(wiring.Component):
 
     def _hole_engine(self, m, v):
         """The hole engine: the holes one SACK found, requested oldest first, one a cycle."""
-        (h_q, hole_busy, h_busy_qp, s, e_valid, e_q, fifos, w, w_valid, w_go, w_q, sack_ok,
+        (h_q, hole_busy, h_busy_qp, qs, s1_qp_ok, e_valid, e_q, fifos, w, w_valid, w_go, w_q,
+         sack_ok,
          holes, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w, ev) = _take(v, """
-            h_q hole_busy h_busy_qp s e_valid e_q fifos w w_valid w_go w_q sack_ok holes p0
+            h_q hole_busy h_busy_qp qs s1_qp_ok e_valid e_q fifos w w_valid w_go w_q sack_ok holes p0
             rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev""")
         h_vec = Signal(2 * WORD)
         h_p0 = Signal(PSN)
@@ -1040,8 +1085,8 @@ class RetransmitTracker(wiring.Component):
         # write are decided from these registers the cycle after.
         j_valid = Signal(name="hole_j_valid")
         m.d.comb += [hole_busy.eq(h_nz | h_emit | j_valid),
-                     h_busy_qp.eq((hole_busy & (s.qp == h_q)) | (e_valid & (s.qp == e_q)) |
-                                  (w_valid & (s.qp == w_q)))]
+                     h_busy_qp.eq(s1_qp_ok & ((hole_busy & (qs == h_q)) |
+                                              (e_valid & (qs == e_q)) | (w_valid & (qs == w_q))))]
         h_found, h_idx, h_iso = lowest_set(m, h_vec, "hole")
         h_issue = h_nz & fifos["rtx"].room3
         h_next_psn = Signal(PSN)
@@ -1089,12 +1134,14 @@ class RetransmitTracker(wiring.Component):
     def _timer_scan(self, m, v):
         """The timer scan's stages S1 and S2, which visit each QP's unacknowledged PSNs for
         timeouts: S1 reads the block RAMs and works out the QP's timeout, S2 tests what was
-        read into registers for stage S3 (:meth:`_timer_decide`)."""
+        read, places the PSN against the QP's CACK and next PSN, and (in the pending table)
+        looks it up, into registers for stage S3 (:meth:`_timer_decide`)."""
         (qb, cmd_busy, rec_addr, rec_rh, h_issue, h_q, h_next_psn, tag_rh, rq_r, banks, bank_addr,
          retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
-         qidx, w_valid, w_q) = _take(v, """
+         ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_issue h_q h_next_psn tag_rh rq_r banks bank_addr retries
-            t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s qidx w_valid w_q""")
+            t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s ctx_rt nxt_rt qs w_valid w_q ring_we
+            ring_addr""")
         # --- Timer scan ---------------------------------------------------------------------
         sc_q = Signal(qb)
         sc_p = Signal(PSN)
@@ -1140,7 +1187,17 @@ class RetransmitTracker(wiring.Component):
         s3_valid, s3_q, s3_p = (Signal(name="scan_s3_valid"), Signal(qb, name="scan_s3_q"),
                                 Signal(PSN, name="scan_s3_p"))
         s3 = SimpleNamespace(**{n: Signal(name=f"scan_s3_{n}") for n in (
-            "port", "kstale", "rmax", "acked", "late", "fired", "stale")})
+            "port", "kstale", "rmax", "acked", "late", "fired", "stale", "behind", "in_win",
+            "head")})
+        # The PSN against its QP's CACK and next PSN, read here (a write to them in this
+        # cycle, by stage W or a sent record of this PSN, makes the PSN stale in S3).
+        m.d.comb += [ctx_rt.addr.eq(s2_q), nxt_rt.addr.eq(s2_q)]
+        s3_cack = Signal(PSN, name="scan_s3_cack")
+        t_dp, t_dn = Signal(PSN, name="scan_s2_dp"), Signal(PSN, name="scan_s2_dn")
+        m.d.comb += [t_dp.eq(s2_p - ctx_rt.data.cack), t_dn.eq(nxt_rt.data - ctx_rt.data.cack)]
+        t_behind = (s2_p == ctx_rt.data.cack) | t_dp[-1]
+        m.d.sync += [s3_cack.eq(ctx_rt.data.cack), s3.behind.eq(t_behind),
+                     s3.in_win.eq(~t_behind & (t_dp < t_dn)), s3.head.eq(t_dp == 1)]
         s3_epoch = Signal(EPOCH_BITS, name="scan_s3_epoch")
         s3_rec = Signal(REC, name="scan_s3_rec")
         s3_squash = Signal()                  # stage S3 sends the scan elsewhere
@@ -1159,12 +1216,14 @@ class RetransmitTracker(wiring.Component):
             # What S1 read may be stale in S3, which reads the context: stage E or W held a
             # record of the QP (W may have written its context and bitmap words), or a sent
             # record of this PSN was taken (its record written, and for a new PSN the next
-            # PSN).
+            # PSN; or in the cycle before, its ring write in flight as S1 read).
             s3.stale.eq((e_valid & (e_q == s2_q)) | (w_valid & (w_q == s2_q)) |
-                        (take_s & (qidx(s.qp) == s2_q) & (s.psn == s2_p))),
+                        (take_s & (qs == s2_q) & (s.psn == s2_p)) |
+                        (ring_we & (ring_addr == rec_addr(s2_q, s2_p)))),
         ]
         vars(v).update(
-            issue=issue, r_written=r_written, r_written2=r_written2, s2_q=s2_q,
+            issue=issue, r_written=r_written, r_written2=r_written2, s2_q=s2_q, s2_p=s2_p,
+            s3_cack=s3_cack,
             s2_valid=s2_valid, s3=s3, s3_epoch=s3_epoch, s3_p=s3_p, s3_q=s3_q, s3_rec=s3_rec,
             s3_squash=s3_squash, s3_valid=s3_valid, sc_on=sc_on, sc_p=sc_p, sc_q=sc_q)
 
@@ -1172,28 +1231,25 @@ class RetransmitTracker(wiring.Component):
         """The timer scan's stage S3: the PSN against the QP's context, the decision (end
         the visit, go back to CACK + 1, try the PSN again, step, or time it out), and where
         the scan goes next."""
-        (qb, cmd_busy, ctx_rt, nxt_rt, e_valid, e_q, err, r_max, j_valid, room3, p_hit, qps, ctx,
+        (qb, cmd_busy, e_valid, e_q, err, r_max, j_valid, room3, qps, ctx,
          issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q, w_valid,
-         w_q) = _take(v, """
-            qb cmd_busy ctx_rt nxt_rt e_valid e_q err r_max j_valid room3 p_hit qps ctx issue
-            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid w_q""")
-        m.d.comb += [ctx_rt.addr.eq(s3_q), nxt_rt.addr.eq(s3_q)]
+         w_q, s3_cack) = _take(v, """
+            qb cmd_busy e_valid e_q err r_max j_valid room3 qps ctx issue
+            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid w_q s3_cack""")
+        # The pending table looked up for S3's PSN in S2 (scan_s3_pmatch, pending table)
+        t_phit = Signal(name="scan_s3_phit")
         # Stage S3 decides. It holds (tries the PSN again) while stage E or W holds a record
         # of its QP (W may write the QP's context and bitmap words at the end of this
         # cycle): no value is forwarded from the SACK path into the scan.
         t_hold = Signal(name="scan_s3_hold")
         m.d.comb += t_hold.eq((e_valid & (e_q == s3_q)) | (w_valid & (w_q == s3_q)) |
                               s3.stale)
-        t_cack = Signal(PSN)
-        m.d.comb += t_cack.eq(ctx_rt.data.cack)
-        t_n = nxt_rt.data
-        t_dp, t_dn = Signal(PSN, name="scan_s3_dp"), Signal(PSN, name="scan_s3_dn")
-        m.d.comb += [t_dp.eq(s3_p - t_cack), t_dn.eq(t_n - t_cack)]
-        t_behind = (s3_p == t_cack) | t_dp[-1]
-        t_in = ~t_behind & (t_dp < t_dn)
+        t_cack = s3_cack
+        t_behind = s3.behind
+        t_in = s3.in_win
         t_err = err.bit_select(s3_q, 1)
         expired = ~s3.acked & s3.late & ~s3.fired
-        head = t_dp == 1
+        head = s3.head
         exhaust = expired & head & s3.rmax & (r_max < RETRY_FOREVER)
         busy_out = w_valid | j_valid | ~room3
         s3_live = s3_valid & ~cmd_busy
@@ -1205,7 +1261,7 @@ class RetransmitTracker(wiring.Component):
         t_retry = (s3_live & t_hold) | (t_eval & (~s3.port | s3.kstale | (expired & busy_out)))
         # The pending lookup below is keyed on (s3_q, s3_p) when neither the hole engine nor
         # stage W uses it (~busy_out): an expired PSN whose resend is pending just steps on.
-        t_fire = t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~p_hit
+        t_fire = t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~t_phit
         t_timeout = t_fire & ~exhaust
         t_exhaust = t_fire & exhaust
         next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
@@ -1226,6 +1282,7 @@ class RetransmitTracker(wiring.Component):
 
         vars(v).update(
             busy_out=busy_out, exhaust=exhaust, expired=expired, head=head, t_end=t_end,
+            t_phit=t_phit,
             t_eval=t_eval, t_exhaust=t_exhaust, t_retry=t_retry, t_timeout=t_timeout)
 
     def _timer_writes(self, m, v):
@@ -1233,11 +1290,11 @@ class RetransmitTracker(wiring.Component):
         feedback and error records, and the output FIFOs' write enables (with stage W's and
         the hole engine's) and the events the scan and the inputs count."""
         (rec_addr, rq_w, ob, w_valid, j_valid, tag_rh, rtx_rec, fb_rec, err_rec, fifos, e_rtx,
-         h_rtx, w_go, e_fb, e_err, ev, take_s, s, w, take_c, s_err, qps, s3,
+         h_rtx, w_go, e_fb, e_err, ev, take_s, s1_qp_ok, w, take_c, s_err, qps, s3,
          s3_epoch, s3_p, s3_q, s3_rec, busy_out, exhaust, expired, t_end, t_eval, t_exhaust,
          t_retry, t_timeout) = _take(v, """
             rec_addr rq_w ob w_valid j_valid tag_rh rtx_rec fb_rec err_rec fifos e_rtx h_rtx w_go
-            e_fb e_err ev take_s s w take_c s_err qps s3 s3_epoch s3_p s3_q s3_rec
+            e_fb e_err ev take_s s1_qp_ok w take_c s_err qps s3 s3_epoch s3_p s3_q s3_rec
             busy_out exhaust expired t_end t_eval t_exhaust t_retry t_timeout""")
         # The PSN's request marked as fired whether or not the pending table holds it (a
         # pending PSN's entry leaves only when it is resent, acknowledged or its QP is
@@ -1265,9 +1322,9 @@ class RetransmitTracker(wiring.Component):
             ev.retries_exhausted.eq(t_exhaust),
             ev.scan_visits.eq(t_end),
             ev.scan_yields.eq(t_retry),
-            ev.no_qp.eq((take_s & (s.qp >= qps)) + (w_go & ~w.qp_ok) +
+            ev.no_qp.eq((take_s & ~s1_qp_ok) + (w_go & ~w.qp_ok) +
                         (take_c & (self.cwnd.payload.qp >= qps))),
-            ev.in_error.eq((take_s & (s.qp < qps) & s_err) + (w_go & w.qp_ok & w.in_err)),
+            ev.in_error.eq((take_s & s1_qp_ok & s_err) + (w_go & w.qp_ok & w.in_err)),
         ]
 
 
@@ -1275,9 +1332,10 @@ class RetransmitTracker(wiring.Component):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
         (qb, j_valid, h_q, j_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
          t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, t_exhaust, cmd_qp, cmd_apply, e_go, w_go,
-         ev, ob) = _take(v, """
+         ev, ob, s2_q, s2_p, t_phit) = _take(v, """
             qb j_valid h_q j_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
-            s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev ob""")
+            s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev ob s2_q s2_p
+            t_phit""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # One lookup per cycle serves the three requesters, which never request in the same
         # cycle: the hole engine (its stage J), stage W (a NACK needs w_go) and the timer (its
@@ -1314,6 +1372,18 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += p_match.eq(Cat(*(live[i] & (pq[i] == k_q) & (pp[i] == k_p)
                                      for i in range(P))))
         m.d.comb += p_hit.eq(p_match.any())
+        # The timer's lookup a stage ahead: in its stage S2 the entries are compared with
+        # the PSN S3 will hold (scan_s3_pmatch), and so is the key written this cycle into
+        # the slot that an insert decided now makes live in S3's cycle (scan_s3_pins, the
+        # only entry whose key changes meanwhile). In S3 the match is masked by what is
+        # live then: the same answer as a lookup in S3.
+        t_pmatch = Signal(P, name="scan_s3_pmatch")
+        t_pins = Signal(name="scan_s3_pins")
+        m.d.sync += [t_pmatch.eq(Cat(*((pq[i] == s2_q) & (pp[i] == s2_p[:PB])
+                                       for i in range(P)))),
+                     t_pins.eq((k_q == s2_q) & (k_p == s2_p[:PB]))]
+        m.d.comb += t_phit.eq((t_pmatch & live & ~Mux(ins_valid, ins_slot, 0)).any() |
+                              (ins_valid & t_pins))
         p_want = (nack_ok | h_old | t_timeout) & ~p_hit
         p_free = Signal(P)
         m.d.comb += p_free.eq(~live & ~Mux(j_valid, pz, 0))
@@ -1335,7 +1405,9 @@ class RetransmitTracker(wiring.Component):
         rm_live = Signal(P, name="pend_rm_live")
         rm_now = rm_valid & (~rm_wait | w_go)
         m.d.sync += rm_valid.eq(s_rtx_ok | (rm_valid & ~rm_now))
-        with m.If(s_rtx_ok):
+        # (Loaded whenever no removal waits: a retransmission is taken only then, and the
+        # decision to take it reaches rm_valid alone.)
+        with m.If(~rm_valid | rm_now):
             m.d.sync += [rm_q.eq(qs), rm_p.eq(s.psn[:PB]), rm_wait.eq(e_go),
                          rm_live.eq(live)]
         rm_sent = Signal(P)
@@ -1413,6 +1485,7 @@ class RetransmitTracker(wiring.Component):
         # For formal checks: what enters the output FIFOs this cycle.
         self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
                       "release_we": fifos["release"].w_en, "release": rel_rec,
-                      "open": cmd_apply, "applied": v.w_go}
+                      "open": cmd_apply, "applied": v.w_go,
+                      "sent_go": v.take_s, "sent": v.s}
 
 
