@@ -679,8 +679,9 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [rec_w.addr.eq(ring_addr), rec_w.en.eq(ring_we), rec_w.data.eq(ring_rec),
                      tag_w.addr.eq(ring_addr), tag_w.en.eq(ring_tag_we),
                      tag_w.data.eq(ring_tag)]
-        with m.If(s_new_ok):
-            m.d.comb += [nxt_w.addr.eq(qs), nxt_w.data.eq(s.psn + 1), nxt_w.en.eq(1)]
+        # The next PSN's address and value do not wait for the decision (an open, while
+        # no record is judged, overrides them below): only the write enable does.
+        m.d.comb += [nxt_w.addr.eq(qs), nxt_w.data.eq(s.psn + 1), nxt_w.en.eq(s_new_ok)]
         m.d.comb += [
             ev.sent_new.eq(s_new_ok),
             ev.sent_rtx.eq(s_rtx_ok),
