@@ -149,17 +149,21 @@ class PsnTracker(TrackerStages, wiring.Component):
     * ``i_`` issue: a continuation, else the queue's next record, unless it is of the QP
       issued in the cycle before (the one stall: a QP's records are two cycles apart);
     * ``r_`` read: addresses the ``window_chunks`` ring chunks from the packet's own (block
-      RAM, two 64-bit banks); how the ring write of the record in D would reach them;
+      RAM, two 64-bit banks); how the ring write of the record in D would reach them; the
+      PSN's position plus one;
     * ``w_`` window: the bank words, as the block RAM gives them, into registers; which
       ring write the read missed reaches this window (that of the record in U or of the
-      one in D) and where; the PSN's offsets from the record in D's window base and PSN;
-      the QP's context (distributed RAM) into registers;
+      one in D) and where, and whether it is made (the record in D's placement registered
+      as D decides it, a stage ahead of the search it steers); the positions up to the
+      packet's own as a mask; the PSN's offsets from the record in D's window base and
+      PSN; the QP's context (distributed RAM) into registers;
     * ``f_`` fetch: the PSN tested against the context (or the one the record past U
       wrote) and against the CACK the record in U writes if it advances, and the tests
-      that hold picked; whether the pool will be full; the window, with the write it
-      missed forwarded, searched per 16-bit word; the packet's own bit and the next;
-    * ``d_`` decide: the verdict, the search combined (groups of four words, then the
-      groups, by a short carry chain), the SACK triggers, the ring write's address; a
+      that hold picked; whether the pool will be full; the window, each position one
+      function of six registers (the write it missed forwarded), searched per 16-bit
+      word; the packet's own bit and the next;
+    * ``d_`` decide: the verdict, the search combined (the first word with a hole by a
+      carry chain, then its number and index), the SACK triggers, the ring write's address; a
       continuation or an advance on a QP holding completions flushes stages I to D (a
       registered flag, next cycle) and the queue re-issues their records;
     * ``u_`` update: the context read, the new CACK and context written (and forwarded),
@@ -509,13 +513,17 @@ class PsnTracker(TrackerStages, wiring.Component):
                                          (req_mpr > mpr_max)),
             f["error"]["busy_set"].eq(start_cmd & cmd_busy),
         ]
-        with m.If(start_cmd & ~cmd_busy & (sel_qp < qps) &
-                  ~(f["qp_command"]["open"] & (req_mpr > mpr_max))):
-            m.d.sync += [cmd_busy.eq(1), ctl.cmd_open.eq(f["qp_command"]["open"]),
+        # While no command runs, its registers follow the fields (nothing reads them then):
+        # on the edge a command is accepted they take its fields, and the acceptance, after
+        # the checks, drives only ``cmd_busy``.
+        with m.If(~cmd_busy):
+            m.d.sync += [ctl.cmd_open.eq(f["qp_command"]["open"]),
                          ctl.cmd_qp.eq(sel_qp), ctl.cmd_start.eq(f["qp_start"]["psn"]),
                          *self._start_masks(ctl, f["qp_start"]["psn"]),
-                         ctl.cmd_mpr_m1.eq(Mux(req_mpr == 0, mpr_max - 1, req_mpr - 1)),
-                         ctl.cmd_j.eq(0)]
+                         ctl.cmd_mpr_m1.eq(Mux(req_mpr == 0, mpr_max - 1, req_mpr - 1))]
+        with m.If(start_cmd & ~cmd_busy & (sel_qp < qps) &
+                  ~(f["qp_command"]["open"] & (req_mpr > mpr_max))):
+            m.d.sync += cmd_busy.eq(1)
 
     @staticmethod
     def _start_masks(ctl, start):
@@ -584,7 +592,9 @@ class PsnTracker(TrackerStages, wiring.Component):
                 with m.If(ctl.sweep & (cmd_qp != qps - 1)):
                     m.d.sync += [cmd_qp.eq(cmd_qp + 1), cmd_j.eq(0)]
                 with m.Else():
-                    m.d.sync += [ctl.cmd_busy.eq(0), ctl.sweep.eq(0)]
+                    # (The chunk count is left at 0 for the next command: its acceptance
+                    # then loads only the command's own registers.)
+                    m.d.sync += [ctl.cmd_busy.eq(0), ctl.sweep.eq(0), cmd_j.eq(0)]
 
     def _status(self, m, f, mem, ctl):
         """The status register: a command or the sweep in progress, completions held."""

@@ -30,7 +30,6 @@ CHUNK = proto.MPR_UNIT_PSNS          # PSNs per ring chunk (two bank words)
 HALF = CHUNK // 2                     # PSNs per ring bank word
 WORD = 16                             # bits a search word covers (stage F), then combined (D)
 WORD_BITS = 4
-GROUP = 4                             # search words per group of stage D's first combine
 # Chunks read from the packet's PSN for the CACK advance: 3 by default (a run of at least
 # 257 PSNs after the packet is found in one pass), 2 the small option (at least 129).
 WINDOW_CHUNKS = (2, 3)
@@ -170,14 +169,13 @@ class TrackerStages:
         self._fwd_layout = data.StructLayout({
             "hit": C * CHUNK // WORD, "bsel": WORD, "val": C, "own": 1, "next": 1,
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
-        st.w = stage("w", **common, same_u=1, fwd_u=self._fwd_layout)
+        st.w = stage("w", **common, same_u=1, fwd_u=self._fwd_layout, next_low=7 + self._cbits)
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
                      ctx=CTX, ctx_uw=1, sel=1, every=2,
-                     fwd_done=1, fwd_pend=1, fwd=self._fwd_layout, hit_pend=C * CHUNK // WORD,
+                     act=1, fwd=self._fwd_layout,
                      next_pos=8, next_par=1,
-                     next_val=1, own_fwd=2, next_fwd=2,
-                     par=C, lap_own=CHUNK,
-                     th_lt=CHUNK // WORD, th_eq=CHUNK // WORD, th_low=WORD,
+                     next_val=1, own_act=1, next_act=1,
+                     par=C, lap_own=CHUNK, th_lt=CHUNK // WORD, forced=CHUNK,
                      off=PSN, pp_above=1, pp_new_hole=1)
         st.d = stage("d", **common, held=1, arrived=1, nextbit=1, pos0=1,
                      qp_ok=1, data=1, trig=1, pool_full=2,
@@ -200,7 +198,14 @@ class TrackerStages:
         # The packet's own completion, written in stage U.
         st.own = stage("own", valid=1, cpl=COMPLETION)
         st.uw = stage("uw", ctx=CTX, every=2)
+        # The packet's position in its chunk, for the select of its own bit alone (a reset
+        # value of its own keeps synthesis from merging it with the PSN's bits, which drive
+        # much else).
+        st.f.own_pos = Signal(7, name="f_own_pos", init=1)
         st.kill = Signal(name="d_kill")
+        # Stage D's placement, before its register (stage W registers the forwarding it
+        # steers a cycle ahead).
+        st.d_place = Signal(name="d_place")
         st.kill_held = Signal(name="d_kill_held")
         st.commit = Signal(name="u_commit")
         st.sack = Signal(name="u_sack")             # a SACK sent (stage U)
@@ -223,9 +228,11 @@ class TrackerStages:
         same = d.valid & ~d.op.cont & d.qp_in & (d.qpi == r.qpi) & r.qp_in
         m.d.sync += [w.valid.eq(r.valid & ~st.kill), w.op.eq(r.op), w.qpi.eq(r.qpi),
                      w.qp_in.eq(r.qp_in), w.same_u.eq(same),
+                     # (The next PSN's ring position, which W compares with the write's.)
+                     w.next_low.eq(r.op.psn[:len(w.next_low)] + 1),
                      w.fwd_u.eq(self._fwd_flags(m, "r", r.op.psn, chunks, d.op.psn))]
 
-    def _fwd_flags(self, m, prefix, psn, chunks, a_psn):
+    def _fwd_flags(self, m, prefix, psn, chunks, a_psn, next_low=None):
         """How a ring write of PSN ``a_psn`` of the same QP reaches the window of ``psn``
         (chunks ``chunks``): the window words it lands in (any lap), its bit in the word and
         the value it reads there by chunk, whether it is the packet's own bit or the next,
@@ -242,7 +249,8 @@ class TrackerStages:
             flags.bsel.eq(Const(1, WORD) << a_psn[:WORD_BITS]),
             flags.val.eq(Cat(*(a_raw ^ self._chunk_parity(chunks[j]) for j in range(C)))),
             flags.own.eq(a_psn[:7 + cbits] == psn[:7 + cbits]),
-            flags.next.eq(a_psn[:7 + cbits] == (psn + 1)[:7 + cbits]),
+            flags.next.eq(a_psn[:7 + cbits] ==
+                          ((psn + 1)[:7 + cbits] if next_low is None else next_low)),
             flags.phys_en.eq(a_psn[6:7 + cbits] == psn[6:7 + cbits]),
             flags.phys_bit.eq(a_psn[:6]),
             flags.phys_raw.eq(a_raw),
@@ -254,12 +262,15 @@ class TrackerStages:
     def _stage_w_window(self, m, mem, st):
         """Stage W: the window's bank words, as the block RAM gives them, into registers;
         beside them, how the ring writes this read misses reach it: that of the record in U
-        (its placement known now) or of the record in D (known next cycle, when it is in U),
-        whichever is of this QP (never both: they are a cycle apart). The window words the
-        write lands in (any lap) and the value its bit will read there, whether it is this
-        packet's own bit or the next, or its bank word (for the write back); the search
-        masks; the PSN's offsets from the record in D's window base and PSN, against which
-        stage F tests the CACK and highest PSN that record will write. The QP's context,
+        (its placement known now) or of the record in D (its placement decided now,
+        ``d_place``), whichever is of this QP (never both: they are a cycle apart). Whether
+        the write is made and the window words it lands in (any lap), registered with that
+        decision so that F's search starts from registers alone; the value its bit will
+        read there, whether it is this packet's own bit or the next, or its bank word (for
+        the write back); the search masks (the positions up to the packet's own in its
+        chunk, the words before its word); the PSN's offsets from the record in D's window
+        base and PSN, against which stage F tests the CACK and highest PSN that record will
+        write. The QP's context,
         read (distributed RAM) into registers; whether the record in U (whose context write
         that read misses: F takes it from ``uw``) or the one in D is of this QP."""
         w, f, d, u = st.w, st.f, st.d, st.u
@@ -274,35 +285,40 @@ class TrackerStages:
             chunk = Signal(PSN - 7, name=f"w_chunk{j}")
             m.d.comb += chunk.eq(psn[7:] + j)
             chunks.append(chunk)
-        fwd_d = self._fwd_flags(m, "w", psn, chunks, d.op.psn)
+        fwd_d = self._fwd_flags(m, "w", psn, chunks, d.op.psn, w.next_low)
         pars = [self._chunk_parity(chunk) for chunk in chunks]
         fwd = Signal(self._fwd_layout, name="w_fwd")
         m.d.comb += fwd.eq(Mux(from_u, w.fwd_u, fwd_d))
+        act = Signal(name="w_fwd_act")
+        m.d.comb += act.eq(from_u | (from_d & st.d_place))
         rel7 = psn[:7]
         nwc = CHUNK // WORD
         m.d.sync += [
             f.valid.eq(w.valid & ~st.kill), f.op.eq(op), f.qpi.eq(w.qpi), f.qp_in.eq(w.qp_in),
             *[f.lo[j].eq(mem.lo.win[j].data) for j in range(C)],
             *[f.hi[j].eq(mem.hi.win[j].data) for j in range(C)],
-            f.fwd_done.eq(from_u), f.fwd_pend.eq(from_d & ~from_u),
+            # Whether the write is there, known a cycle ahead: the record in U placed its
+            # packet, or the record in D places it now (its decision, ``d_place``).
+            f.act.eq(act),
             f.fwd.eq(fwd),
-            # The words a write lands in: the write made (``fwd.hit``), the write pending.
-            f.fwd.hit.eq(Mux(from_u, w.fwd_u.hit, 0)),
-            f.hit_pend.eq(Mux(from_d & ~from_u, fwd_d.hit, 0)),
+            # The window words the write lands in (any lap), when it is there.
+            f.fwd.hit.eq(Mux(act, fwd.hit, 0)),
             # The next PSN's position (128: the next chunk's first), its lap parity and the
-            # value the forwarded write gives it; whether that write (made, or pending) is at
+            # value the forwarded write gives it; whether that write, when it is there, is at
             # the packet's own position or the next.
-            f.next_pos.eq(psn[:7] + 1),
+            f.next_pos.eq(psn[:7] + 1), f.own_pos.eq(psn[:7]),
             f.next_par.eq(Mux(psn[:7] == CHUNK - 1, pars[1], pars[0])),
             f.next_val.eq(Mux(psn[:7] == CHUNK - 1, fwd.val[1], fwd.val[0])),
-            f.own_fwd.eq(Cat(from_u, from_d & ~from_u) & fwd.own.replicate(2)),
-            f.next_fwd.eq(Cat(from_u, from_d & ~from_u) & fwd.next.replicate(2)),
+            f.own_act.eq(act & fwd.own),
+            f.next_act.eq(act & fwd.next),
             f.par.eq(Cat(*pars)),
             # Positions up to the packet's own read as arrived (the search starts after it):
             # whole words below its word, and in its word the bits up to its own.
             f.th_lt.eq(Cat(*(rel7[WORD_BITS:] > k for k in range(nwc)))),
-            f.th_eq.eq(Cat(*(rel7[WORD_BITS:] == k for k in range(nwc)))),
-            f.th_low.eq(Cat(*(rel7[:WORD_BITS] >= b for b in range(WORD)))),
+            # Position 0 is not forced: the search does not read it (a continuation's first).
+            f.forced.eq(Cat(Const(0, 1), *((rel7[WORD_BITS:] == i // WORD) &
+                                           (rel7[:WORD_BITS] >= i % WORD)
+                                           for i in range(1, CHUNK)))),
             f.off.eq(psn - Cat(Const(0, 7), d.op.psn[7:])),
             # The QP's context, read here; the write it misses (that of the record now in
             # U) is taken from ``uw`` in F.
@@ -326,8 +342,8 @@ class TrackerStages:
     def _stage_f_fetch(self, m, f_regs, mem, st):
         """Stage F: the tests of this packet's PSN against the QP's context, and against the
         CACK the record in U writes if it advances, the ones that hold picked; whether the
-        pool will be full; the window (lap
-        parity removed) with the write the read missed forwarded, positions up to the
+        pool will be full; the window, each position one function of six registers (lap
+        parity removed, the write the read missed forwarded), positions up to the
         packet's own reading as arrived and later laps of its own position as not, searched
         per :data:`WORD`-bit word from the position after the packet's for the first that
         has not arrived; the packet's own bit and the next; the raw bank word of its own
@@ -335,18 +351,12 @@ class TrackerStages:
         f, d, u = st.f, st.d, st.u
         C, nw, W = self.window_chunks, self.words, self.window
         nwc = CHUNK // WORD
-        # The forwarded write is there: the record in U placed its packet now, or the one
-        # ahead of it did (then known in W).
-        act = named(m, f.fwd_done | (f.fwd_pend & u.place), "f_fwd_act")
-        hitw = named(m, f.fwd.hit | (f.hit_pend & u.place.replicate(C * nwc)), "f_fwd_words",
-                     keep=True)
-        # Positions up to the packet's own read as arrived (but for position 0, which the
-        # search does not read: a continuation's first): in the packet's own word the bits
-        # up to its own here; the words before it (whose search words are then all
-        # arrived) by clearing their ``found`` below.
-        forced = named(m, Cat(*(f.th_eq[k] & f.th_low[b]
-                               for k in range(nwc) for b in range(WORD))), "f_forced",
-                       keep=True)
+        # Each position from registers in one function of six: the bit as read (lap parity
+        # removed), or the value the forwarded write gives it (the write there, known in W);
+        # positions up to the packet's own read as arrived (``forced``: in the packet's own
+        # word the bits up to its own; the words before it, whose search words are then all
+        # arrived, by clearing their ``found`` below).
+        hitw, forced = f.fwd.hit, f.forced
         parts = []
         for j in range(C):
             a = Cat(f.lo[j], f.hi[j]) ^ f.par[j].replicate(CHUNK)
@@ -356,7 +366,7 @@ class TrackerStages:
                 vec = vec & ~f.lap_own
             if j == 0:
                 vec = Cat(vec[0], vec[1:] | forced[1:])
-            parts.append(named(m, vec, f"f_arrived{j}"))
+            parts.append(named(m, vec, f"f_arrived{j}", keep=True))
         full = Cat(*parts)
         # Search position i stands for window position i + 1: the search finds the end of
         # the run of arrived PSNs (the last before the first hole), which is the new CACK;
@@ -374,10 +384,9 @@ class TrackerStages:
         # The packet's own bit and the next, as read (a 128:1 mux each, parity removed
         # after), or the value the record ahead wrote there.
         raw0, raw1 = Cat(f.lo[0], f.hi[0]), Cat(f.lo[1], f.hi[1])
-        own_raw = select_bit(m, raw0, rel7, "f_own_sel")
+        own_raw = select_bit(m, raw0, f.own_pos, "f_own_sel")
         next_raw = select_bit(m, Cat(raw0, raw1[0]), f.next_pos, "f_next_sel")
-        own_act = f.own_fwd[0] | (f.own_fwd[1] & u.place)
-        next_act = f.next_fwd[0] | (f.next_fwd[1] & u.place)
+        own_act, next_act, act = f.own_act, f.next_act, f.act
         raw_own = Signal(HALF, name="f_raw_own")
         m.d.comb += raw_own.eq(Mux(op.psn[6], f.hi[0], f.lo[0]))
         phys = Signal(HALF, name="f_phys_mask")
@@ -401,10 +410,13 @@ class TrackerStages:
         self._context_tests(m, f_regs, mem, st)
 
     @staticmethod
-    def _every(since, sack_every):
-        """``since`` + 1 and ``since`` + 2 at or past ``sack_every``: the count since the
-        last SACK, with one or two more packets placed."""
-        return Cat(since + 1 >= sack_every, since + 2 >= sack_every)
+    def _every(since, sack_every, more=(1, 2)):
+        """``since`` + k at or past ``sack_every``, for each k in ``more`` (by default one
+        and two: the count since the last SACK, with one or two more packets placed). As
+        ``since`` >= ``sack_every`` - k: the count, read from distributed RAM, goes straight
+        into one compare; the thresholds come from the register, beside the read."""
+        return Cat(*((sack_every <= k) | (since >= (sack_every - k)[:len(sack_every)])
+                     for k in more))
 
     def _pool_full(self, mem, st):
         """Whether the held completions, with those being admitted, fill the pool in the
@@ -445,12 +457,20 @@ class TrackerStages:
         # out with the context read, or written).
         every = Mux(f.ctx_uw, st.uw.every, f.every)
         psn = f.op.psn
-        dd, dm, ad, am, dh = (Signal(PSN, name=n) for n in (
-            "f_dist", "f_dist_m1", "f_adv_dist", "f_adv_dist_m1", "f_dist_hi"))
+        dd, dm, ad, am = (Signal(PSN, name=n) for n in (
+            "f_dist", "f_dist_m1", "f_adv_dist", "f_adv_dist_m1"))
         run = Cat(u.run, Const(0, PSN - len(u.run)))
         m.d.comb += [dd.eq(psn - ctx.cack), dm.eq(psn + ~ctx.cack),
-                     ad.eq(f.off - run), am.eq(f.off + ~run),
-                     dh.eq(psn - ctx.hi)]
+                     ad.eq(f.off - run), am.eq(f.off + ~run)]
+
+        def hi_tests(hi, name):
+            # Above the highest PSN seen; and by more than one (a new hole).
+            dh = Signal(PSN, name=f"f_dist_hi{name}")
+            m.d.comb += dh.eq(psn - hi)
+            return Cat(~is_zero(m, dh, f"f_hi{name}") & ~dh[-1],
+                       ~is_zero(m, dh[1:], f"f_hi_far{name}") & ~dh[-1])
+        # Against both contexts, then picked: the pick after the compares, not before.
+        hi_t = Mux(f.ctx_uw, hi_tests(st.uw.ctx.hi, "_uw"), hi_tests(f.ctx.hi, ""))
         sack_every = f_regs["config"]["sack_every"]
         op = f.op
         # What the record in U changes in this QP's context, picked here: its CACK (if it
@@ -465,12 +485,12 @@ class TrackerStages:
                       f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
             d.t.eq(Mux(fwd_adv, self._psn_tests(m, ad, am, ctx.mpr_m1, "f_adv"),
                        self._psn_tests(m, dd, dm, ctx.mpr_m1, "f_ram"))),
-            d.above_hi.eq(Mux(fwd_hi, f.pp_above, ~is_zero(m, dh, "f_hi") & ~dh[-1])),
+            d.above_hi.eq(Mux(fwd_hi, f.pp_above, hi_t[0])),
             # The SACK triggers known here: the packet asks (BTH A, a retransmission, ECN
             # CE), opens a new hole, or is the sack_every-th since the last SACK (with the
             # count read, one more: the record in U placed its packet, or 0: it was SACKed).
             d.trig.eq(op.asks |
-                      Mux(fwd_hi, f.pp_new_hole, ~is_zero(m, dh[1:], "f_hi_far") & ~dh[-1]) |
+                      Mux(fwd_hi, f.pp_new_hole, hi_t[1]) |
                       Mux(fwd_sack, sack_every == 1,
                           (sack_every != 0) & Mux(fwd_inc, every[1], every[0]))),
         ]
@@ -509,7 +529,8 @@ class TrackerStages:
             "no_resource": ~st.kill & cand & refuse,
             "place": ~st.kill & cand & ~refuse,
         }
-        place = named(m, v["place"], "d_place")
+        place = st.d_place
+        m.d.comb += place.eq(v["place"])
         run, found = self._combine(m, d)
         # A packet placed at CACK + 1 (then in the window, and never refused) or a
         # continuation whose window starts with an arrived PSN moves CACK.
@@ -549,8 +570,11 @@ class TrackerStages:
             u.qp_ok.eq(qp_ok), u.place.eq(place),
             u.adv.eq(adv), u.run.eq(run), u.verdict.eq(verdict), u.pkt_op.eq(pkt_op),
             # (Not after a continuation's advance: U clears it then, ``sack``.)
-            u.emit_sack.eq(~st.kill &
-                           Mux(op.cont, d.valid & op.due, answer | (place & trig))),
+            # (A SACK: a probe, a duplicate, a placement that triggers one, or a
+            # continuation's due; written flat, the placement's terms folded in.)
+            u.emit_sack.eq(~st.kill & (
+                (d.valid & op.cont & op.due) | (d.valid & qp_ok & op.probe) |
+                (d.data & (t.before | (t.in_win & (d.arrived | (~refuse & trig))))))),
             u.emit_nack.eq(v["trimmed"] | v["out_of_window"] | v["no_resource"]),
             u.reason.eq(reason), u.due.eq(due), u.need_cont.eq(need_cont),
             u.above_hi.eq(above_hi), u.cand.eq(Cat(*rel_cand)),
@@ -571,39 +595,25 @@ class TrackerStages:
                          assign(ctl.cont_op, psn=wb + self.window, cont=1, due=due)]
 
     def _combine(self, m, d):
-        """The search combined over the words: in groups of :data:`GROUP` words (whether one
-        has a hole, and the first one's number in the group and index), then over the groups
-        with a short carry chain (the first group with a hole, one-hot, as ``g & -g``, which
-        LUT-area mapping does not turn into a chain of LUTs as it does a priority): the
-        window position of the end of the run (the search position of the first hole) and
-        whether a hole was found inside the window (the last word always has one: the
-        position after the window)."""
+        """The search combined over the words: the first word with a hole, one-hot, as
+        ``found & -found`` (a carry chain straight from the registers, which LUT-area
+        mapping does not turn into a chain of LUTs as it does a priority), then the window
+        position of the end of the run (the search position of the first hole: that word's
+        number and index, each bit an OR over the words); and whether a hole was found
+        inside the window (the last word always has one: the position after the window),
+        as another carry chain."""
         nw = self.words
-        gfound, picks = [], []
-        for n, g in enumerate(range(0, nw, GROUP)):
-            ks = list(range(g, min(g + GROUP, nw)))
-            fl = [d.found[k] for k in ks] + [Const(1, 1)] * (GROUP - len(ks))
-            ix = [d.idx[k] for k in ks] + [Const(0, WORD_BITS)] * (GROUP - len(ks))
-            half = named(m, Cat(Mux(fl[0], ix[0], ix[1]), Mux(fl[2], ix[2], ix[3])),
-                         f"d_group{n}_half")
-            picks.append(named(m, Cat(Mux(fl[0] | fl[1], half[:WORD_BITS], half[WORD_BITS:]),
-                                      first_of_four(fl)[1]), f"d_group{n}_pick"))
-            gfound.append(Cat(*fl).any())
-        ng = len(gfound)
-        gf = named(m, Cat(*gfound), "d_group_found")
-        first = named(m, gf & (~gf + 1)[:ng], "d_first_group")
-        width = WORD_BITS + 2
-        low = named(m, Cat(*(Cat(*(first[n] & picks[n][b] for n in range(ng))).any()
-                             for b in range(width))), "d_run_low")
+        fl = d.found
+        first = named(m, fl & (~fl + 1)[:nw], "d_first_word")
         run = Signal(range(self.window), name="d_run_end")
-        top = len(run) - width
-        m.d.comb += run.eq(Cat(low, *(Cat(*(first[n] for n in range(ng) if n >> i & 1)).any()
-                                      for i in range(top))))
-        # A hole inside the window: in a group but the last, or in the last group's words
-        # but the window's last position.
-        last = range((ng - 1) * GROUP, nw - 1)
-        found = any_set(m, Cat(gf[:ng - 1], *(d.found[k] for k in last), d.found_last),
-                        "d_found_hole")
+        low = [Cat(*(first[k] & d.idx[k][b] for k in range(nw))).any()
+               for b in range(WORD_BITS)]
+        high = [Cat(*(first[k] for k in range(nw) if k >> i & 1)).any()
+                for i in range(len(run) - WORD_BITS)]
+        m.d.comb += run.eq(Cat(*low, *high))
+        # A hole inside the window: in a word but the last, or in the last word but the
+        # window's last position.
+        found = any_set(m, Cat(d.found[:nw - 1], d.found_last), "d_found_hole")
         return run, found
 
     # --- Stage U: update -------------------------------------------------------------------
@@ -658,7 +668,7 @@ class TrackerStages:
         se, since = st.sack_every, c.since
         every_new = Mux(u.pkt_op & u.due, self._every(Const(0, 8), se),
                         Mux(u.place, Mux(since == 255, self._every(Const(0, 8), se),
-                                         Cat(since + 2 >= se, since + 3 >= se)),
+                                         self._every(since, se, (2, 3))),
                             self._every(since, se)))
         m.d.sync += [uw.ctx.eq(new), uw.every.eq(every_new)]
         # The packet's bit, written back in its bank word (made in D).
