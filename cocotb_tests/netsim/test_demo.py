@@ -34,11 +34,12 @@ SHORT_LOSS = {"loss": 0.02, "seed": 95}
 def test_a_short_transfer_on_icarus_with_a_frame_lost(tmp_path):
     """The same bench and Verilog on Icarus, at 2 planes: 16 KiB in 2 writes over a fabric
     that loses the first data frame (2% random loss, seed 95). The frame is resent on the
-    SACK hole (a reorder guard of 1 PSN: each QP sends 2 frames, so the hole has one PSN
-    past it; at the guard of 2 planes, 3, the timeout would resend it, 65 us later); every
-    byte placed once, intact, both WRITEs completed (about 30 s of Icarus)."""
+    SACK hole (a reorder guard of 1 PSN and no time guard: each QP sends 2 frames, so the
+    hole has one PSN past it, sent less than the time guard's three frame times after it;
+    at the guard of 2 planes, 3, or with the time guard, the timeout would resend it, 65 us
+    later); every byte placed once, intact, both WRITEs completed (about 30 s of Icarus)."""
     cfg = dict(SMALL, planes=2, size=16 << 10, msg_bytes=8 << 10, ev_count=8,
-               max_cycles=40_000, reorder_guard=1, **SHORT_LOSS)
+               max_cycles=40_000, reorder_guard=1, reorder_time=0, **SHORT_LOSS)
     m = demo.run_demo(cfg, out_dir=str(tmp_path), simulator="icarus")
     print(demo.summary(m))
     assert demo.fabric_drops(m) == {"loss": 1}
@@ -87,7 +88,8 @@ def test_bad_frames_are_dropped_and_counted(tmp_path):
 
 # The must-show runs exactly as ``mrcnic demo`` makes them, at its defaults (8 planes of
 # 2 Gb/s, PMTU 8192, 4 QPs, 32 EVs; the retransmit tracker's registers set for this fabric
-# by demo.tracker_registers: reorder guard 5, timeout 2^9 ticks = 524 us).
+# by demo.tracker_registers: time guard 99 ticks = 101 us, three frame times of a plane
+# link; reorder guard 3; timeout 2^9 ticks = 524 us).
 MUST_SHOW = {
     # every link of plane 3 fails at 100 us: the limit after recovery is 7/8 = 87.5%
     "plane_failure": ({"failures": [demo.parse_failure("3@100")]}, 0.85),
@@ -104,7 +106,8 @@ def test_the_must_show_runs_at_8_planes(case, tmp_path):
     started on the failed plane, within 64 cycles; under 1% loss, frames lost and resent,
     and goodput while data flows at least 90%."""
     extra, floor = MUST_SHOW[case]
-    assert demo.tracker_registers(demo.DEFAULTS) == {"reorder_guard": 5, "timeout_exp": 9}
+    assert demo.tracker_registers(demo.DEFAULTS) == \
+        {"reorder_guard": 3, "timeout_exp": 9, "reorder_time": 99}
     m = demo.run_demo(extra, out_dir=str(tmp_path))
     print(demo.summary(m))
     assert m["complete"] and m["completions"] == m["work_requests"]

@@ -247,14 +247,16 @@ def _add_demo(sub):
                    help="microseconds between probes of ASSUMED_BAD EVs (default 20; 0: none)")
     p.add_argument("--reorder-guard", type=int, default=None,
                    help="PSNs past a hole SACKed before it counts as lost (the retransmit "
-                        "tracker's register; default planes // 2 + 1, 3 at least)")
+                        "tracker's register; default 3, or planes // 2 + 1 with the time "
+                        "guard off)")
     p.add_argument("--timeout-exp", type=int, default=None,
                    help="retransmit timeout 1.024 us x 2^t (the retransmit tracker's "
                         "register; default: the shortest of at least 3 round trips of the fabric)")
     p.add_argument("--reorder-time", type=int, default=None, metavar="TICKS",
                    help="the retransmit tracker's time guard: a hole counts as lost only "
                         "once a packet sent this many 1.024 us ticks after it has arrived "
-                        "(default 0: off)")
+                        "(default: three PMTU frame times of a plane link, 99 at 8 planes; "
+                        "0: off)")
     p.add_argument("--inject", default=None, metavar="KINDS",
                    help="bad frames put on NIC b's wire, one every 5 us from 20 us, comma "
                         "separated: icrc, truncated, unknown_qp, psn_far, bad_rkey, outside, "

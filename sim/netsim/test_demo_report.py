@@ -7,6 +7,7 @@ import pytest
 
 import json
 
+from mrcnic.host import bringup
 from mrcnic.netsim import demo, demo_summary
 from mrcnic.netsim.demo_bench import INJECT_KINDS, PROGRESS_PREFIX, Progress, bad_frame
 from mrcnic.netsim.demo_progress import ProgressFollower
@@ -133,14 +134,23 @@ def test_parse_failure():
 
 
 def test_tracker_registers_follow_the_fabric():
-    """The timeout is the shortest 2^t ticks of at least 3 idle round trips; the reorder
-    guard planes // 2 + 1, 3 at least; values given win."""
+    """The timeout is the shortest 2^t ticks of at least 3 idle round trips; the time
+    guard three PMTU frame times of a plane link in whole ticks, with a reorder guard of 3;
+    with the time guard off (0), the reorder guard planes // 2 + 1, 3 at least; values
+    given win."""
     def regs(**kw):
         return demo.tracker_registers({**demo.DEFAULTS, **kw})
-    assert regs() == {"timeout_exp": 9, "reorder_guard": 5}        # 8 planes, 139 us
-    assert regs(planes=4, pmtu_log2=12) == {"timeout_exp": 7, "reorder_guard": 3}
-    assert regs(planes=1) == {"timeout_exp": 6, "reorder_guard": 3}
-    assert regs(reorder_guard=8, timeout_exp=12) == {"timeout_exp": 12, "reorder_guard": 8}
+    # 8 planes of 2 Gb/s, 139 us round trip; 3 x 8392 bytes at 2 Gb/s = 100.7 us = 98.3 ticks
+    assert regs() == {"timeout_exp": 9, "reorder_guard": 3, "reorder_time": 99}
+    assert regs(reorder_time=0) == {"timeout_exp": 9, "reorder_guard": 5, "reorder_time": 0}
+    # 4 planes of 4 Gb/s, PMTU 4096: 3 x 4296 bytes = 25.8 us = 25.2 ticks
+    assert regs(planes=4, pmtu_log2=12) == {"timeout_exp": 7, "reorder_guard": 3,
+                                            "reorder_time": 26}
+    assert regs(planes=4, pmtu_log2=12, reorder_time=0)["reorder_guard"] == 3
+    assert regs(planes=1) == {"timeout_exp": 6, "reorder_guard": 3, "reorder_time": 13}
+    assert regs(reorder_guard=8, timeout_exp=12, reorder_time=50) == \
+        {"timeout_exp": 12, "reorder_guard": 8, "reorder_time": 50}
+    assert regs(reorder_time=98)["reorder_guard"] == 3
     for kw in ({}, {"planes": 4, "pmtu_log2": 12}, {"planes": 2, "link_delay_ns": 5000.0}):
         cfg = {**demo.DEFAULTS, **kw}
         t, rtt = regs(**kw)["timeout_exp"], demo.base_rtt_ns(cfg)
@@ -150,6 +160,38 @@ def test_tracker_registers_follow_the_fabric():
     pkt = pk.write_packet(Opcode.WRITE_ONLY_IMM, 0, 0, 0, 0x1234, 4096, bytes(4096), imm=7)
     frame = pk.encapsulate(pk.encode(pkt), outer_src=0xFC00 << 112, outer_dst=0xFC01 << 112)
     assert len(frame) - 4096 + 4 <= demo.FRAME_HEADROOM       # + 4: the FCS
+
+
+def test_the_cli_time_guard_is_derived_unless_given():
+    """``mrcnic demo`` leaves the time guard to tracker_registers unless ``--reorder-time``
+    is given; ``--reorder-time 0`` turns it off (and the reorder guard goes to
+    planes // 2 + 1)."""
+    import argparse
+    from mrcnic import cli
+
+    def config(*argv):
+        parser = argparse.ArgumentParser()
+        cli._add_demo(parser.add_subparsers(dest="command"))
+        cfg = cli._demo_config(parser.parse_args(["demo", *argv]), demo)
+        return demo.tracker_registers({**demo.DEFAULTS, **cfg})
+    assert config() == {"timeout_exp": 9, "reorder_guard": 3, "reorder_time": 99}
+    assert config("--reorder-time", "0") == {"timeout_exp": 9, "reorder_guard": 5,
+                                             "reorder_time": 0}
+    assert config("--reorder-time", "40")["reorder_time"] == 40
+
+
+def test_bringup_derives_the_time_guard_from_the_link_rate():
+    """The bring-up's time guard: three PMTU frame times of the given link rate in whole
+    ticks, the demo's value; off when the caller gives no link rate, or 0."""
+    addr = dict(local_mac=1, local_ip=2, peer_mac=3, peer_ip=4, outer_src=5, evs=[6])
+    assert bringup.time_guard_ticks(2.0, 13) == 99 == demo.tracker_registers(
+        demo.DEFAULTS)["reorder_time"]
+    assert bringup.time_guard_ticks(4.0, 12) == 26
+    assert bringup.time_guard_ticks(0.001, 13) == (1 << 16) - 1     # the register's range
+    assert bringup.TxConfig(**addr).tracker_reorder_time() == 0
+    assert bringup.TxConfig(**addr, link_gbps=2.0, pmtu_log2=13).tracker_reorder_time() == 99
+    assert bringup.TxConfig(**addr, link_gbps=2.0, reorder_time=0).tracker_reorder_time() == 0
+    assert bringup.TxConfig(**addr, reorder_time=40).tracker_reorder_time() == 40
 
 
 def test_top_inputs_are_read_from_the_verilog(tmp_path):

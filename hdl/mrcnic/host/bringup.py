@@ -12,16 +12,40 @@ EVs into one path-selector profile whose format is four 32-bit fields, so the ex
 EV is the address itself (:func:`srv6_address_profile`).
 """
 
+import math
 from dataclasses import dataclass, field
 
 from mrcnic.host.driver import RegisterDriver
 from mrcnic.base.csr.bus import BLOCK_TYPES, MAGIC
 from mrcnic.base import proto
+from mrcnic.base.records import TICK_NS
 from mrcnic.model import ev as evm
 from mrcnic.base.proto import EvMode
 
 __all__ = ["TxConfig", "RxConfig", "find_blocks", "bring_up_tx", "bring_up_rx",
-           "bring_up_selector", "srv6_address_profile"]
+           "bring_up_selector", "srv6_address_profile", "FRAME_HEADROOM", "GUARD_FRAMES",
+           "time_guard_ticks"]
+
+
+# Bytes of a frame that are not payload, at most (Ethernet, outer IPv6 and SRH, IPv6, UDP,
+# BTH, METH, RETH, ICRC, FCS): a bound for frame times, not an exact size.
+FRAME_HEADROOM = 200
+
+# The retransmit tracker's time guard, in PMTU frame times of one path's link.
+GUARD_FRAMES = 3
+
+
+def time_guard_ticks(link_gbps, pmtu_log2, frames=GUARD_FRAMES, tick_ns=TICK_NS):
+    """The retransmit tracker's ``reorder_time`` for paths whose slowest link runs at
+    ``link_gbps``: ``frames`` PMTU frame times on that link, rounded up to whole ticks.
+
+    **Decision**: a packet held behind a frame or two in a loaded port is late by that
+    many frame times; three frame times covers that, so a hole counts as lost only when a
+    packet sent at least three frame times after it has arrived (TCP RACK's rule), and
+    the count guard (``reorder_guard``) can stay at 3 PSNs however many paths there are
+    (docs/blocks/mrc-nic.md)."""
+    frame_ns = ((1 << pmtu_log2) + FRAME_HEADROOM) * 8 / link_gbps
+    return min(max(1, math.ceil(frames * frame_ns / tick_ns)), (1 << 16) - 1)
 
 
 def _regmaps():
@@ -86,12 +110,25 @@ class TxConfig:
     pmtu_log2: int = 12
     tick_cycles: int = 256
     timeout_exp: int = 7
+    # PSNs past a hole before it counts as lost: 3 with the time guard on; without it,
+    # enough to cover the skew between paths (the demo: planes // 2 + 1)
     reorder_guard: int = 3
-    reorder_time: int = 0           # the tracker's time guard in ticks (0: none)
+    # The tracker's time guard in ticks: None derives it from link_gbps
+    # (time_guard_ticks), or leaves it off when the link rate is not given; 0: off.
+    reorder_time: int = None
+    link_gbps: float = None         # rate of one path's slowest link (a plane's links)
     seeds: list = None              # scan-order seed per QP (default: QP index)
     min_active: int = 0
     active: int = None              # EVs below this index active, the rest backups
     probe_interval: int = 0         # cycles between the selector's probes (0: no probes)
+
+    def tracker_reorder_time(self):
+        """The ``reorder_time`` register the bring-up writes: ``reorder_time`` when given,
+        else derived from ``link_gbps`` and the PMTU (:func:`time_guard_ticks`), else 0
+        (no time guard: without the link rate there is no frame time to derive it from)."""
+        if self.reorder_time is not None:
+            return self.reorder_time
+        return time_guard_ticks(self.link_gbps, self.pmtu_log2) if self.link_gbps else 0
 
 
 async def wait_clear(regs, reg="status", name="busy"):
@@ -156,8 +193,9 @@ async def bring_up_tx(read, write, cfg, base=0, blocks=None):
     await seg.write_fields("config", pmtu_log2=cfg.pmtu_log2)
     await trk.write_fields("config", pmtu_log2=cfg.pmtu_log2, timeout_exp=cfg.timeout_exp,
                            reorder_guard=cfg.reorder_guard)
-    if cfg.reorder_time:
-        await trk.write_fields("config2", reorder_time=cfg.reorder_time)
+    reorder_time = cfg.tracker_reorder_time()
+    if reorder_time:
+        await trk.write_fields("config2", reorder_time=reorder_time)
     await _addresses(roce, cfg, qps)
     await bring_up_selector(sel, cfg.evs, qps, seeds=cfg.seeds, active=cfg.active,
                             min_active=cfg.min_active, probe_interval=cfg.probe_interval)

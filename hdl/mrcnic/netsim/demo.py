@@ -18,6 +18,7 @@ from mrcnic.netsim.nic_pair import NicPair
 from mrcnic.base.proto import EvState
 from mrcnic.flow.simrun import run as simrun
 from mrcnic.base.records import TICK_NS
+from mrcnic.host.bringup import FRAME_HEADROOM, time_guard_ticks
 
 __all__ = ["DEFAULTS", "tracker_registers", "run_demo", "summary", "failure_report", "plot",
            "parse_failure", "parse_gray", "affected_evs", "fabric_drops", "retransmissions",
@@ -33,7 +34,7 @@ DEFAULTS = {
     "spines": 4, "link_delay_ns": 200.0, "jitter_ns": 0.0, "queue_bytes": 256 << 10,
     # the retransmit tracker's registers: None = set for the fabric (tracker_registers)
     "timeout_exp": None, "reorder_guard": None, "sack_every": 8,
-    "reorder_time": 0,          # the tracker's time guard in ticks: off unless asked
+    "reorder_time": None,       # the tracker's time guard in ticks (0: off)
     "max_cycles": 4_000_000, "failures": [], "pcap": False, "probe_us": 20.0,
     "inject": [], "inject_after_ns": 20_000.0, "inject_every_ns": 5_000.0,
     # incast: extra hosts, each sending cross traffic to b on every plane at incast_share of
@@ -45,37 +46,48 @@ DEFAULTS = {
 }
 
 
-# Bytes of a frame that are not payload, at most (Ethernet, outer IPv6 and SRH, IPv6, UDP,
-# BTH, METH, RETH, ICRC, FCS): a bound for the round trip below, not an exact size.
-FRAME_HEADROOM = 200
+def plane_link_gbps(cfg):
+    """A plane link's rate: the line rate (data width x clock) over the planes."""
+    return cfg["data_width"] / cfg["clock_ns"] / cfg["planes"]
 
 
 def base_rtt_ns(cfg):
     """Round trip of a PMTU data frame and its SACK over an idle plane of the demo's fabric:
     four store-and-forward hops each way (host, leaf, spine, leaf) at a plane link's rate."""
-    plane_gbps = cfg["data_width"] / cfg["clock_ns"] / cfg["planes"]
+    rate = plane_link_gbps(cfg)
 
     def hop(nbytes):
-        return nbytes * 8 / plane_gbps + cfg["link_delay_ns"]
+        return nbytes * 8 / rate + cfg["link_delay_ns"]
     return 4 * hop((1 << cfg["pmtu_log2"]) + FRAME_HEADROOM) + 4 * hop(FRAME_HEADROOM)
 
 
 def tracker_registers(cfg):
-    """The retransmit tracker's ``timeout_exp`` and ``reorder_guard`` for the fabric of
-    ``cfg``, as an operator sets them for a network (``cfg`` values that are not None win).
+    """The retransmit tracker's ``timeout_exp``, ``reorder_guard`` and ``reorder_time`` for
+    the fabric of ``cfg``, as an operator sets them for a network (``cfg`` values that are
+    not None win; ``reorder_time`` 0 turns the time guard off).
 
     **Decision** (the one place): the timeout is the shortest 1.024 us x 2^t of at least
     three idle round trips (:func:`base_rtt_ns`): loaded ports add a frame or two of
     queueing per hop, and a timeout shorter than the loaded round trip resends what is only
-    late. The reorder guard is planes // 2 + 1 PSNs, 3 at least (3 up to 4 planes, 5 at 8):
-    a frame queued behind one other on its plane is overtaken by frames on the other
-    planes meanwhile, more of them the more planes there are; measured at 8 planes, guard 3 took
-    that skew for loss (30 false-hole retransmissions after a plane failure) and guard 8
-    was slower than the timeout (docs/blocks/mrc-nic.md)."""
+    late. The time guard is three PMTU frame times of a plane link, rounded up to whole
+    ticks (:func:`mrcnic.host.bringup.time_guard_ticks`; 99 ticks, 101 us, at the 8-plane
+    defaults; 26 ticks at 4 planes of 4 Gb/s and PMTU 4096): a hole counts as lost only
+    once a packet sent that much after it has arrived, so the queueing skew between
+    planes is not taken for loss, and the count guard is then 3 PSNs. With the time guard
+    off, the count guard alone must cover that skew: planes // 2 + 1 PSNs, 3 at least (a
+    frame queued behind one other on its plane is overtaken by more frames the more
+    planes there are); measured at 8 planes, guard 3 alone took the skew for loss (30
+    false-hole retransmissions after a plane failure), guard 8 was slower than the
+    timeout, and guard 5 met the targets but still resent frames that were only late,
+    which the time guard does not (docs/blocks/mrc-nic.md)."""
     t = 0
     while TICK_NS * (1 << t) < 3 * base_rtt_ns(cfg):
         t += 1
-    derived = {"timeout_exp": t, "reorder_guard": max(3, cfg["planes"] // 2 + 1)}
+    rtime = cfg.get("reorder_time")
+    if rtime is None:
+        rtime = time_guard_ticks(plane_link_gbps(cfg), cfg["pmtu_log2"])
+    guard = 3 if rtime else max(3, cfg["planes"] // 2 + 1)
+    derived = {"timeout_exp": t, "reorder_guard": guard, "reorder_time": rtime}
     return {k: v if cfg.get(k) is None else cfg[k] for k, v in derived.items()}
 
 
@@ -428,9 +440,10 @@ def summary(metrics):
     regs = tracker_registers(cfg)
     lines.append(f"retransmit tracker: reorder guard {regs['reorder_guard']} PSNs, timeout "
                  f"{TICK_NS * (1 << regs['timeout_exp']) / 1000:.0f} us "
-                 f"(2^{regs['timeout_exp']} ticks)"
-                 + (f", time guard {cfg['reorder_time']} ticks" if cfg.get("reorder_time")
-                    else ""))
+                 f"(2^{regs['timeout_exp']} ticks), "
+                 + (f"time guard {regs['reorder_time']} ticks "
+                    f"({TICK_NS * regs['reorder_time'] / 1000:.0f} us)"
+                    if regs["reorder_time"] else "no time guard"))
     lines.append(f"goodput {100 * total:.1f}% of line rate ({metrics['line_gbps']:.0f} Gb/s) "
                  f"over the whole run, {100 * goodput_flowing(metrics):.1f}% while data "
                  f"flows (first placement to last)")

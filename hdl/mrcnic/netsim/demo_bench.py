@@ -250,7 +250,8 @@ class _Bench:
             tx = TxConfig(**addresses, outer_src=fab.host_addr(me), evs=evs,
                           tick_cycles=max(1, round(TICK_NS / self.clock_ns)),
                           timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"],
-                          reorder_time=cfg.get("reorder_time", 0),
+                          reorder_time=cfg.get("reorder_time"),
+                          link_gbps=cfg["data_width"] / self.clock_ns / P,
                           probe_interval=round(cfg["probe_us"] * 1000 / self.clock_ns))
             rx = RxConfig(**addresses, regions=[(RKEY, 0, 1 << 48, 1, 0)],
                           sack_every=cfg["sack_every"])
