@@ -12,7 +12,7 @@ Operation, decisions and measured figures: docs/blocks/retransmit-tracker.md.
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -42,6 +42,7 @@ HALF = 1 << (PSN - 1)
 WORD = 64                   # PSNs per bitmap word; a SACK's 64 bits straddle two
 BITMAP_BITS = 64
 FIFO_DEPTH = 16
+HOLE_GROUP = 16             # bits of the two words the hole engine searches a cycle
 MAX_PENDING = 64            # entries of the pending-retransmission table, at most
 EPOCH_BITS = 4              # opens of a QP told apart in its bitmap words and timer marks
 CREDIT_RULE = "bytes in flight = (next PSN - CACK) x 2^pmtu_log2, at most cwnd"
@@ -453,11 +454,17 @@ class RetransmitTracker(wiring.Component):
         cwnd_rc = cwnd.read_port(domain="comb")
 
         err = Signal(qps, name="qp_err")
-        # Not reset: the sweep after a reset must start a new epoch, since the block RAMs
-        # keep their contents through a reset.
-        epoch = Array(Signal(EPOCH_BITS, name=f"epoch{i}", reset_less=True)
-                      for i in range(qps))
-        retries = Array(Signal(5, name=f"retries{i}") for i in range(qps))
+        # Per QP in distributed RAM: the epoch (an open's count, kept through a reset: the
+        # sweep after a reset must start a new epoch, since the block RAMs keep their
+        # contents) and the retry count (zeroed by the sweep's opens). Each has one writer
+        # a cycle: an open, stage W's CACK advance and the timer's timeout never coincide.
+        m.submodules.epoch = epochm = Memory(shape=EPOCH_BITS, depth=qps, init=[0] * qps)
+        epoch = SimpleNamespace(w=epochm.write_port(), ra=epochm.read_port(domain="comb"),
+                                rs=epochm.read_port(domain="comb"),
+                                rw=epochm.read_port(domain="comb"))
+        m.submodules.retries = retriesm = Memory(shape=5, depth=qps, init=[0] * qps)
+        retries = SimpleNamespace(w=retriesm.write_port(), rs=retriesm.read_port(domain="comb"),
+                                  rt=retriesm.read_port(domain="comb"))
 
         banks = []
         for b in range(2):
@@ -599,42 +606,33 @@ class RetransmitTracker(wiring.Component):
             m.d.sync += s1_valid.eq(1)
         with m.Elif(take_s):
             m.d.sync += s1_valid.eq(0)
-        # Stage E reads the QP's next PSN: while it holds a record, the sent records of its
-        # QP wait.
+        # While stage E holds a record, the sent records of its QP wait (stage E decides
+        # from the QP's next PSN, and a sent record judged after it must see its CACK,
+        # which only stage W's registers forward).
         # A retransmission taken frees a slot of the shared pending table, which stage W
-        # looks up: while stage E or W holds a record, every retransmission waits (one
-        # taken as stage E's record moves on to W leaves the table when W is done with it,
-        # pend_rm_*). While a SACK is in stage E or W or the hole engine reads the records
-        # of its holes, a retransmission on that QP waits, so that a hole request carries
-        # the EV of the transmission the SACK saw lost.
+        # looks up: while stage E holds a record or stage W one it does not apply in this
+        # cycle, every retransmission waits. While a SACK is in stage E or W or the hole
+        # engine reads the records of its holes, a retransmission on that QP waits, so
+        # that a hole request carries the EV of the transmission the SACK saw lost.
         h_busy_qp = Signal()
         m.d.comb += [ctx_rs.addr.eq(qs), nxt_rs.addr.eq(qs)]
         e_q = Signal(qb, name="sack_e_q")
         m.d.comb += s_cond.eq(
-            ~cmd_busy & ~(e_valid & ~e_go & ((qs == e_q) | s.rtx)) &
+            ~cmd_busy & ~(e_valid & ((qs == e_q) | s.rtx)) &
             ~(w_valid & ~w_go & s.rtx) & ~(h_busy_qp & s.rtx))
-        # Stage W writes CACK and error at the end of the cycle it goes, and stage E's record
-        # comes before a sent record judged as it leaves: both forwarded, so a sent record
-        # sees every ack record taken before the cycle it is judged in. (Stage E's decisions before
-        # e_go: a sent record of its QP is judged only when stage E goes.)
-        e_ctx_we, e_new_cack, e_fatal = (Signal(name="sack_e_ctx_we"),
-                                         Signal(PSN, name="sack_e_new_cack"),
-                                         Signal(name="sack_e_fatal"))
+        # Stage W writes CACK and error at the end of the cycle it goes: both forwarded from
+        # its registers, so a sent record sees every ack record taken before the cycle it
+        # is judged in.
         w_fwd_we, w_fwd_cack, w_fwd_fatal = (Signal(name="sack_w_fwd_we"),
                                              Signal(PSN, name="sack_w_fwd_cack"),
                                              Signal(name="sack_w_fwd_fatal"))
-        # A stage advances CACK only to its SACK's CACK, so the sent record is judged
-        # against the three CACKs at once (sent_s1_*_e, *_w: the stages', *_c: the stored
-        # one) and the stages' decisions pick one at the end: the forwarding adds
-        # multiplexers after the comparisons instead of a stage in front of them. (Stage E
-        # goes only with a QP stage W does not hold: at most one of them forwards.)
-        e_adv = Signal()
-        s_fwd = Signal(name="sent_s1_fwd")
+        # Stage W advances CACK only to its SACK's CACK, so the sent record is judged
+        # against both CACKs at once (sent_s1_*_w: stage W's, *_c: the stored one) and the
+        # forwarding picks one at the end: a multiplexer after the comparisons instead of
+        # a stage in front of them.
         s_fwd_w = Signal(name="sent_s1_fwd_w")
-        m.d.comb += [s_fwd.eq(e_ctx_we & e_adv & (e_q == qs)),
-                     s_fwd_w.eq(w_fwd_we & (w_q == qs))]
-        s_err = (err.bit_select(qs, 1) | (e_fatal & (e_q == qs)) |
-                 (w_fwd_fatal & (w_q == qs)))
+        m.d.comb += s_fwd_w.eq(w_fwd_we & (w_q == qs))
+        s_err = err.bit_select(qs, 1) | (w_fwd_fatal & (w_q == qs))
         s_n = nxt_rs.data
 
         def credit(n_out, mpr, cw):
@@ -653,10 +651,8 @@ class RetransmitTracker(wiring.Component):
             return (out > O, (dp != 0) & (dp < out), (dp == 0) | dp[-1],
                     credit(out, ctx_rs.data.mpr, cwnd_rs.data))
 
-        j_e, j_w, j_c = (judge(e_new_cack, "e"), judge(w_fwd_cack, "w"),
-                         judge(ctx_rs.data.cack, "c"))
-        over, in_win, behind, s_credit = (Mux(s_fwd, a, Mux(s_fwd_w, b, c))
-                                          for a, b, c in zip(j_e, j_w, j_c))
+        j_w, j_c = judge(w_fwd_cack, "w"), judge(ctx_rs.data.cack, "c")
+        over, in_win, behind, s_credit = (Mux(s_fwd_w, b, c) for b, c in zip(j_w, j_c))
         s_ok = take_s & s1_qp_ok & ~s_err
         s_new = s_ok & ~s.rtx & (s.psn == s_n)
         s_full = s_new & over
@@ -692,8 +688,7 @@ class RetransmitTracker(wiring.Component):
         ]
 
         vars(v).update(
-            credit=credit, e_adv=e_adv, e_ctx_we=e_ctx_we, e_fatal=e_fatal, e_go=e_go,
-            e_new_cack=e_new_cack, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
+            credit=credit, e_go=e_go, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
             s_rtx_ok=s_rtx_ok, take_s=take_s, ring_we=ring_we, ring_addr=ring_addr,
             s1_valid=s1_valid, s1_qp_ok=s1_qp_ok, s_cond=s_cond, w_fwd_cack=w_fwd_cack,
             w_fwd_fatal=w_fwd_fatal,
@@ -748,6 +743,7 @@ class RetransmitTracker(wiring.Component):
         take_a = self.ack.valid & ready_a
         qa = Signal(qb)
         m.d.comb += qa.eq(qidx(a.qp))
+        m.d.comb += epoch.ra.addr.eq(qa)
         a_base = Signal(PSN)
         m.d.comb += a_base.eq(Mux(a.nack, a.psn, a.cack + a.sack_offset.as_signed()))
         a_trig = Signal(PSN)
@@ -823,7 +819,7 @@ class RetransmitTracker(wiring.Component):
                          e_hx.eq(a_hx),
                          e_rec_lo.eq(Mux(a.nack, a.psn, a_trig)),
                          e_tag_lo.eq(Mux(a.nack, a.psn, a.cack)),
-                         e_epoch.eq(epoch[qa]), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
+                         e_epoch.eq(epoch.ra.data), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
         with m.If(take_a):
             m.d.sync += e_valid.eq(1)
         with m.Elif(e_go):
@@ -962,13 +958,10 @@ class RetransmitTracker(wiring.Component):
             m.d.sync += w_valid.eq(1)
         with m.Elif(w_go):
             m.d.sync += w_valid.eq(0)
-        # Forwarded to the sent path: a sent record judged as this record leaves stage E
-        # comes after it (sent_s1_*_e), and one judged while stage W holds it too (*_w).
-        e_ctx_we, e_new_cack, e_adv, e_fatal = _take(v, "e_ctx_we e_new_cack e_adv e_fatal")
+        # Forwarded to the sent path: a sent record judged while stage W holds this record
+        # comes after it (sent_s1_*_w).
         w_fwd_we, w_fwd_cack, w_fwd_fatal = _take(v, "w_fwd_we w_fwd_cack w_fwd_fatal")
-        m.d.comb += [e_ctx_we.eq(sack_ok_u), e_new_cack.eq(C), e_adv.eq(adv),
-                     e_fatal.eq(live_u & e.nack & (e.reason == NackCode.UNEXPECTED_EVENT)),
-                     w_fwd_we.eq(w_valid & w.ok_u & w.adv), w_fwd_cack.eq(w.cack),
+        m.d.comb += [w_fwd_we.eq(w_valid & w.ok_u & w.adv), w_fwd_cack.eq(w.cack),
                      w_fwd_fatal.eq(w_valid & w.fatal_u)]
         vars(v).update(w=w)
 
@@ -1067,19 +1060,33 @@ class RetransmitTracker(wiring.Component):
                        p_hit=p_hit)
 
     def _hole_engine(self, m, v):
-        """The hole engine: the holes one SACK found, requested oldest first, one a cycle."""
+        """The hole engine: the holes one SACK found, requested oldest first, one a cycle.
+
+        The search over the two words is split by groups of :data:`HOLE_GROUP` bits: when
+        stage W goes, the engine keeps the holes (``hole_vec``) and which groups have one
+        (``hole_rest``); one cycle later the lowest such group is its current group
+        (``hole_cur``), whose lowest bit is requested each cycle. The cycle the current
+        group's last bit is requested, the next group is taken from ``hole_rest`` (a
+        priority over 8 bits and a word select, into registers), so groups follow each
+        other with no idle cycle, and the request's address is a 16-bit search after
+        registers."""
         (h_q, hole_busy, h_busy_qp, qs, s1_qp_ok, e_valid, e_q, fifos, w, w_valid, w_go, w_q,
          sack_ok,
          holes, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w, ev) = _take(v, """
             h_q hole_busy h_busy_qp qs s1_qp_ok e_valid e_q fifos w w_valid w_go w_q sack_ok holes p0
             rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev""")
-        h_vec = Signal(2 * WORD)
-        h_p0 = Signal(PSN)
+        G = HOLE_GROUP
+        NG = 2 * WORD // G
+        h_vec = Signal(2 * WORD, name="hole_vec")
+        h_rest = Signal(NG, name="hole_rest")      # groups with a hole, not yet current
+        h_cur = Signal(G, name="hole_cur")         # the current group's holes left
+        h_cur_g = Signal(range(NG), name="hole_cur_g")
+        h_cur_v = Signal(name="hole_cur_valid")
+        h_p0 = Signal(PSN, name="hole_p0")
         h_emit = Signal()                      # a request whose records are being read
         h_psn = Signal(PSN)
-        # h_vec is not zero, as a register of its own: the SACK input, stages E and W and
-        # the sent input wait on it, and a 128-bit OR in front of them would lengthen every
-        # path that starts at their handshakes.
+        # Whether the engine has a hole left to request, as a register of its own: the SACK
+        # input, stages E and W and the sent input wait on it.
         h_nz = Signal(name="hole_nz")
         # Stage J (hole_j_*): the hole's records, read in the h_emit cycle, registered with
         # the time guard's verdict on them; the request, its pending lookup and the mark
@@ -1088,34 +1095,60 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [hole_busy.eq(h_nz | h_emit | j_valid),
                      h_busy_qp.eq(s1_qp_ok & ((hole_busy & (qs == h_q)) |
                                               (e_valid & (qs == e_q)) | (w_valid & (qs == w_q))))]
-        h_found, h_idx, h_iso = lowest_set(m, h_vec, "hole")
-        h_issue = h_nz & fifos["rtx"].room3
+        h_issue = h_cur_v & fifos["rtx"].room3
+        _, c_idx, c_iso = lowest_set(m, h_cur, "hole_cur")
+        # The current group's last hole: no other bit set.
+        c_last = Signal(name="hole_cur_last")
+        m.d.comb += c_last.eq(~(h_cur & ~c_iso).any())
+        # The hole's PSN, p0 + 16 x group + bit: p0 is 64-aligned, so its low 6 bits are
+        # the group's low 2 bits and the bit's index, and above them p0's word number plus
+        # the group's high bit (the request's block RAM address takes none of that carry at
+        # outstanding = 128, a few bits of it above).
         h_next_psn = Signal(PSN)
-        m.d.comb += h_next_psn.eq(h_p0 + h_idx)
-        # Loaded whenever stage W goes (the engine is idle then): no enable behind the
-        # hole search, which ends the longest path of stage W.
+        m.d.comb += h_next_psn.eq(Cat(c_idx, h_cur_g[:2], h_p0[6:] + h_cur_g[2]))
+        # The next group: the lowest of those left, taken when the current one empties.
+        _, r_idx, r_iso = lowest_set(m, h_rest, "hole_rest")
+        refill = ~h_cur_v | (h_issue & c_last)
         # For the time guard (TIME_RULE): the trigger PSN's send time, to write the mark
         # back at the first hole too young to count as lost.
         h_ttime = Signal(TIME_BITS)
         h_tok = Signal()
         h_young_seen = Signal()
         with m.If(w_go):
-            m.d.sync += [h_vec.eq(Mux(sack_ok, holes, 0)), h_q.eq(w_q),
+            # Loaded whenever stage W goes (the engine is idle then): no enable behind the
+            # hole search, which ends the longest path of stage W.
+            m.d.sync += [h_vec.eq(holes), h_q.eq(w_q),
+                         h_rest.eq(Mux(sack_ok, Cat(*(holes[g * G:(g + 1) * G].any()
+                                                      for g in range(NG))), 0)),
+                         h_cur_v.eq(0),
                          h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(w.trig_ok),
                          h_young_seen.eq(0)]
             m.d.sync += h_nz.eq(sack_ok & holes.any())
+        with m.Elif(refill):
+            m.d.sync += [h_cur.eq(h_vec.word_select(r_idx, G)), h_cur_g.eq(r_idx),
+                         h_cur_v.eq(h_rest.any()), h_rest.eq(h_rest & ~r_iso),
+                         h_nz.eq(h_rest.any())]
         with m.Elif(h_issue):
-            m.d.sync += [h_vec.eq(h_vec & ~h_iso), h_nz.eq((h_vec & ~h_iso).any())]
+            m.d.sync += h_cur.eq(h_cur & ~c_iso)
         m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
-        h_age = Signal(signed(TIME_BITS))      # trigger's send time - the hole's
-        m.d.comb += h_age.eq(h_ttime - rec_rh.data.time)
+        # Stage J registers the hole's records as the block RAMs give them, and judges
+        # them against the time guard from those registers: the hole is young when its age
+        # (the trigger's send time less its own, signed) is below reorder_time, that is
+        # negative, or below 2^16 with its low half below reorder_time (two carry chains
+        # side by side, not one after the other).
         j_psn = Signal(PSN, name="hole_j_psn")
         j_ev = Signal.like(rec_rh.data.ev, name="hole_j_ev")
         j_tag = Signal.like(tag_rh.data, name="hole_j_tag")
-        h_young = Signal(name="hole_j_young")
+        j_time = Signal(TIME_BITS, name="hole_j_time")
         m.d.sync += [j_valid.eq(h_emit), j_psn.eq(h_psn), j_ev.eq(rec_rh.data.ev),
-                     j_tag.eq(tag_rh.data),
-                     h_young.eq((r_time != 0) & (~h_tok | (h_age < r_time)))]
+                     j_tag.eq(tag_rh.data), j_time.eq(rec_rh.data.time)]
+        h_age = Signal(TIME_BITS, name="hole_j_age")
+        m.d.comb += h_age.eq(h_ttime - j_time)
+        rt_bits = len(r_time)
+        h_young = Signal(name="hole_j_young")
+        m.d.comb += h_young.eq((r_time != 0) & (~h_tok | h_age[-1] |
+                                                (~h_age[rt_bits:].any() &
+                                                 (h_age[:rt_bits] < r_time))))
         with m.If(j_valid):
             m.d.comb += assign(rtx_rec, qp=h_q, psn=j_psn, tag=j_tag, ev=j_ev,
                                cause=RtxCause.HOLE)
@@ -1129,7 +1162,8 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
 
         vars(v).update(
-            h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, j_psn=j_psn,
+            h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, h_psn=h_psn,
+            j_psn=j_psn,
             j_valid=j_valid, h_rtx=h_rtx)
 
     def _timer_scan(self, m, v):
@@ -1164,7 +1198,8 @@ class RetransmitTracker(wiring.Component):
         # exponent k (timeout = 2^k ticks), whether the count is at retry_max, and the QP's
         # epoch, registered for stage S2. A retry count written in this cycle for the QP
         # (scan_s2_kstale) makes stage S2 try the PSN again.
-        r_s1 = retries[sc_q]
+        m.d.comb += [retries.rs.addr.eq(sc_q), epoch.rs.addr.eq(sc_q)]
+        r_s1 = retries.rs.data
         k_sum = Signal(7)
         m.d.comb += k_sum.eq(t_exp + Mux(r_s1 > r_lin, r_s1 - r_lin, 0))
         t_k = Signal(5, name="scan_s2_k")
@@ -1172,9 +1207,12 @@ class RetransmitTracker(wiring.Component):
         t_epoch = Signal(EPOCH_BITS, name="scan_s2_epoch")
         t_kstale = Signal(name="scan_s2_kstale")
         r_written = Signal()
+        # Stage W writing the QP's bitmap words in the cycle S1 reads them (the read gives
+        # the old words, while S2 reads the context after the write): the PSN is stale.
+        t_wstale = Signal(name="scan_s2_wstale")
         m.d.sync += [t_k.eq(Mux(k_sum > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, k_sum)),
-                     t_rmax.eq(r_s1 == r_max), t_epoch.eq(epoch[sc_q]),
-                     t_kstale.eq(r_written)]
+                     t_rmax.eq(r_s1 == r_max), t_epoch.eq(epoch.rs.data),
+                     t_kstale.eq(r_written), t_wstale.eq(w_valid & (w_q == sc_q))]
         # Stage S2 works out what the block RAMs read in S1 say about the PSN (acknowledged,
         # late, its request already fired) into registers for stage S3, with the record's
         # fields a request needs; the tag is read in S2 itself (tag_rh, free unless the hole
@@ -1214,11 +1252,12 @@ class RetransmitTracker(wiring.Component):
             s3.fired.eq(rq_d.valid & (rq_d.time == rec_rh.data.time) &
                         (rq_d.rtx == rec_rh.data.rtx) & (rq_d.lap == s2_p[ob:]) &
                         (rq_d.epoch == t_epoch)),
-            # What S1 read may be stale in S3, which reads the context: stage E or W held a
-            # record of the QP (W may have written its context and bitmap words), or a sent
-            # record of this PSN was taken (its record written, and for a new PSN the next
-            # PSN; or in the cycle before, its ring write in flight as S1 read).
-            s3.stale.eq((e_valid & (e_q == s2_q)) | (w_valid & (w_q == s2_q)) |
+            # What S1 read may be stale in S3, which reads the context: stage W held a record
+            # of the QP as S1 read, stage E or W holds one (W may have written its context
+            # and bitmap words), or a sent record of this PSN was taken (its record written,
+            # and for a new PSN the next PSN; or in the cycle before, its ring write in
+            # flight as S1 read).
+            s3.stale.eq(t_wstale | (e_valid & (e_q == s2_q)) | (w_valid & (w_q == s2_q)) |
                         (take_s & (qs == s2_q) & (s.psn == s2_p)) |
                         (ring_we & (ring_addr == rec_addr(s2_q, s2_p)))),
         ]
@@ -1333,14 +1372,14 @@ class RetransmitTracker(wiring.Component):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
         (qb, j_valid, h_q, j_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
          t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, t_exhaust, cmd_qp, cmd_apply, e_go, w_go,
-         ev, ob, s2_q, s2_p, t_phit) = _take(v, """
+         ev, ob, s2_q, s2_p, t_phit, h_psn) = _take(v, """
             qb j_valid h_q j_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
             s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev ob s2_q s2_p
-            t_phit""")
+            t_phit h_psn""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
-        # One lookup per cycle serves the three requesters, which never request in the same
-        # cycle: the hole engine (its stage J), stage W (a NACK needs w_go) and the timer (its
-        # t_fire needs neither, and needs no hit).
+        # Three requesters, which never request in the same cycle, each with its lookup
+        # (below): the hole engine (its stage J), stage W (a NACK needs w_go) and the timer
+        # (its t_fire needs neither; the key written into a free slot is the requester's).
         P = self.pending
         pv = Signal(P, name="pend_valid")
         # A slot freed by a retransmission taken while a SACK's holes are still to be
@@ -1369,23 +1408,29 @@ class RetransmitTracker(wiring.Component):
         ins_slot = Signal(P, name="pend_ins_slot")
         live = Signal(P, name="pend_live")
         m.d.comb += live.eq(pv | Mux(ins_valid, ins_slot, 0))
-        p_match = Signal(P)
-        m.d.comb += p_match.eq(Cat(*(live[i] & (pq[i] == k_q) & (pp[i] == k_p)
+        ins_live = Signal(P)                   # the slot an insert makes live now
+        m.d.comb += ins_live.eq(Mux(ins_valid, ins_slot, 0))
+        # Stage W's lookup (a NACK's PSN), made in its own cycle.
+        w_match = Signal(P)
+        m.d.comb += w_match.eq(Cat(*(live[i] & (pq[i] == w_q) & (pp[i] == w.base[:PB])
                                      for i in range(P))))
-        m.d.comb += p_hit.eq(p_match.any())
-        # The timer's lookup a stage ahead: in its stage S2 the entries are compared with
-        # the PSN S3 will hold (scan_s3_pmatch), and so is the key written this cycle into
-        # the slot that an insert decided now makes live in S3's cycle (scan_s3_pins, the
-        # only entry whose key changes meanwhile). In S3 the match is masked by what is
-        # live then: the same answer as a lookup in S3.
-        t_pmatch = Signal(P, name="scan_s3_pmatch")
-        t_pins = Signal(name="scan_s3_pins")
-        m.d.sync += [t_pmatch.eq(Cat(*((pq[i] == s2_q) & (pp[i] == s2_p[:PB])
-                                       for i in range(P)))),
-                     t_pins.eq((k_q == s2_q) & (k_p == s2_p[:PB]))]
-        m.d.comb += t_phit.eq((t_pmatch & live & ~Mux(ins_valid, ins_slot, 0)).any() |
-                              (ins_valid & t_pins))
-        p_want = (nack_ok | h_old | t_timeout) & ~p_hit
+        # The hole engine's and the timer's lookups a stage ahead: the entries are compared
+        # with the PSN the stage will hold a cycle later (hole_j_pmatch in the hole's read
+        # cycle, scan_s3_pmatch in the timer's stage S2), and so is the key written this
+        # cycle into the slot that an insert decided now makes live in that later cycle
+        # (*_pins, the only entry whose key changes meanwhile). The match is masked then by
+        # what is live: the same answer as a lookup in that cycle.
+        def ahead(name, q, psn):
+            pmatch, pins = Signal(P, name=f"{name}_pmatch"), Signal(name=f"{name}_pins")
+            m.d.sync += [pmatch.eq(Cat(*((pq[i] == q) & (pp[i] == psn[:PB])
+                                         for i in range(P)))),
+                         pins.eq((k_q == q) & (k_p == psn[:PB]))]
+            return (pmatch & live & ~ins_live).any() | (ins_valid & pins)
+        j_hit = Signal(name="hole_j_phit")
+        m.d.comb += [j_hit.eq(ahead("hole_j", h_q, h_psn)), t_phit.eq(ahead("scan_s3", s2_q, s2_p))]
+        m.d.comb += p_hit.eq(Mux(j_valid, j_hit, w_match.any()))
+        # (The timer's t_timeout is decided on its own lookup, scan_s3_phit.)
+        p_want = ((nack_ok | h_old) & ~p_hit) | t_timeout
         p_free = Signal(P)
         m.d.comb += p_free.eq(~live & ~Mux(j_valid, pz, 0))
         p_slot = Signal(P)                     # one-hot: the lowest free slot
@@ -1394,23 +1439,18 @@ class RetransmitTracker(wiring.Component):
         m.d.sync += [ins_valid.eq(p_ins), ins_slot.eq(p_slot)]
         # Entries leave when their retransmission is taken, when CACK passes them, and when
         # their QP is opened or goes to error. A retransmission taken leaves the table from
-        # a register (pend_rm_*): the cycle after it is taken, or, when it was taken as stage
-        # E's record moved on to stage W (a record before it, which stage W has yet to look
-        # up), when stage W is done with that record (meanwhile every retransmission waits,
-        # stage W holding a record). No record after it looks the table up sooner. Only
-        # the entries live when it was taken leave (pend_rm_live): a request decided in
-        # that cycle or after comes after the retransmission, and keeps its entry.
+        # a register (pend_rm_*), the cycle after it is taken: it is taken only while stage
+        # E is empty and stage W holds no record it does not apply in that cycle, so no
+        # record after it looks the table up sooner. Only the entries live when it was
+        # taken leave (pend_rm_live): a request decided in that cycle or after comes after
+        # the retransmission, and keeps its entry. (The fields are loaded every cycle: only
+        # the decision to take it reaches rm_valid.)
         rm_valid = Signal(name="pend_rm_valid")
-        rm_wait = Signal(name="pend_rm_wait")
         rm_q, rm_p = Signal(qb, name="pend_rm_q"), Signal(PB, name="pend_rm_p")
         rm_live = Signal(P, name="pend_rm_live")
-        rm_now = rm_valid & (~rm_wait | w_go)
-        m.d.sync += rm_valid.eq(s_rtx_ok | (rm_valid & ~rm_now))
-        # (Loaded whenever no removal waits: a retransmission is taken only then, and the
-        # decision to take it reaches rm_valid alone.)
-        with m.If(~rm_valid | rm_now):
-            m.d.sync += [rm_q.eq(qs), rm_p.eq(s.psn[:PB]), rm_wait.eq(e_go),
-                         rm_live.eq(live)]
+        rm_now = rm_valid
+        m.d.sync += [rm_valid.eq(s_rtx_ok), rm_q.eq(qs), rm_p.eq(s.psn[:PB]),
+                     rm_live.eq(live)]
         rm_sent = Signal(P)
         rm_qp = Signal(P)
         for i in range(P):
@@ -1448,14 +1488,21 @@ class RetransmitTracker(wiring.Component):
                                    (t_head & (s3_q == s2_q)))]
         for i in range(qps):
             with m.If(cmd_apply & (cmd_qp == i)):
-                m.d.sync += [err[i].eq(0), retries[i].eq(0), epoch[i].eq(epoch[i] + 1)]
-            with m.Else():
-                with m.If((fatal & (w_q == i)) | (t_exhaust & (s3_q == i))):
-                    m.d.sync += err[i].eq(1)
-                with m.If(sack_ok & w.adv & (w_q == i)):
-                    m.d.sync += retries[i].eq(0)
-                with m.Elif(t_timeout & head & (s3_q == i) & (retries[i] != 31)):
-                    m.d.sync += retries[i].eq(retries[i] + 1)
+                m.d.sync += err[i].eq(0)
+            with m.Elif((fatal & (w_q == i)) | (t_exhaust & (s3_q == i))):
+                m.d.sync += err[i].eq(1)
+        m.d.comb += [epoch.rw.addr.eq(cmd_qp), epoch.w.addr.eq(cmd_qp),
+                     epoch.w.data.eq(epoch.rw.data + 1), epoch.w.en.eq(cmd_apply),
+                     retries.rt.addr.eq(s3_q)]
+        # The retry count's one write a cycle: an open zeroes it, and so does a CACK
+        # advance; a timeout of the QP's oldest PSN counts one (saturating at 31).
+        with m.If(cmd_apply):
+            m.d.comb += [retries.w.addr.eq(cmd_qp), retries.w.data.eq(0), retries.w.en.eq(1)]
+        with m.Elif(sack_ok & w.adv):
+            m.d.comb += [retries.w.addr.eq(w_q), retries.w.data.eq(0), retries.w.en.eq(1)]
+        with m.Else():
+            m.d.comb += [retries.w.addr.eq(s3_q), retries.w.data.eq(retries.rt.data + 1),
+                         retries.w.en.eq(t_timeout & head & (retries.rt.data != 31))]
 
 
     def _open_sweep_writes(self, m, v):
