@@ -598,6 +598,8 @@ def test_nack_to_request_latency_and_hole_engine_rate():
         while k < 200:
             if ctx.get(dut.release.valid) and "release" not in result:
                 result["release"] = k
+            if ctx.get(dut.feedback.valid) and "feedback" not in result:
+                result["feedback"] = k
             if ctx.get(dut.rtx.valid):
                 psns.append(ctx.get(dut.rtx.payload.psn))
                 first = first or k
@@ -612,6 +614,8 @@ def test_nack_to_request_latency_and_hole_engine_rate():
     assert result["nack"] == RetransmitTracker.nack_latency
     print(f"measured: SACK accepted to its release record valid: {result['release']} cycles")
     assert result["release"] == RetransmitTracker.sack_latency
+    print(f"measured: SACK accepted to its feedback record valid: {result['feedback']} cycles")
+    assert result["feedback"] == RetransmitTracker.feedback_latency
     psns, first, last = result["holes"]
     assert psns == list(range(10, 71, 2)), psns
     print(f"measured: {len(psns)} hole requests in {last - first + 1} cycles, the first "

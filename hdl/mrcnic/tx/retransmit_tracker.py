@@ -197,6 +197,13 @@ def lt_mask(pos, n):
     return ~ge_mask(pos, n)
 
 
+def _eq_parts(a, b):
+    """``a == b`` in parts: one bit per two bits of each (a 4-input function), for a
+    register between the parts and their AND."""
+    a, b = Value.cast(a), Value.cast(b)
+    return Cat(*(a[i:i + 2] == b[i:i + 2] for i in range(0, len(a), 2)))
+
+
 def _take(v, names):
     """The values ``v`` (a namespace) holds under ``names`` (space separated), in order."""
     return [getattr(v, name) for name in names.split()]
@@ -274,8 +281,9 @@ class RetransmitTracker(wiring.Component):
     Latency
     -------
     A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 4
-    (:attr:`nack_latency`); a SACK's release and feedback too (:attr:`sack_latency`), its
-    first hole request in t + 7, then one per cycle. A timeout is seen at most one timer
+    (:attr:`nack_latency`); a SACK's release in t + 3 (:attr:`sack_latency`), its feedback
+    in t + 4 (:attr:`feedback_latency`), its first hole request in t + 8, then one per
+    cycle. A timeout is seen at most one timer
     pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 3) cycles,
     at most ``qps`` x (``outstanding`` + 3), plus the cycles it yields to the output FIFOs.
 
@@ -334,7 +342,8 @@ class RetransmitTracker(wiring.Component):
     """
 
     nack_latency = 4
-    sack_latency = 4
+    sack_latency = 3
+    feedback_latency = 4
 
     def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16, counter_width=32):
         self.counter_width = check_counter_width(counter_width)
@@ -501,13 +510,16 @@ class RetransmitTracker(wiring.Component):
         """The output FIFOs and the records written into them."""
         W = v.W
         # --- Output FIFOs ------------------------------------------------------------------
-        # Each record is decided into a register (``out_<name>_*``) and written into its
-        # FIFO the cycle after: no decision of the tracker ends in a FIFO's pointers. The
-        # FIFOs read their storage directly (an unbuffered queue), so a record leaves as
-        # early as from a buffered queue written without the register. ``fifos[name]``
-        # is the writer: ``w_en`` and ``w_data``, the decision; ``level``, the FIFO's
-        # level, one less than what it will hold when the register is written (every
-        # room check below counts one more).
+        # Each record but a release is decided into a register (``out_<name>_*``) and
+        # written into its FIFO the cycle after: no decision of the tracker ends in a
+        # FIFO's pointers, and no block RAM output goes through a multiplexer into a FIFO's
+        # storage. A release is written straight from stage W (its decision is two gates
+        # after registers, its tag a block RAM output with nothing after it). The FIFOs
+        # read their storage directly (an unbuffered queue), so a record leaves as early
+        # as from a buffered queue written without the register. ``fifos[name]`` is the
+        # writer: ``w_en`` and ``w_data``, the decision; ``level``, the FIFO's level, at
+        # most one less than what it will hold when the register is written (every room
+        # check below counts one more).
         fifos = {}
         for name in ("rtx", "feedback", "release", "qp_error"):
             port = getattr(self, name)
@@ -518,10 +530,13 @@ class RetransmitTracker(wiring.Component):
                          fifo.r_en.eq(port.ready)]
             wr = SimpleNamespace(w_en=Signal(name=f"out_{name}_we"),
                                  w_data=Signal(width, name=f"out_{name}_rec"), level=fifo.level)
-            o_valid = Signal(name=f"out_{name}_valid")
-            o_data = Signal(width, name=f"out_{name}_data")
-            m.d.sync += [o_valid.eq(wr.w_en), o_data.eq(wr.w_data)]
-            m.d.comb += [fifo.w_en.eq(o_valid), fifo.w_data.eq(o_data)]
+            if name == "release":
+                m.d.comb += [fifo.w_en.eq(wr.w_en), fifo.w_data.eq(wr.w_data)]
+            else:
+                o_valid = Signal(name=f"out_{name}_valid")
+                o_data = Signal(width, name=f"out_{name}_data")
+                m.d.sync += [o_valid.eq(wr.w_en), o_data.eq(wr.w_data)]
+                m.d.comb += [fifo.w_en.eq(o_valid), fifo.w_data.eq(o_data)]
             fifos[name] = wr
         # Room for 1, 2 and 3 more records in every FIFO, registered: worked out from the
         # levels of the cycle before, one more each (a level grows by at most one a cycle).
@@ -1220,8 +1235,6 @@ class RetransmitTracker(wiring.Component):
         s2w = s2_p[6:]
         t_word = Signal(WORDL)
         m.d.comb += t_word.eq(Mux(s2w[0], banks[1][2].data, banks[0][2].data))
-        t_el = Signal(TIME_BITS)
-        m.d.comb += t_el.eq(self.now - rec_rh.data.time)
         rq_d = rq_r.data
         s3_valid, s3_q, s3_p = (Signal(name="scan_s3_valid"), Signal(qb, name="scan_s3_q"),
                                 Signal(PSN, name="scan_s3_p"))
@@ -1239,19 +1252,30 @@ class RetransmitTracker(wiring.Component):
                      s3.in_win.eq(~t_behind & (t_dp < t_dn)), s3.head.eq(t_dp == 1)]
         s3_epoch = Signal(EPOCH_BITS, name="scan_s3_epoch")
         s3_rec = Signal(REC, name="scan_s3_rec")
+        # The record's send time leaves the block RAM into s3_rec; stage S3 tests it
+        # against the time S2 saw (s3_now) and the timeout 2^k.
+        s3_now = Signal(TIME_BITS, name="scan_s3_now")
+        s3_fired_parts = Signal((len(Value.cast(rq_d)) + 1) // 2, name="scan_s3_fired_parts")
+        m.d.comb += s3.fired.eq(s3_fired_parts.all())
+        s3_k = Signal.like(t_k, name="scan_s3_k")
+        t_el = Signal(TIME_BITS, name="scan_s3_elapsed")
+        m.d.comb += [t_el.eq(s3_now - s3_rec.time),
+                     s3.late.eq((t_el & ge_mask(s3_k, TIME_BITS)).any())]   # t_el >= 2^k
         s3_squash = Signal()                  # stage S3 sends the scan elsewhere
         r_written2 = Signal()                 # the retry count of s2_q written this cycle
         m.d.sync += [
             s3_valid.eq(s2_valid & ~cmd_busy & ~s3_squash), s3_q.eq(s2_q), s3_p.eq(s2_p),
-            s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data),
+            s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data), s3_now.eq(self.now),
+            s3_k.eq(t_k),
             s3.port.eq(s2_port & ~h_issue), s3.kstale.eq(t_kstale | r_written2),
             s3.rmax.eq(t_rmax),
             s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
                         t_word.bits.bit_select(s2_p[:6], 1)),
-            s3.late.eq((t_el & ge_mask(t_k, TIME_BITS)).any()),   # t_el >= 2^k
-            s3.fired.eq(rq_d.valid & (rq_d.time == rec_rh.data.time) &
-                        (rq_d.rtx == rec_rh.data.rtx) & (rq_d.lap == s2_p[ob:]) &
-                        (rq_d.epoch == t_epoch)),
+            # The fired mark's fields against the record's, as partial equalities of two
+            # bits each (one LUT after the block RAMs), ANDed in S3.
+            s3_fired_parts.eq(_eq_parts(
+                Cat(rq_d.valid, rq_d.rtx, rq_d.time, rq_d.lap, rq_d.epoch),
+                Cat(Const(1, 1), rec_rh.data.rtx, rec_rh.data.time, s2_p[ob:], t_epoch))),
             # What S1 read may be stale in S3, which reads the context: stage W held a record
             # of the QP as S1 read, stage E or W holds one (W may have written its context
             # and bitmap words), or a sent record of this PSN was taken (its record written,
