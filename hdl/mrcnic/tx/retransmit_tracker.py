@@ -156,7 +156,10 @@ def _clamp_signed(x):
     """A signed distance (a few bits wider than 8) as a position 0 .. 128: 0 when
     negative."""
     x = Value.cast(x).as_signed()
-    return Mux(x < 0, 0, Mux(x > 2 * WORD, 2 * WORD, x[:8]))
+    # The tests read the bits (the sign, any bit above 128's, 128's with a lower one): no
+    # comparator after the adder that makes x.
+    over = x[8:-1].any() | (x[7] & x[:7].any())
+    return Mux(x[-1], 0, Mux(over, 2 * WORD, x[:8]))
 
 
 def ge_mask(pos, n):
@@ -786,33 +789,47 @@ class RetransmitTracker(wiring.Component):
         # (sack_e_lo), the highest PSN the SACK acknowledges (sack_a_hcand), and where the
         # SACK's own evidence (CACK and that PSN) puts the end of the hole search
         # (sack_e_ehx).
-        a_p0 = Cat(Const(0, 6), a_base[6:])
         a_found, a_hidx = highest_set(m, a.bitmap, "sack_a_hi")
         # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
         # the first PSN of the two words (p0 = base - base[:6]) CACK + 1 is base[:6] -
         # sack_offset + 1, the highest PSN acknowledged base[:6] + its bit, and that PSN is
         # after CACK when sack_offset + its bit > 0. (A NACK uses none of them.)
+        # Each sum is one adder from the record's fields, registers and at most one sum
+        # before it (terms that do not depend on each other are added side by side):
+        # b6 and its carry c6 from the low bits; the guard less one from a register.
         off = a.sack_offset.as_signed()
-        b6 = Signal(6, name="sack_a_base6")
-        m.d.comb += b6.eq(a.cack[:6] + a.sack_offset[:6])
-        g1 = Signal(signed(18), name="sack_a_guard_m1")
-        m.d.comb += g1.eq(b6 - guard + 1)        # base[:6] - (guard - 1)
+        gm1 = Signal(signed(17), name="sack_a_guard_m1")   # follows reorder_guard a cycle late
+        m.d.sync += gm1.eq(guard - 1)
+        low = Signal(7, name="sack_a_low")
+        m.d.comb += low.eq(a.cack[:6] + a.sack_offset[:6])
+        b6, c6 = low[:6], low[6]
+        # base[6:] and base[6:] + 1, the first PSN's word number and the next, side by side.
+        hi0, hi1 = Signal(PSN - 6, name="sack_a_word0"), Signal(PSN - 6, name="sack_a_word1")
+        m.d.comb += [hi0.eq(a.cack[6:] + (off >> 6) + c6),
+                     hi1.eq(a.cack[6:] + (off >> 6) + c6 + 1)]
         a_after = Signal(name="sack_a_after")
         m.d.comb += a_after.eq(a_found & ((off + a_hidx) > 0))
+        # The highest PSN acknowledged, p0 + base[:6] + its bit (below 128: one carry into
+        # the word number, which picks base[6:] or base[6:] + 1).
+        s7 = Signal(7, name="sack_a_bit_pos")
+        m.d.comb += s7.eq(b6 + a_hidx)
         # Where the end of the search falls, (the PSN hi) - (p0 + guard - 1), clamped:
         # from the SACK's highest bit, or from its CACK, the two worked out side by side.
+        off_g, off_m1 = Signal(signed(18), name="sack_a_off_g"), Signal(signed(18), name="sack_a_off_m1")
+        m.d.comb += [off_g.eq(off + gm1), off_m1.eq(off - 1)]
         end_bit, end_cack = Signal(8, name="sack_a_end_bit"), Signal(8, name="sack_a_end_cack")
-        m.d.comb += [end_bit.eq(_clamp_signed(g1 + a_hidx)),
-                     end_cack.eq(_clamp_signed(g1 - off))]
+        m.d.comb += [end_bit.eq(_clamp_signed(s7 - gm1)),
+                     end_cack.eq(_clamp_signed(b6 - off_g))]
         a_hcand = Signal(PSN, name="sack_a_hcand")
         a_lo = Signal(8, name="sack_a_lo")
         a_hx = Signal(PSN, name="sack_a_hx")
         a_pg = Signal(PSN, name="sack_a_pg")
         m.d.comb += [
-            a_hcand.eq(a_base + a_hidx),
-            a_lo.eq(_clamp_signed(b6 - off + 1)),
+            a_hcand.eq(Cat(s7[:6], Mux(s7[6], hi1, hi0))),
+            a_lo.eq(_clamp_signed(b6 - off_m1)),
             a_hx.eq(Mux(a_after, a_hcand, a.cack)),
-            a_pg.eq(a_p0 + guard - 1),
+            # p0 + guard - 1, p0 = base less its low 6 bits.
+            a_pg.eq(Cat(gm1[:6], (a.cack[6:] + (off >> 6) + c6 + (gm1 >> 6))[:PSN - 6])),
         ]
         e = Signal(ACK_DESC)
         e_trig1 = Signal(PSN, name="sack_e_trig1")
