@@ -127,6 +127,35 @@ def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, mpr_max,
     assert model.counts.get("place", 0) > len(recs) // 6
 
 
+@pytest.mark.parametrize("mpr_max", [1, 8])
+def test_psns_far_from_an_advancing_cack(mpr_max):
+    """Each packet of one QP right behind one that advances CACK (two cycles apart, so
+    that stage F tests it against the CACK the record ahead writes, from the PSN's offset
+    split in stage W): PSNs around the window's edges, 2^10, 2^11 and 2^23 away, behind
+    advances of a few PSNs and of a run of hundreds."""
+    offsets = [0, 1, 2, -1, -2, 127, 128, 129, 383, 384, 511, 512, 513, 1023, 1024, 1025,
+               1026, 1407, 1408, 2047, 2048, 2049, -511, -512, -1024, -1025, -2048,
+               (1 << 23) - 1, 1 << 23, (1 << 23) + 1, (1 << 23) + 300, (1 << 23) - 300,
+               -(1 << 23) + 5, -(1 << 23) + 383]
+    recs, p, window = [], 0, mpr_max * 128
+    for i, d in enumerate(offsets):
+        # Every third, a run for the advance to pass: the PSNs after the packet first.
+        run = 40 * mpr_max if i % 3 == 2 else 0
+        recs += [data_packet(0, p + k) for k in range(1, 1 + run)]
+        recs += [data_packet(0, p), data_packet(0, (p + d) % (1 << 24))]
+        cack = p + run
+        if cack < p + d <= cack + window:
+            # Placed ahead: fill the hole, so that the next packet is at CACK + 1 again.
+            recs += [data_packet(0, q) for q in range(cack + 1, p + d)]
+            cack = p + d
+        p = cack + 1
+    want, got, src, sinks, regs, model = run_tracker(recs, qps=1, mpr_max=mpr_max,
+                                                     sack_every=4)
+    check(want, got, model, regs)
+    assert model.counts.get("out_of_window", 0) > len(offsets) // 4
+    assert model.counts.get("duplicate", 0) > len(offsets) // 4
+
+
 def test_psn_wrap_and_qp_commands():
     rng = seeded()
     start = {0: 0xFFFF80, 1: 0xFFFFFF, 2: 5}

@@ -32,6 +32,8 @@ from mrcnic.base.stream import meta_stream
 from mrcnic.rx.psn_tracker.stages import (
     ACK_BODY, ACK_TAIL, BITMAP_BITS, CHUNK, CONT, FIFO_DEPTH, HALF, IN_FLIGHT, LATE_SACK, OP,
     POOL_DATA, PSN, QUEUE_DEPTH, WINDOW_CHUNKS, WORD, VERDICT_NAMES, TrackerStages)
+from mrcnic.rx.psn_tracker.pool import PoolStages
+from mrcnic.rx.psn_tracker.sack import SackStages
 
 __all__ = ["PsnTracker", "TRACKER_REGS", "WINDOW_CHUNKS",
            "SACK_OFFSET", "BITMAP_BITS", "LATE_SACK"]
@@ -82,7 +84,7 @@ TRACKER_REGS = RegisterMap("psn_tracker", [
 ])
 
 
-class PsnTracker(TrackerStages, wiring.Component):
+class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
     """The receive PSN tracker: a verdict per packet, the SACKs and NACKs to send, and
     WRITE-with-immediate completions in PSN order.
 
@@ -144,7 +146,8 @@ class PsnTracker(TrackerStages, wiring.Component):
     --------
     Records wait in a :data:`QUEUE_DEPTH`-entry input queue until they have passed stage U,
     and flow through stages that each do one job in one cycle (their signals carry the
-    stage's prefix; stages R to T are :mod:`mrcnic.rx.psn_tracker.stages`):
+    stage's prefix; stages R to U are :mod:`mrcnic.rx.psn_tracker.stages` and
+    :mod:`~mrcnic.rx.psn_tracker.pool`, A to T :mod:`~mrcnic.rx.psn_tracker.sack`):
 
     * ``i_`` issue: a continuation, else the queue's next record, unless it is of the QP
       issued in the cycle before (the one stall: a QP's records are two cycles apart);
@@ -155,15 +158,18 @@ class PsnTracker(TrackerStages, wiring.Component):
       ring write the read missed reaches this window (that of the record in U or of the
       one in D) and where, and whether it is made (the record in D's placement registered
       as D decides it, a stage ahead of the search it steers); the positions up to the
-      packet's own as a mask; the PSN's offsets from the record in D's window base and
-      PSN; the QP's context (distributed RAM) into registers;
+      packet's own as a mask; the PSN's offsets from the record in D's window base (split
+      into low bits and flags for F's short tests) and PSN; the QP's context (distributed
+      RAM) into registers, and the PSN tested against the highest PSN seen in it and in
+      the context the record in U writes;
     * ``f_`` fetch: the PSN tested against the context (or the one the record past U
       wrote) and against the CACK the record in U writes if it advances, and the tests
       that hold picked; whether the pool will be full; the window, each position one
       function of six registers (the write it missed forwarded), searched per 16-bit
       word; the packet's own bit and the next;
-    * ``d_`` decide: the verdict, the search combined (the first word with a hole by a
-      carry chain, then its number and index), the SACK triggers, the ring write's address; a
+    * ``d_`` decide: the verdict, the search combined (the first word with a hole, its
+      number and index, by a tree of priority merges), the SACK triggers, the ring
+      write's address; a
       continuation or an advance on a QP holding completions flushes stages I to D (a
       registered flag, next cycle) and the queue re-issues their records;
     * ``u_`` update: the context read, the new CACK and context written (and forwarded),
@@ -615,4 +621,7 @@ class PsnTracker(TrackerStages, wiring.Component):
             ev.continuations.eq(u.valid & u.need_cont),
             ev.stall_cycles.eq(self.pkt.valid & ~self.pkt.ready),
         ]
-        event_counters(m, f, ev, COUNTERS, f["control"]["clear"], width=self.counter_width)
+        # The counts' high bits in distributed RAM (read exactly over AXI4-Lite): the
+        # flip-flops they free hold pipeline registers.
+        event_counters(m, f, ev, COUNTERS, f["control"]["clear"], width=self.counter_width,
+                       storage="ram")

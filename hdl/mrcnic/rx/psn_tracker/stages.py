@@ -1,5 +1,7 @@
-"""The stages of :class:`~mrcnic.rx.psn_tracker.PsnTracker`'s pipeline, R to T, and the
-constants and record layouts they share with the tracker's top (issue, queue, engines).
+"""The stages of :class:`~mrcnic.rx.psn_tracker.PsnTracker`'s pipeline, R to U (their work
+on the held completions is :mod:`mrcnic.rx.psn_tracker.pool`; A to T, the SACK's bitmap,
+:mod:`mrcnic.rx.psn_tracker.sack`), the registers of every stage, and the constants and
+record layouts they share with the tracker's top (issue, queue, engines).
 
 Each stage is a method of :class:`TrackerStages` (mixed into the tracker) that reads the
 registers of the stage before it and loads those of the next (:meth:`_stage_registers`,
@@ -17,7 +19,7 @@ from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
 from mrcnic.base.records import ACK_DESC, COMPLETION, VERDICT, Verdict
-from mrcnic.base.gates import assign, signed_fits
+from mrcnic.base.gates import assign
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET
 
@@ -87,11 +89,16 @@ def is_zero(m, value, name):
 
 
 def any_set(m, vec, name):
-    """``vec`` != 0 as the carry out of ``vec`` + (2^n - 1): a carry chain, which LUT-area
-    mapping does not turn into a chain of LUTs as it does a wide OR."""
-    n = len(vec)
-    total = named(m, Cat(vec, Const(0, 1)) + Const((1 << n) - 1, n + 1), f"{name}_sum")
-    return total[n]
+    """``vec`` != 0 as an OR in levels of four inputs, each kept (LUT-area mapping would
+    chain a wide OR). Not a carry chain: one gathers its inputs, spread over the logic
+    that makes them, into one column of the fabric, and the routing costs more than the
+    levels."""
+    level, i = list(vec), 0
+    while len(level) > 4:
+        level = [named(m, Cat(*level[g:g + 4]).any(), f"{name}_{i}_{g // 4}", keep=True)
+                 for g in range(0, len(level), 4)]
+        i += 1
+    return Cat(*level).any()
 
 
 def select_bit(m, vec, sel, name):
@@ -120,18 +127,19 @@ def word_search(m, holes, name):
     """``(found, index)`` of the first set bit of a :data:`WORD`-bit vector: each nibble's,
     then the first nibble that has one (three LUT levels)."""
     nib = [first_of_four([holes[4 * n + i] for i in range(4)]) for n in range(4)]
-    nf = named(m, Cat(*(f for f, _ in nib)), f"{name}_nib")
-    ni = named(m, Cat(*(i for _, i in nib)), f"{name}_nibidx")
+    nf = named(m, Cat(*(f for f, _ in nib)), f"{name}_nib", keep=True)
+    ni = named(m, Cat(*(i for _, i in nib)), f"{name}_nibidx", keep=True)
     half = named(m, Cat(Mux(nf[0], ni[0:2], ni[2:4]), Mux(nf[2], ni[4:6], ni[6:8])),
-                f"{name}_half")
+                f"{name}_half", keep=True)
     found, which = first_of_four([nf[n] for n in range(4)])
     return found, Cat(Mux(nf[0] | nf[1], half[0:2], half[2:4]), which)
 
 
 class TrackerStages:
-    """Stages R (read), W (window), F (fetch), D (decide), U (update) and A, B, C, T (the
-    SACK's bitmap) of :class:`~mrcnic.rx.psn_tracker.PsnTracker`, and the registers between
-    them. Mixed into the tracker: the methods read its parameters (``window_chunks``,
+    """Stages R (read), W (window), F (fetch), D (decide) and U (update) of
+    :class:`~mrcnic.rx.psn_tracker.PsnTracker`, and the registers between all its stages
+    (those of A, B, C and T, :class:`~mrcnic.rx.psn_tracker.sack.SackStages`, too). Mixed
+    into the tracker: the methods read its parameters (``window_chunks``,
     ``mpr_max``, ...)."""
 
     # --- Helpers ---------------------------------------------------------------------------
@@ -155,6 +163,9 @@ class TrackerStages:
         """The registers each stage hands the next, by stage (``r`` .. ``c``); ``uw``, the
         context stage U wrote (forwarded); ``kill`` and ``commit``."""
         CTX, qbits, nw, C = self._ctx_layout, self._qbits, self.words, self.window_chunks
+        # The low bits of the PSN's offset from a window base that F's tests against an
+        # advancing CACK compute with (see _adv_tests): the ring's, and at least the run's.
+        self._adv_bits = max(7 + self._cbits, ceil_log2(self.window))
 
         def stage(prefix, **shapes):
             return SimpleNamespace(**{k: Signal(v, name=f"{prefix}_{k}")
@@ -169,14 +180,16 @@ class TrackerStages:
         self._fwd_layout = data.StructLayout({
             "hit": C * CHUNK // WORD, "bsel": WORD, "val": C, "own": 1, "next": 1,
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
-        st.w = stage("w", **common, same_u=1, fwd_u=self._fwd_layout, next_low=7 + self._cbits)
+        st.w = stage("w", **common, same_u=1, fwd_u=self._fwd_layout, next_low=7 + self._cbits,
+                     psn_m1=PSN)
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
                      ctx=CTX, ctx_uw=1, sel=1, every=2,
                      act=1, fwd=self._fwd_layout,
-                     next_pos=8, next_par=1,
-                     next_val=1, own_act=1, next_act=1,
+                     next_par=1, next_val=1, own_act=1, next_act=1,
                      par=C, lap_own=CHUNK, th_lt=CHUNK // WORD, forced=CHUNK,
-                     off=PSN, pp_above=1, pp_new_hole=1)
+                     adv=data.StructLayout({"lo": self._adv_bits, "up0": 1, "up1": 1,
+                                            "s0": 1, "s1": 1}),
+                     pp_above=1, pp_new_hole=1, hi_ram=2, hi_uw=2)
         st.d = stage("d", **common, held=1, arrived=1, nextbit=1, pos0=1,
                      qp_ok=1, data=1, trig=1, pool_full=2,
                      raw=HALF, found=nw, found_last=1, idx=data.ArrayLayout(WORD_BITS, nw),
@@ -202,6 +215,8 @@ class TrackerStages:
         # value of its own keeps synthesis from merging it with the PSN's bits, which drive
         # much else).
         st.f.own_pos = Signal(7, name="f_own_pos", init=1)
+        # The same, for the select of the next PSN's bit (a copy: each select has its own).
+        st.f.next_pos = Signal(7, name="f_next_pos", init=2)
         st.kill = Signal(name="d_kill")
         # Stage D's placement, before its register (stage W registers the forwarding it
         # steers a cycle ahead).
@@ -230,6 +245,8 @@ class TrackerStages:
                      w.qp_in.eq(r.qp_in), w.same_u.eq(same),
                      # (The next PSN's ring position, which W compares with the write's.)
                      w.next_low.eq(r.op.psn[:len(w.next_low)] + 1),
+                     # (The PSN less one, for W's new-hole tests.)
+                     w.psn_m1.eq(r.op.psn - 1),
                      w.fwd_u.eq(self._fwd_flags(m, "r", r.op.psn, chunks, d.op.psn))]
 
     def _fwd_flags(self, m, prefix, psn, chunks, a_psn, next_low=None):
@@ -269,10 +286,12 @@ class TrackerStages:
         read there, whether it is this packet's own bit or the next, or its bank word (for
         the write back); the search masks (the positions up to the packet's own in its
         chunk, the words before its word); the PSN's offsets from the record in D's window
-        base and PSN, against which stage F tests the CACK and highest PSN that record will
-        write. The QP's context,
-        read (distributed RAM) into registers; whether the record in U (whose context write
-        that read misses: F takes it from ``uw``) or the one in D is of this QP."""
+        base (its low bits and flags, :meth:`_adv_offset`) and PSN, against which stage F
+        tests the CACK and highest PSN that record will write. The QP's context, read
+        (distributed RAM) into registers; whether the record in U (whose context write that
+        read misses: F takes it from ``uw``) or the one in D is of this QP; the PSN against
+        the highest PSN seen in the context read and in the one the record in U writes now
+        (F picks)."""
         w, f, d, u = st.w, st.f, st.d, st.u
         C = self.window_chunks
         op = w.op
@@ -303,10 +322,10 @@ class TrackerStages:
             f.fwd.eq(fwd),
             # The window words the write lands in (any lap), when it is there.
             f.fwd.hit.eq(Mux(act, fwd.hit, 0)),
-            # The next PSN's position (128: the next chunk's first), its lap parity and the
-            # value the forwarded write gives it; whether that write, when it is there, is at
-            # the packet's own position or the next.
-            f.next_pos.eq(psn[:7] + 1), f.own_pos.eq(psn[:7]),
+            # The packet's position (for the selects of its bit and the next), the next
+            # PSN's lap parity and the value the forwarded write gives it; whether that
+            # write, when it is there, is at the packet's own position or the next.
+            f.next_pos.eq(psn[:7]), f.own_pos.eq(psn[:7]),
             f.next_par.eq(Mux(psn[:7] == CHUNK - 1, pars[1], pars[0])),
             f.next_val.eq(Mux(psn[:7] == CHUNK - 1, fwd.val[1], fwd.val[0])),
             f.own_act.eq(act & fwd.own),
@@ -319,7 +338,7 @@ class TrackerStages:
             f.forced.eq(Cat(Const(0, 1), *((rel7[WORD_BITS:] == i // WORD) &
                                            (rel7[:WORD_BITS] >= i % WORD)
                                            for i in range(1, CHUNK)))),
-            f.off.eq(psn - Cat(Const(0, 7), d.op.psn[7:])),
+            *self._adv_offset(m, f, psn - Cat(Const(0, 7), d.op.psn[7:])),
             # The QP's context, read here; the write it misses (that of the record now in
             # U) is taken from ``uw`` in F.
             f.ctx.eq(mem.ctx_r.data),
@@ -336,6 +355,37 @@ class TrackerStages:
         m.d.comb += pp.eq(psn - d.op.psn)
         m.d.sync += [f.pp_above.eq((pp != 0) & ~pp[-1]),
                      f.pp_new_hole.eq((pp != 0) & ~pp[-1] & (pp != 1))]
+        # The tests against the highest PSN seen, here rather than in F: against the
+        # context read, and against the one the record in U writes now (``uw`` when this
+        # record is in F): its PSN when it places above the highest, else what it read
+        # (both tested, picked after).
+        hi_tests = functools.partial(self._hi_tests, m, psn, w.psn_m1)
+        u_hi = Mux(u.place & u.above_hi, hi_tests(u.op.psn, "w_hi_u"),
+                   hi_tests(mem.ctx_u.data.hi, "w_hi_uread"))
+        m.d.sync += [f.hi_ram.eq(hi_tests(mem.ctx_r.data.hi, "w_hi")), f.hi_uw.eq(u_hi)]
+
+    def _adv_offset(self, m, f, off):
+        """The PSN's offset from the window base of the record in D, for F's tests against
+        the CACK that record writes if it advances (the base plus its run, less than
+        2^``_adv_bits``): its low bits, whether its high bits are 0 or 1, and the sign
+        of the offset and of the offset less 2^``_adv_bits`` (a borrow out of the low
+        bits)."""
+        M = self._adv_bits
+        w_off, up_m1 = Signal(PSN, name="w_adv_off"), Signal(PSN - M, name="w_adv_up_m1")
+        m.d.comb += [w_off.eq(off), up_m1.eq(w_off[M:] - 1)]
+        return [f.adv.lo.eq(w_off[:M]), f.adv.up0.eq(w_off[M:] == 0),
+                f.adv.up1.eq(w_off[M:] == 1), f.adv.s0.eq(w_off[-1]), f.adv.s1.eq(up_m1[-1])]
+
+    @staticmethod
+    def _hi_tests(m, psn, psn_m1, hi, name):
+        """``psn`` above ``hi`` (the highest PSN seen), and above it by more than one (a
+        new hole), each the sign of one subtraction (``psn`` - ``hi`` - 1 >= 0, ``psn`` -
+        ``hi`` - 2 >= 0): no compare after the carry chain. Exact for the PSNs these tests
+        steer, which are in the window: they and ``hi`` lie within ``mpr_max`` x 128 of
+        CACK, far from the 2^23 the sign misreads."""
+        d1, d2 = Signal(PSN, name=f"{name}_dist_m1"), Signal(PSN, name=f"{name}_dist_m2")
+        m.d.comb += [d1.eq(psn + ~hi), d2.eq(psn_m1 + ~hi)]
+        return Cat(~d1[-1], ~d2[-1])
 
     # --- Stage F: fetch --------------------------------------------------------------------
 
@@ -380,12 +430,13 @@ class TrackerStages:
             idx.append(ik)
         found_last = ~srch[(nw - 1) * WORD:W - 1].all()
         op = f.op
-        rel7 = op.psn[:7]
         # The packet's own bit and the next, as read (a 128:1 mux each, parity removed
         # after), or the value the record ahead wrote there.
         raw0, raw1 = Cat(f.lo[0], f.hi[0]), Cat(f.lo[1], f.hi[1])
         own_raw = select_bit(m, raw0, f.own_pos, "f_own_sel")
-        next_raw = select_bit(m, Cat(raw0, raw1[0]), f.next_pos, "f_next_sel")
+        # (The next bit: position p + 1 of the chunk and the next chunk's first, selected
+        # by p, 128 inputs.)
+        next_raw = select_bit(m, Cat(raw0[1:], raw1[0]), f.next_pos, "f_next_sel")
         own_act, next_act, act = f.own_act, f.next_act, f.act
         raw_own = Signal(HALF, name="f_raw_own")
         m.d.comb += raw_own.eq(Mux(op.psn[6], f.hi[0], f.lo[0]))
@@ -396,9 +447,12 @@ class TrackerStages:
             d.qp_in.eq(f.qp_in),
             # Held completions of the QP: in the pool, or being admitted by the record in U.
             d.pool_full.eq(self._pool_full(mem, st)),
-            d.held.eq(Cat(*(mem.pool[i].valid & (mem.pool[i].qpi == f.qpi)
-                            for i in range(self.max_wimm_dest))).any() |
-                      (u.valid & u.admit & (u.qpi == f.qpi))),
+            # (Each term a named level: LUT-area mapping would chain the compares.)
+            d.held.eq(Cat(*(named(m, mem.pool[i].valid & (mem.pool[i].qpi == f.qpi),
+                                  f"f_held{i}", keep=True)
+                            for i in range(self.max_wimm_dest)),
+                          named(m, u.valid & u.admit & (u.qpi == f.qpi), "f_held_u",
+                                keep=True)).any()),
             d.found.eq(Cat(*found)), d.found_last.eq(found_last),
             *[d.idx[k].eq(idx[k]) for k in range(nw)],
             d.arrived.eq(Mux(own_act, f.fwd.val[0], own_raw ^ f.par[0])),
@@ -418,21 +472,6 @@ class TrackerStages:
         return Cat(*((sack_every <= k) | (since >= (sack_every - k)[:len(sack_every)])
                      for k in more))
 
-    def _pool_full(self, mem, st):
-        """Whether the held completions, with those being admitted, fill the pool in the
-        next cycle (when this record is in D): the pool as it will be counted then, the
-        admission of the record now in U (then in A), and that of the record now in D (then
-        in U; unknown yet): without it and with it."""
-        N, pool, u = self.max_wimm_dest, mem.pool, st.u
-        held = sum(pool[i].valid for i in range(N))
-        a_adm = u.valid & u.admit
-        out = []
-        for u_adm in (0, 1):
-            full = (held >= N) | ((held >= N - 1) & (a_adm | u_adm))
-            full |= (held >= N - 2) & a_adm & u_adm if N >= 2 else a_adm & u_adm
-            out.append(full)
-        return Cat(*out)
-
     def _psn_tests(self, m, dd, dm, mpr_m1, name):
         """(before, in_win, imm) from ``dd`` = PSN - CACK and ``dm`` = ``dd`` - 1."""
         cbits = self._cbits
@@ -443,13 +482,37 @@ class TrackerStages:
         low = named(m, dm[:7 + cbits] == 0, f"{name}_low")
         return Cat(before, in_win, low & is_zero(m, dm[7 + cbits:], f"{name}_hi"))
 
+    def _adv_tests(self, m, adv, run, mpr_m1):
+        """:meth:`_psn_tests` of ``off`` - ``run``, ``off`` the PSN's offset from a window
+        base (split in W, :meth:`_adv_offset`) and ``run`` < 2^M (M = ``_adv_bits``):
+        with M-bit carry chains rather than 24-bit ones. The low bits give ``lo`` - ``run``
+        and ``lo`` - ``run`` - 1 and their borrows; the high bits then read 0 when they
+        were 0 without a borrow or 1 with one, and the sign is the offset's, or with a
+        borrow that of its high bits less one. (Checked against the 24-bit tests over
+        every run, offsets around 0, 2^k and 2^23, and random ones.)"""
+        M, K, cbits = self._adv_bits, 7 + self._cbits, self._cbits
+        run_m = Cat(run, Const(0, M - len(run)))
+        low_d, low_m = Signal(M + 1, name="f_adv_low"), Signal(M + 1, name="f_adv_low_m1")
+        m.d.comb += [low_d.eq(Cat(adv.lo, Const(1, 1)) - run_m), low_m.eq(adv.lo + ~run_m)]
+        borrow, carry = ~low_d[M], low_m[M]
+        before = (is_zero(m, low_d[:M], "f_adv_dd") & Mux(borrow, adv.up1, adv.up0)) | \
+            Mux(borrow, adv.s1, adv.s0)
+        dm_up_zero = Mux(carry, adv.up0, adv.up1)
+        in_win = ~before & dm_up_zero
+        if M > K:
+            in_win = in_win & (low_m[K:M] == 0)
+        if cbits:
+            in_win = in_win & (low_m[7:K] <= mpr_m1)
+        return Cat(before, in_win, is_zero(m, low_m[:M], "f_adv_dm") & dm_up_zero)
+
     def _context_tests(self, m, f_regs, mem, st):
         """Stage F's tests of the packet's PSN: against the context read in W or, when the
-        record now past U is of this QP, the one it wrote (``uw``) (CACK, highest PSN seen,
-        packets since the last SACK), and against the CACK the record in U writes if it
-        advances (its window base plus the end of its run: the PSN's offset from that base,
-        taken in W, less the run's end); the tests that hold picked by what the record in U
-        does when it is of this QP, and the SACK triggers known here."""
+        record now past U is of this QP, the one it wrote (``uw``) (CACK, packets since the
+        last SACK; the highest PSN seen was tested against both in W), and against the CACK
+        the record in U writes if it advances (its window base plus the end of its run: the
+        PSN's offset from that base, taken in W, less the run's end, :meth:`_adv_tests`);
+        the tests that hold picked by what the record in U does when it is of this QP, and
+        the SACK triggers known here."""
         f, d, u = st.f, st.d, st.u
         ctx = Signal(self._ctx_layout, name="f_context")
         m.d.comb += ctx.eq(Mux(f.ctx_uw, st.uw.ctx, f.ctx))
@@ -457,20 +520,11 @@ class TrackerStages:
         # out with the context read, or written).
         every = Mux(f.ctx_uw, st.uw.every, f.every)
         psn = f.op.psn
-        dd, dm, ad, am = (Signal(PSN, name=n) for n in (
-            "f_dist", "f_dist_m1", "f_adv_dist", "f_adv_dist_m1"))
-        run = Cat(u.run, Const(0, PSN - len(u.run)))
-        m.d.comb += [dd.eq(psn - ctx.cack), dm.eq(psn + ~ctx.cack),
-                     ad.eq(f.off - run), am.eq(f.off + ~run)]
+        dd, dm = Signal(PSN, name="f_dist"), Signal(PSN, name="f_dist_m1")
+        m.d.comb += [dd.eq(psn - ctx.cack), dm.eq(psn + ~ctx.cack)]
 
-        def hi_tests(hi, name):
-            # Above the highest PSN seen; and by more than one (a new hole).
-            dh = Signal(PSN, name=f"f_dist_hi{name}")
-            m.d.comb += dh.eq(psn - hi)
-            return Cat(~is_zero(m, dh, f"f_hi{name}") & ~dh[-1],
-                       ~is_zero(m, dh[1:], f"f_hi_far{name}") & ~dh[-1])
-        # Against both contexts, then picked: the pick after the compares, not before.
-        hi_t = Mux(f.ctx_uw, hi_tests(st.uw.ctx.hi, "_uw"), hi_tests(f.ctx.hi, ""))
+        # Against the highest PSN seen: both contexts tested in W, picked here.
+        hi_t = Mux(f.ctx_uw, f.hi_uw, f.hi_ram)
         sack_every = f_regs["config"]["sack_every"]
         op = f.op
         # What the record in U changes in this QP's context, picked here: its CACK (if it
@@ -483,7 +537,7 @@ class TrackerStages:
             # ``data``: and the record is a packet going on to D.
             d.data.eq(f.valid & ~st.kill & ~op.cont &
                       f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
-            d.t.eq(Mux(fwd_adv, self._psn_tests(m, ad, am, ctx.mpr_m1, "f_adv"),
+            d.t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run, ctx.mpr_m1),
                        self._psn_tests(m, dd, dm, ctx.mpr_m1, "f_ram"))),
             d.above_hi.eq(Mux(fwd_hi, f.pp_above, hi_t[0])),
             # The SACK triggers known here: the packet asks (BTH A, a retransmission, ECN
@@ -595,22 +649,31 @@ class TrackerStages:
                          assign(ctl.cont_op, psn=wb + self.window, cont=1, due=due)]
 
     def _combine(self, m, d):
-        """The search combined over the words: the first word with a hole, one-hot, as
-        ``found & -found`` (a carry chain straight from the registers, which LUT-area
-        mapping does not turn into a chain of LUTs as it does a priority), then the window
-        position of the end of the run (the search position of the first hole: that word's
-        number and index, each bit an OR over the words); and whether a hole was found
-        inside the window (the last word always has one: the position after the window),
-        as another carry chain."""
+        """The search combined over the words: the window position of the end of the run
+        (the search position of the first hole: the first word with one, its number and
+        index) by a tree of priority merges, and whether a hole was found inside the
+        window (the last word always has one: the position after the window) as an OR
+        (:func:`any_set`)."""
         nw = self.words
-        fl = d.found
-        first = named(m, fl & (~fl + 1)[:nw], "d_first_word")
+        wbits = ceil_log2(nw)
         run = Signal(range(self.window), name="d_run_end")
-        low = [Cat(*(first[k] & d.idx[k][b] for k in range(nw))).any()
-               for b in range(WORD_BITS)]
-        high = [Cat(*(first[k] for k in range(nw) if k >> i & 1)).any()
-                for i in range(len(run) - WORD_BITS)]
-        m.d.comb += run.eq(Cat(*low, *high))
+        # Pairs of (any hole, the first hole's position) merged two by two, the earlier
+        # first: each bit of a merge one LUT of three inputs, ceil(log2(words)) levels. (A
+        # carry chain isolating the first word would gather the 24 word registers, spread
+        # over the search's logic, into one column of the fabric: routing, not logic, set
+        # that path.)
+        level = [(d.found[k], Cat(d.idx[k], Const(k, wbits))) for k in range(nw)]
+        i = 0
+        while len(level) > 1:
+            merged = []
+            for g in range(0, len(level) - 1, 2):
+                (f0, x0), (f1, x1) = level[g], level[g + 1]
+                name = f"d_first{i}_{g // 2}"
+                merged.append((named(m, f0 | f1, f"{name}_any", keep=True),
+                               named(m, Mux(f0, x0, x1), f"{name}_pos", keep=True)))
+            level = merged + level[len(level) & ~1:]
+            i += 1
+        m.d.comb += run.eq(level[0][1])
         # A hole inside the window: in a word but the last, or in the last word but the
         # window's last position.
         found = any_set(m, Cat(d.found[:nw - 1], d.found_last), "d_found_hole")
@@ -704,92 +767,3 @@ class TrackerStages:
             a.pbase.eq(new_stats.pbase), a.psn.eq(body.psn), a.nack.eq(u.emit_nack),
             a.plain.eq(u.emit_nack | op.probe),
         ]
-
-    def _pool_update(self, m, mem, st, ctl, qd, wb):
-        """Stage U's held completions: the packet's admitted, or those the new CACK passes
-        released (all after the old CACK, so at or after the window base: a 9-bit compare
-        with the run's end) to the drain."""
-        u, N, pool = st.u, self.max_wimm_dest, mem.pool
-        # The first free slot (one-hot); the store is never full when a packet is admitted.
-        free = [~pool[i].valid for i in range(N)]
-        slot = named(m, Cat(*(free[i] & ~Cat(*free[:i]).any() if i else free[0]
-                             for i in range(N))), "u_pool_slot")
-        admit = u.valid & u.admit
-        for i in range(N):
-            with m.If(admit & slot[i]):
-                m.d.sync += assign(pool[i], valid=1, qpi=u.qpi, psn=u.op.psn)
-        m.d.comb += [mem.pool_w.addr.eq(functools.reduce(operator.or_, (
-                         Mux(slot[i], i, 0) for i in range(N)))),
-                     mem.pool_w.en.eq(admit),
-                     assign(mem.pool_w.data, imm=qd.imm, tag=qd.tag)]
-        release = Signal(N, name="u_release")
-        pos = [u.rel[i] for i in range(N)]
-        for i in range(N):
-            m.d.comb += release[i].eq(u.valid & u.adv & u.cand[i] & (u.rel[i] <= u.run))
-        with m.If(release.any()):
-            m.d.sync += [ctl.drain_busy.eq(1), ctl.drain_mask.eq(release),
-                         ctl.drain_ordered.eq(0),
-                         *[ctl.drain_pos[i].eq(pos[i]) for i in range(N)]]
-
-    # --- Stages A, B and C: the SACK's bitmap ----------------------------------------------
-
-    def _stage_a_sack_read(self, m, mem, st):
-        """Stage A: reads the ring at SACK_BASE = CACK + 1 (the bank word holding it and the
-        next), after this record's own write and before the next record of the QP writes;
-        ``ack_psn_offset`` and ``ooo_count``."""
-        a, b = st.a, st.b
-        base = Signal(PSN, name="a_sack_base")
-        m.d.comb += base.eq(a.cack + SACK_OFFSET)
-        chunk = base[7:]
-        chunk1 = Signal(PSN - 7, name="a_sack_chunk_next")
-        m.d.comb += [chunk1.eq(chunk + 1),
-                     mem.lo.sack.addr.eq(self._ring_addr(a.qpi, Mux(base[6], chunk1, chunk))),
-                     mem.hi.sack.addr.eq(self._ring_addr(a.qpi, chunk))]
-        trigger = Signal(PSN, name="a_trigger")
-        ooo = Signal(PSN, name="a_ooo")
-        m.d.comb += [trigger.eq(a.psn - a.cack), ooo.eq(a.pbase - a.cack)]
-        m.d.sync += [
-            b.valid.eq(a.valid), b.shift.eq(base[:6]), b.half.eq(base[6]),
-            # The parity of the second word: the next chunk's when it is the odd half.
-            b.par0.eq(self._chunk_parity(chunk)),
-            b.par_next.eq(Mux(base[6], self._chunk_parity(chunk1), self._chunk_parity(chunk))),
-            b.nack.eq(a.nack),
-            b.tail.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
-            b.tail.ack_psn_offset.eq(Mux(a.plain | ~signed_fits(trigger, 16), 0,
-                                         trigger[:16])),
-        ]
-
-    def _stage_b_sack_data(self, m, mem, st):
-        """Stage B: the two bank words as read, into registers (a block RAM's output feeds
-        nothing else)."""
-        b, c = st.b, st.c
-        m.d.sync += [c.valid.eq(b.valid), c.shift.eq(b.shift), c.half.eq(b.half),
-                     c.par0.eq(b.par0), c.par_next.eq(b.par_next), c.nack.eq(b.nack),
-                     c.tail.eq(b.tail), c.lo.eq(mem.lo.sack.data), c.hi.eq(mem.hi.sack.data)]
-
-    def _stage_c_bitmap(self, m, st):
-        """Stage C: the two words in PSN order (when SACK_BASE is in the odd half, ``hi``
-        first and then ``lo``, the next chunk's even half), lap parity removed, shifted
-        towards SACK_BASE by its position's upper four bits (two 4:1 steps)."""
-        c, t = st.c, st.t
-        arr = named(m, Mux(c.half, Cat(c.hi, c.lo), Cat(c.lo, c.hi)) ^
-                   Cat(c.par0.replicate(HALF), c.par_next.replicate(HALF)), "c_arrived")
-        vec = arr
-        for lo in (4, 2):
-            vec = named(m, Cat(*(
-                Cat(*(vec[i + (k << lo)] if i + (k << lo) < len(vec) else Const(0, 1)
-                      for k in range(4))).bit_select(c.shift[lo:lo + 2], 1)
-                for i in range(BITMAP_BITS + (1 << lo) - 1))), f"c_shift{lo}")
-        m.d.sync += [t.valid.eq(c.valid), t.shift.eq(c.shift[:2]), t.nack.eq(c.nack),
-                     t.tail.eq(c.tail), t.coarse.eq(vec)]
-
-    def _stage_t_tail(self, m, fifos, st):
-        """Stage T: the last 4:1 step of the shift gives the bitmap (none for a NACK), into
-        the tail of the descriptor's FIFO."""
-        t = st.t
-        bitmap = Signal(BITMAP_BITS, name="t_bitmap")
-        m.d.comb += bitmap.eq(Cat(*(t.coarse[i:i + 4].bit_select(t.shift, 1)
-                                    for i in range(BITMAP_BITS))))
-        tail = Signal(ACK_TAIL)
-        m.d.comb += [tail.eq(t.tail), tail.bitmap.eq(Mux(t.nack, 0, bitmap)),
-                     fifos["ack_tail"].w_data.eq(tail), fifos["ack_tail"].w_en.eq(t.valid)]

@@ -1,0 +1,89 @@
+"""Stages A, B, C and T of :class:`~mrcnic.rx.psn_tracker.PsnTracker`'s pipeline: the
+SACK's bitmap, read from the ring after the record's own write and shifted to SACK_BASE
+(their registers are declared with the others, :meth:`TrackerStages._stage_registers`)."""
+
+from amaranth.hdl import Cat, Const, Mux, Signal
+
+from mrcnic.base import proto
+from mrcnic.base.gates import signed_fits
+from mrcnic.base.rules import SACK_BITMAP_BITS as BITMAP_BITS, SACK_OFFSET
+
+PSN = proto.PSN_BITS
+HALF = proto.MPR_UNIT_PSNS // 2       # PSNs per ring bank word
+
+
+def named(m, value, name):
+    """``value`` in a Signal named ``name`` (a timing report names it)."""
+    sig = Signal(len(value), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+__all__ = ["SackStages"]
+
+
+class SackStages:
+    """Stages A (the SACK read), B (its data), C and T (the shift) of
+    :class:`~mrcnic.rx.psn_tracker.PsnTracker`. Mixed into the tracker beside
+    :class:`~mrcnic.rx.psn_tracker.stages.TrackerStages`, whose helpers they use
+    (``_ring_addr``, ``_chunk_parity``)."""
+
+    def _stage_a_sack_read(self, m, mem, st):
+        """Stage A: reads the ring at SACK_BASE = CACK + 1 (the bank word holding it and the
+        next), after this record's own write and before the next record of the QP writes;
+        ``ack_psn_offset`` and ``ooo_count``."""
+        a, b = st.a, st.b
+        base = Signal(PSN, name="a_sack_base")
+        m.d.comb += base.eq(a.cack + SACK_OFFSET)
+        chunk = base[7:]
+        chunk1 = Signal(PSN - 7, name="a_sack_chunk_next")
+        m.d.comb += [chunk1.eq(chunk + 1),
+                     mem.lo.sack.addr.eq(self._ring_addr(a.qpi, Mux(base[6], chunk1, chunk))),
+                     mem.hi.sack.addr.eq(self._ring_addr(a.qpi, chunk))]
+        trigger = Signal(PSN, name="a_trigger")
+        ooo = Signal(PSN, name="a_ooo")
+        m.d.comb += [trigger.eq(a.psn - a.cack), ooo.eq(a.pbase - a.cack)]
+        m.d.sync += [
+            b.valid.eq(a.valid), b.shift.eq(base[:6]), b.half.eq(base[6]),
+            # The parity of the second word: the next chunk's when it is the odd half.
+            b.par0.eq(self._chunk_parity(chunk)),
+            b.par_next.eq(Mux(base[6], self._chunk_parity(chunk1), self._chunk_parity(chunk))),
+            b.nack.eq(a.nack),
+            b.tail.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
+            b.tail.ack_psn_offset.eq(Mux(a.plain | ~signed_fits(trigger, 16), 0,
+                                         trigger[:16])),
+        ]
+
+    def _stage_b_sack_data(self, m, mem, st):
+        """Stage B: the two bank words as read, into registers (a block RAM's output feeds
+        nothing else)."""
+        b, c = st.b, st.c
+        m.d.sync += [c.valid.eq(b.valid), c.shift.eq(b.shift), c.half.eq(b.half),
+                     c.par0.eq(b.par0), c.par_next.eq(b.par_next), c.nack.eq(b.nack),
+                     c.tail.eq(b.tail), c.lo.eq(mem.lo.sack.data), c.hi.eq(mem.hi.sack.data)]
+
+    def _stage_c_bitmap(self, m, st):
+        """Stage C: the two words in PSN order (when SACK_BASE is in the odd half, ``hi``
+        first and then ``lo``, the next chunk's even half), lap parity removed, shifted
+        towards SACK_BASE by its position's upper four bits (two 4:1 steps)."""
+        c, t = st.c, st.t
+        arr = named(m, Mux(c.half, Cat(c.hi, c.lo), Cat(c.lo, c.hi)) ^
+                   Cat(c.par0.replicate(HALF), c.par_next.replicate(HALF)), "c_arrived")
+        vec = arr
+        for lo in (4, 2):
+            vec = named(m, Cat(*(
+                Cat(*(vec[i + (k << lo)] if i + (k << lo) < len(vec) else Const(0, 1)
+                      for k in range(4))).bit_select(c.shift[lo:lo + 2], 1)
+                for i in range(BITMAP_BITS + (1 << lo) - 1))), f"c_shift{lo}")
+        m.d.sync += [t.valid.eq(c.valid), t.shift.eq(c.shift[:2]), t.nack.eq(c.nack),
+                     t.tail.eq(c.tail), t.coarse.eq(vec)]
+
+    def _stage_t_tail(self, m, fifos, st):
+        """Stage T: the last 4:1 step of the shift gives the bitmap (none for a NACK), into
+        the tail of the descriptor's FIFO."""
+        t = st.t
+        bitmap = Signal(BITMAP_BITS, name="t_bitmap")
+        m.d.comb += bitmap.eq(Cat(*(t.coarse[i:i + 4].bit_select(t.shift, 1)
+                                    for i in range(BITMAP_BITS))))
+        tail = Signal(t.tail.shape())
+        m.d.comb += [tail.eq(t.tail), tail.bitmap.eq(Mux(t.nack, 0, bitmap)),
+                     fifos["ack_tail"].w_data.eq(tail), fifos["ack_tail"].w_en.eq(t.valid)]
