@@ -297,22 +297,22 @@ class RetransmitTracker(wiring.Component):
     Throughput
     ----------
     One ``sent`` record and one ``ack`` record per cycle, sustained, together, while
-    consecutive ack records are of different QPs. An ack record right behind one of its
-    own QP waits one cycle in stage E (stage W writes the QP's state), and while it waits
-    the sent records of its QP and every retransmission record wait too: for one QP
-    alone, one record every two cycles on each input (measured in
+    consecutive records are of different QPs. An ack record right behind one of its own
+    QP waits one cycle in stage E (stage W writes the QP's state); a sent record waits
+    while stage E holds an ack record of its QP (and the ``ack`` input meanwhile): for one
+    QP alone, one record every two cycles on each input (measured in
     ``sim/tx/test_retransmit_tracker.py``, with 4 QPs at random too). The ``ack`` input
     also pauses while the hole engine sends requests (one cycle per hole, requested or
-    skipped as pending: a SACK that opens k holes costs k + 2 cycles) or an output FIFO
-    is full; a retransmission
-    record waits while stage E or W holds a record, or a SACK of its QP is in stage E, W
-    or the hole engine. The pending table adds no cycle and no pause.
+    skipped as pending, after one to find the first: k + 2 cycles for a SACK that opens
+    k holes) or an output FIFO is full; a retransmission record waits while stage E
+    holds a record or stage W one it does not apply in that cycle, or a SACK of its QP is
+    in stage E, W or the hole engine. The pending table adds no cycle and no pause.
 
     Stages
     ------
     Sent path: stage S1 (``sent_s1_*``) holds the record and its QP's index; the cycle it
-    goes it is judged against the QP's stored state and stages E's and W's CACK and error,
-    and its ring writes are registered (``sent_ring_*``). It waits while a record ahead of it
+    goes it is judged against the QP's stored state and stage W's CACK and error, and
+    its ring writes are registered (``sent_ring_*``). It waits while a record ahead of it
     in flight decides what it needs (below); the ``ack`` input takes nothing meanwhile.
     SACK/NACK path: stage A (``sack_a_*``) takes the record, reads the bitmap words, and
     works out from the record alone where its CACK falls in the two words, the highest
@@ -321,18 +321,20 @@ class RetransmitTracker(wiring.Component):
     against the words, aligns the SACK's bitmap and finds the bounds of the hole search;
     stage W (``sack_w_*``) applies the record (context, words, the hole mark moved to the
     end of a search that was not empty), answers it and finds its holes, each bound a
-    mask of its own; the hole engine (``hole_*``) reads their records one per cycle, and
-    its stage J (``hole_j_*``) judges each against the time guard, looks it up in the
-    pending table and requests it (or moves the hole mark back to it). Only stage
+    mask of its own; the hole engine (``hole_*``) takes them by groups of 16 and reads
+    their records one per cycle, and its stage J (``hole_j_*``) registers the records,
+    judges each hole against the time guard, looks it up in the pending table (compared
+    a cycle ahead, ``hole_j_pmatch``) and requests it (or moves the hole mark back to
+    it). Only stage
     W writes what stage E reads: a record of the QP stage W (or the hole engine) holds
     waits in stage E and reads it all again the cycle after it is written (the words
     through a transparent read port). A hole found by one SACK is requested before the
-    next ack record is applied: stage W waits while the engine runs. Stage E's and W's
-    CACK and error are forwarded to the sent path (a sent record judged as an ack record
-    leaves stage E, or while stage W holds it, sees it); a retransmission judged as a
-    record leaves stage E leaves the pending table when stage W is done with that record
-    (``pend_rm_*``). Nothing is forwarded to the timer scan, whose stage S3 tries its PSN
-    again while stage E or W holds a record of the same QP. Each output record is chosen
+    next ack record is applied: stage W waits while the engine runs. Stage W's CACK and
+    error are forwarded from its registers to the sent path (a sent record judged while
+    stage W holds an ack record sees it; one of stage E's QP waits); a retransmission
+    leaves the pending table the cycle after it is judged (``pend_rm_*``). Nothing is
+    forwarded to the timer scan, whose stage S3 tries its PSN again while stage E or W
+    holds a record of the same QP, or stage W held one as stage S1 read the bitmap. Each output record is chosen
     by which stage holds one (stage W, the hole engine, the timer) and registered before
     its FIFO (``out_*``).
 
@@ -425,6 +427,11 @@ class RetransmitTracker(wiring.Component):
         r_time = f["config2"]["reorder_time"]
 
         def qidx(qp):
+            # The table index of a QP number; a number >= qps is refused wherever it is
+            # used, so with qps a power of two its low bits serve (no comparator in front
+            # of the tables' read addresses).
+            if qps == 1 << ceil_log2(qps):
+                return qp[:qb]
             return Mux(qp < qps, qp, 0)[:qb]
 
         def rec_addr(qp, psn):
@@ -597,8 +604,8 @@ class RetransmitTracker(wiring.Component):
             w_valid=w_valid)
 
     def _sent_path(self, m, v):
-        """The sent path, one stage: each record judged against the stored CACK and the
-        CACKs of stages E and W (forwarded), recorded or refused."""
+        """The sent path, stage S1: each record judged against the stored CACK and stage
+        W's (forwarded), recorded or refused."""
         (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err, O, pmtu_log2, cwnd, qps, rec_w,
          rec_addr, tag_w, nxt_w, ev, w_valid, w_go, w_q) = _take(v, """
             cmd_busy e_valid qb qidx ctx_rs nxt_rs err O pmtu_log2 cwnd qps rec_w rec_addr tag_w
