@@ -822,10 +822,13 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += s7.eq(b6 + a_hidx)
         # Where the end of the search falls, (the PSN hi) - (p0 + guard - 1), clamped:
         # from the SACK's highest bit, or from its CACK, the two worked out side by side.
+        # (base[:6] - (guard - 1) beside the search for the highest bit, which it then meets
+        # in one adder.)
         off_g, off_m1 = Signal(signed(18), name="sack_a_off_g"), Signal(signed(18), name="sack_a_off_m1")
-        m.d.comb += [off_g.eq(off + gm1), off_m1.eq(off - 1)]
+        b6_g = Signal(signed(18), name="sack_a_base6_g")
+        m.d.comb += [off_g.eq(off + gm1), off_m1.eq(off - 1), b6_g.eq(b6 - gm1)]
         end_bit, end_cack = Signal(8, name="sack_a_end_bit"), Signal(8, name="sack_a_end_cack")
-        m.d.comb += [end_bit.eq(_clamp_signed(s7 - gm1)),
+        m.d.comb += [end_bit.eq(_clamp_signed(b6_g + a_hidx)),
                      end_cack.eq(_clamp_signed(b6 - off_g))]
         a_hcand = Signal(PSN, name="sack_a_hcand")
         a_lo = Signal(8, name="sack_a_lo")
