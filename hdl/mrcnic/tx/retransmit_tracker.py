@@ -1423,10 +1423,10 @@ class RetransmitTracker(wiring.Component):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
         (qb, j_valid, h_q, j_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
          t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, t_exhaust, cmd_qp, cmd_apply, e_go, w_go,
-         ev, ob, s2_q, s2_p, t_phit, h_psn) = _take(v, """
+         ev, ob, s2_q, s2_p, t_phit, h_psn, e_q, e_base) = _take(v, """
             qb j_valid h_q j_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
             s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev ob s2_q s2_p
-            t_phit h_psn""")
+            t_phit h_psn e_q e_base""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # Three requesters, which never request in the same cycle, each with its lookup
         # (below): the hole engine (its stage J), stage W (a NACK needs w_go) and the timer
@@ -1461,10 +1461,6 @@ class RetransmitTracker(wiring.Component):
         m.d.comb += live.eq(pv | Mux(ins_valid, ins_slot, 0))
         ins_live = Signal(P)                   # the slot an insert makes live now
         m.d.comb += ins_live.eq(Mux(ins_valid, ins_slot, 0))
-        # Stage W's lookup (a NACK's PSN), made in its own cycle.
-        w_match = Signal(P)
-        m.d.comb += w_match.eq(Cat(*(live[i] & (pq[i] == w_q) & (pp[i] == w.base[:PB])
-                                     for i in range(P))))
         # The hole engine's and the timer's lookups a stage ahead: the entries are compared
         # with the PSN the stage will hold a cycle later (hole_j_pmatch in the hole's read
         # cycle, scan_s3_pmatch in the timer's stage S2), and so is the key written this
@@ -1479,7 +1475,17 @@ class RetransmitTracker(wiring.Component):
             return (pmatch & live & ~ins_live).any() | (ins_valid & pins)
         j_hit = Signal(name="hole_j_phit")
         m.d.comb += [j_hit.eq(ahead("hole_j", h_q, h_psn)), t_phit.eq(ahead("scan_s3", s2_q, s2_p))]
-        m.d.comb += p_hit.eq(Mux(j_valid, j_hit, w_match.any()))
+        # Stage W's lookup (a NACK's PSN) the same way, compared with the record stage W
+        # holds in the next cycle: stage E's as it goes on, else stage W's own.
+        def compare(q, psn):
+            return (Cat(*((pq[i] == q) & (pp[i] == psn[:PB]) for i in range(P))),
+                    (k_q == q) & (k_p == psn[:PB]))
+        (e_cmp, e_pins), (w_cmp, w_pins_now) = compare(e_q, e_base), compare(w_q, w.base)
+        w_pmatch, w_pins = Signal(P, name="sack_w_pmatch"), Signal(name="sack_w_pins")
+        m.d.sync += [w_pmatch.eq(Mux(e_go, e_cmp, w_cmp)), w_pins.eq(Mux(e_go, e_pins, w_pins_now))]
+        w_hit = Signal(name="sack_w_phit")
+        m.d.comb += w_hit.eq((w_pmatch & live & ~ins_live).any() | (ins_valid & w_pins))
+        m.d.comb += p_hit.eq(Mux(j_valid, j_hit, w_hit))
         # (The timer's t_timeout is decided on its own lookup, scan_s3_phit.)
         p_want = ((nack_ok | h_old) & ~p_hit) | t_timeout
         p_free = Signal(P)
