@@ -1134,7 +1134,8 @@ class RetransmitTracker(wiring.Component):
         # the time guard's verdict on them; the request, its pending lookup and the mark
         # write are decided from these registers the cycle after.
         j_valid = Signal(name="hole_j_valid")
-        m.d.comb += [hole_busy.eq(h_nz | h_emit | j_valid),
+        mk_we = Signal(name="hole_mark_we")     # the mark written back (stage J, below)
+        m.d.comb += [hole_busy.eq(h_nz | h_emit | j_valid | mk_we),
                      h_busy_qp.eq(s1_qp_ok & ((hole_busy & (qs == h_q)) |
                                               (e_valid & (qs == e_q)) | (w_valid & (qs == w_q))))]
         h_issue = h_cur_v & fifos["rtx"].room3
@@ -1196,11 +1197,15 @@ class RetransmitTracker(wiring.Component):
                                cause=RtxCause.HOLE)
         h_old = j_valid & ~h_young             # a hole that counts as lost
         h_rtx = h_old & ~p_hit
-        # Stage W is idle while the engine runs (w_go needs ~hole_busy), so the mark's
-        # write port is free.
-        with m.If(j_valid & h_young & ~h_young_seen):
+        # The mark moves back to the first young hole the cycle after stage J (from
+        # registers, hole_mark_*); the engine counts as busy until then. Stage W is idle
+        # while the engine runs (w_go needs ~hole_busy), so the mark's write port is free.
+        mk_psn = Signal(PSN, name="hole_mark_psn")
+        m.d.sync += [mk_we.eq(j_valid & h_young & ~h_young_seen), mk_psn.eq(j_psn)]
+        with m.If(j_valid & h_young):
             m.d.sync += h_young_seen.eq(1)
-            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(j_psn)]
+        with m.If(mk_we):
+            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(mk_psn)]
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
 
         vars(v).update(
