@@ -814,8 +814,14 @@ class RetransmitTracker(wiring.Component):
         hi0, hi1 = Signal(PSN - 6, name="sack_a_word0"), Signal(PSN - 6, name="sack_a_word1")
         m.d.comb += [hi0.eq(a.cack[6:] + (off >> 6) + c6),
                      hi1.eq(a.cack[6:] + (off >> 6) + c6 + 1)]
+        # The highest bit is after CACK when its index exceeds -sack_offset, worked out
+        # beside the search and saturated to 7 bits.
+        neg_off = Signal(signed(18), name="sack_a_neg_off")
+        neg_off7 = Signal(7, name="sack_a_neg_off7")
+        m.d.comb += [neg_off.eq(-off),
+                     neg_off7.eq(Mux(neg_off < 0, 0, Mux(neg_off > WORD, WORD, neg_off[:7])))]
         a_after = Signal(name="sack_a_after")
-        m.d.comb += a_after.eq(a_found & ((off + a_hidx) > 0))
+        m.d.comb += a_after.eq(a_found & (a_hidx > neg_off7))
         # The highest PSN acknowledged, p0 + base[:6] + its bit (below 128: one carry into
         # the word number, which picks base[6:] or base[6:] + 1).
         s7 = Signal(7, name="sack_a_bit_pos")
@@ -827,9 +833,13 @@ class RetransmitTracker(wiring.Component):
         off_g, off_m1 = Signal(signed(18), name="sack_a_off_g"), Signal(signed(18), name="sack_a_off_m1")
         b6_g = Signal(signed(18), name="sack_a_base6_g")
         m.d.comb += [off_g.eq(off + gm1), off_m1.eq(off - 1), b6_g.eq(b6 - gm1)]
-        end_bit, end_cack = Signal(8, name="sack_a_end_bit"), Signal(8, name="sack_a_end_cack")
-        m.d.comb += [end_bit.eq(_clamp_signed(b6_g + a_hidx)),
-                     end_cack.eq(_clamp_signed(b6 - off_g))]
+        # Stage E adds the highest bit's index to base[:6] - (guard - 1), saturated here to
+        # -64 .. 129 (the clamp to 0 .. 128 after adding 0 .. 63 is the same).
+        b6_g_sat = Signal(signed(9), name="sack_a_base6_g_sat")
+        m.d.comb += b6_g_sat.eq(Mux(b6_g < -WORD, -WORD, Mux(b6_g > 2 * WORD + 1, 2 * WORD + 1,
+                                                              b6_g[:9])))
+        end_cack = Signal(8, name="sack_a_end_cack")
+        m.d.comb += end_cack.eq(_clamp_signed(b6 - off_g))
         a_hcand = Signal(PSN, name="sack_a_hcand")
         a_lo = Signal(8, name="sack_a_lo")
         a_hx = Signal(PSN, name="sack_a_hx")
@@ -845,6 +855,13 @@ class RetransmitTracker(wiring.Component):
         e_trig1 = Signal(PSN, name="sack_e_trig1")
         e_found, e_hcand = Signal(name="sack_e_found"), Signal(PSN, name="sack_e_hcand")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
+        e_hidx = Signal(6, name="sack_e_hidx")
+        e_b6g = Signal(signed(9), name="sack_e_base6_g")
+        e_end_cack = Signal(8, name="sack_e_end_cack")
+        e_after = Signal(name="sack_e_after")
+        # Where the SACK's own evidence puts the end of the search: from its highest bit,
+        # or from its CACK (stage A worked out the terms).
+        m.d.comb += e_ehx.eq(Mux(e_after, _clamp_signed(e_b6g + e_hidx), e_end_cack))
         e_epoch = Signal(EPOCH_BITS, name="sack_e_epoch")
         e_lo = Signal(8, name="sack_e_lo")
         e_hx = Signal(PSN, name="sack_e_hx")
@@ -857,7 +874,9 @@ class RetransmitTracker(wiring.Component):
             m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
                          e_found.eq(a_found), e_hcand.eq(a_hcand),
-                         e_pg.eq(a_pg), e_ehx.eq(Mux(a_after, end_bit, end_cack)), e_lo.eq(a_lo),
+                         e_pg.eq(a_pg), e_lo.eq(a_lo),
+                         e_hidx.eq(a_hidx), e_b6g.eq(b6_g_sat), e_end_cack.eq(end_cack),
+                         e_after.eq(a_after),
                          e_hx.eq(a_hx),
                          e_rec_lo.eq(Mux(a.nack, a.psn, a_trig)),
                          e_tag_lo.eq(Mux(a.nack, a.psn, a.cack)),
