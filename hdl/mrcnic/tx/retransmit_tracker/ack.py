@@ -1,0 +1,406 @@
+"""The SACK/NACK path of :class:`~mrcnic.tx.retransmit_tracker.RetransmitTracker`:
+stages A (``sack_a_*``), E (``sack_e_*``, ``nack_e_*``) and W (``sack_w_*``).
+
+- **A** reads the two 64-PSN bitmap words the SACK straddles (even and odd bank) and the
+  QP's epoch, and works out from the record alone every bound that needs no per-QP state
+  (where CACK + 1 falls, the highest PSN acknowledged, the terms of the hole search's
+  end), each one adder from the record's fields.
+- **E** tests the record against its QP's context, words, hole mark and next PSN (read
+  here; written only by stage W) and registers every check and the bounds of the hole
+  search.
+- **W** writes the context, the words and the mark, finds the holes (the vector handed to
+  the hole engine) and answers: the release, feedback, NACK retransmit and error records.
+
+Reads: the ``ack`` input; the context, bitmap and ring read ports; the hole engine's busy
+flag; the sent path's stage S1. Leaves: stage E's and W's registers (``e_*``, ``w``), the
+holes and their first PSN (``holes``, ``p0``), what W decided (``sack_ok``, ``changed``,
+``nack_ok``, ``fatal``) and the records it answers (``e_rtx``, ``e_fb``, ``e_err``).
+
+Latency (cycles from the record taken): release 3 (``sack_latency``), feedback 4
+(``feedback_latency``), a NACK's retransmit request 4. Throughput: one record a cycle
+across QPs. Stall: a record of the QP stage W holds waits one cycle in E (E reads the
+context and words after W's write; nothing is forwarded from W into E), and the input waits
+while the hole engine works on a SACK's holes (k + 2 cycles for k holes)."""
+
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, Const, Mux, Signal, signed
+
+from mrcnic.base.records import ACK_DESC, ErrorCause, RtxCause, RESOURCE_NACKS, FeedbackKind
+from mrcnic.base.gates import assign
+from mrcnic.base.proto import NackCode, SackMode
+from mrcnic.tx.retransmit_tracker.common import (
+    EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_signed, _take, ge_mask, highest_set, lt_mask)
+
+__all__ = ["AckStages"]
+
+
+class AckStages:
+    """Stages A, E and W of the SACK/NACK path; mixed into the tracker."""
+
+    def _ack_stage_a(self, m, v):
+        """SACK/NACK path, stage A: the bitmap words read, and what needs no per-QP state
+        worked out from the record alone."""
+        (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, banks, bank_addr,
+         guard, epoch, e_q, qps, s1_valid, s_cond) = _take(v, """
+            cmd_busy hole_busy e_valid e_go room2 qb qidx banks bank_addr guard epoch e_q
+            qps s1_valid s_cond""")
+        a = self.ack.payload
+        # No record is taken while a sent record waits in its stage S1 (it comes first).
+        ready_a = (~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2 &
+                   ~(s1_valid & ~s_cond))
+        m.d.comb += self.ack.ready.eq(ready_a)
+        take_a = self.ack.valid & ready_a
+        qa = Signal(qb)
+        m.d.comb += qa.eq(qidx(a.qp))
+        m.d.comb += epoch.ra.addr.eq(qa)
+        a_base = Signal(PSN)
+        m.d.comb += a_base.eq(Mux(a.nack, a.psn, a.cack + a.sack_offset.as_signed()))
+        a_trig = Signal(PSN)
+        m.d.comb += a_trig.eq(a.cack + a.ack_psn_offset.as_signed())
+        w0 = a_base[6:]
+        w1 = (w0 + 1)[:PSN - 6]
+        e_base = Signal(PSN, name="sack_e_base")
+        even = Mux(w0[0], w1, w0)
+        odd = Mux(w0[0], w0, w1)
+        # A record held in stage E reads its words again every cycle (sack_e_reread): the
+        # read port is transparent, so it sees what stage W writes on the same edge.
+        e_reread = Signal(name="sack_e_reread")
+        e_w0 = e_base[6:]
+        e_w1 = Signal(PSN - 6, name="sack_e_w1")
+        e_even = Mux(e_w0[0], e_w1, e_w0)
+        e_odd = Mux(e_w0[0], e_w0, e_w1)
+        m.d.comb += [
+            e_reread.eq(e_valid & ~e_go),
+            banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_even), bank_addr(qa, even))),
+            banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_odd), bank_addr(qa, odd))),
+            banks[0][1].en.eq(take_a | e_reread), banks[1][1].en.eq(take_a | e_reread),
+        ]
+        # What does not depend on per-QP state is worked out here, from the input record,
+        # so that stage E starts from registers: where CACK + 1 falls in the two words
+        # (sack_e_lo), the highest PSN the SACK acknowledges (sack_a_hcand), and where the
+        # SACK's own evidence (CACK and that PSN) puts the end of the hole search
+        # (sack_e_ehx).
+        a_found, a_hidx = highest_set(m, a.bitmap, "sack_a_hi")
+        # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
+        # the first PSN of the two words (p0 = base - base[:6]) CACK + 1 is base[:6] -
+        # sack_offset + 1, the highest PSN acknowledged base[:6] + its bit, and that PSN is
+        # after CACK when sack_offset + its bit > 0. (A NACK uses none of them.)
+        # Each sum is one adder from the record's fields, registers and at most one sum
+        # before it (terms that do not depend on each other are added side by side):
+        # b6 and its carry c6 from the low bits; the guard less one from a register.
+        off = a.sack_offset.as_signed()
+        gm1 = Signal(signed(17), name="sack_a_guard_m1")   # follows reorder_guard a cycle late
+        m.d.sync += gm1.eq(guard - 1)
+        low = Signal(7, name="sack_a_low")
+        m.d.comb += low.eq(a.cack[:6] + a.sack_offset[:6])
+        b6, c6 = low[:6], low[6]
+        # base[6:] and base[6:] + 1, the first PSN's word number and the next, side by side.
+        hi0, hi1 = Signal(PSN - 6, name="sack_a_word0"), Signal(PSN - 6, name="sack_a_word1")
+        m.d.comb += [hi0.eq(a.cack[6:] + (off >> 6) + c6),
+                     hi1.eq(a.cack[6:] + (off >> 6) + c6 + 1)]
+        # The highest bit is after CACK when its index exceeds -sack_offset, worked out
+        # beside the search and saturated to 7 bits.
+        neg_off = Signal(signed(18), name="sack_a_neg_off")
+        neg_off7 = Signal(7, name="sack_a_neg_off7")
+        m.d.comb += [neg_off.eq(-off),
+                     neg_off7.eq(Mux(neg_off < 0, 0, Mux(neg_off > WORD, WORD, neg_off[:7])))]
+        a_after = Signal(name="sack_a_after")
+        m.d.comb += a_after.eq(a_found & (a_hidx > neg_off7))
+        # The highest PSN acknowledged, p0 + base[:6] + its bit (below 128: one carry into
+        # the word number, which picks base[6:] or base[6:] + 1).
+        s7 = Signal(7, name="sack_a_bit_pos")
+        m.d.comb += s7.eq(b6 + a_hidx)
+        # Where the end of the search falls, (the PSN hi) - (p0 + guard - 1), clamped:
+        # from the SACK's highest bit, or from its CACK, the two worked out side by side.
+        # (base[:6] - (guard - 1) beside the search for the highest bit, which it then meets
+        # in one adder.)
+        off_g, off_m1 = Signal(signed(18), name="sack_a_off_g"), Signal(signed(18), name="sack_a_off_m1")
+        b6_g = Signal(signed(18), name="sack_a_base6_g")
+        m.d.comb += [off_g.eq(off + gm1), off_m1.eq(off - 1), b6_g.eq(b6 - gm1)]
+        # Stage E adds the highest bit's index to base[:6] - (guard - 1), saturated here to
+        # -64 .. 129 (the clamp to 0 .. 128 after adding 0 .. 63 is the same).
+        b6_g_sat = Signal(signed(9), name="sack_a_base6_g_sat")
+        m.d.comb += b6_g_sat.eq(Mux(b6_g < -WORD, -WORD, Mux(b6_g > 2 * WORD + 1, 2 * WORD + 1,
+                                                              b6_g[:9])))
+        end_cack = Signal(8, name="sack_a_end_cack")
+        m.d.comb += end_cack.eq(_clamp_signed(b6 - off_g))
+        a_hcand = Signal(PSN, name="sack_a_hcand")
+        a_lo = Signal(8, name="sack_a_lo")
+        a_hx = Signal(PSN, name="sack_a_hx")
+        a_pg = Signal(PSN, name="sack_a_pg")
+        m.d.comb += [
+            a_hcand.eq(Cat(s7[:6], Mux(s7[6], hi1, hi0))),
+            a_lo.eq(_clamp_signed(b6 - off_m1)),
+            a_hx.eq(Mux(a_after, a_hcand, a.cack)),
+            # p0 + guard - 1, p0 = base less its low 6 bits.
+            a_pg.eq(Cat(gm1[:6], (a.cack[6:] + (off >> 6) + c6 + (gm1 >> 6))[:PSN - 6])),
+        ]
+        e = Signal(ACK_DESC)
+        e_trig1 = Signal(PSN, name="sack_e_trig1")
+        e_found, e_hcand = Signal(name="sack_e_found"), Signal(PSN, name="sack_e_hcand")
+        e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
+        e_hidx = Signal(6, name="sack_e_hidx")
+        e_b6g = Signal(signed(9), name="sack_e_base6_g")
+        e_end_cack = Signal(8, name="sack_e_end_cack")
+        e_after = Signal(name="sack_e_after")
+        # Where the SACK's own evidence puts the end of the search: from its highest bit,
+        # or from its CACK (stage A worked out the terms).
+        m.d.comb += e_ehx.eq(Mux(e_after, _clamp_signed(e_b6g + e_hidx), e_end_cack))
+        e_epoch = Signal(EPOCH_BITS, name="sack_e_epoch")
+        e_lo = Signal(8, name="sack_e_lo")
+        e_hx = Signal(PSN, name="sack_e_hx")
+        e_qp_ok = Signal(name="sack_e_qp_ok")
+        # The low PSN bits of the two ring reads stage W needs (the trigger's or the
+        # NACK's record, CACK's tag), made when the record leaves stage E.
+        e_rec_lo = Signal(PSN, name="sack_e_rec_psn")
+        e_tag_lo = Signal(PSN, name="sack_e_tag_psn")
+        with m.If(take_a):
+            m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
+                         e_w1.eq(w1),
+                         e_found.eq(a_found), e_hcand.eq(a_hcand),
+                         e_pg.eq(a_pg), e_lo.eq(a_lo),
+                         e_hidx.eq(a_hidx), e_b6g.eq(b6_g_sat), e_end_cack.eq(end_cack),
+                         e_after.eq(a_after),
+                         e_hx.eq(a_hx),
+                         e_rec_lo.eq(Mux(a.nack, a.psn, a_trig)),
+                         e_tag_lo.eq(Mux(a.nack, a.psn, a.cack)),
+                         e_epoch.eq(epoch.ra.data), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
+        with m.If(take_a):
+            m.d.sync += e_valid.eq(1)
+        with m.Elif(e_go):
+            m.d.sync += e_valid.eq(0)
+
+        vars(v).update(
+            e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
+            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo,
+            e_tag_lo=e_tag_lo, e_trig1=e_trig1, e_w1=e_w1)
+
+    def _ack_stage_e(self, m, v):
+        """SACK/NACK path, stage E: the record against its QP's context, bitmap words, hole
+        mark and next PSN (read here, written only by stage W), every check, and the
+        bounds of the hole search, registered for stage W."""
+        (e_go, e_valid, hole_busy, h_q, cmd_busy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
+         e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
+         e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra, rec_addr, e_rec_lo,
+         e_tag_lo) = _take(v, """
+            e_go e_valid hole_busy h_q cmd_busy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
+            banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O e_lo e_hx e_w1
+            w_valid w_go w_q rec_ra tag_ra rec_addr e_rec_lo e_tag_lo""")
+        # A record goes on to stage W when W is free or emptied on this edge, and neither
+        # stage W nor the hole engine holds its QP: they may write its context, words or
+        # mark on this edge, after which stage E reads them again (one cycle later).
+        m.d.comb += [
+            e_go.eq(e_valid & ~cmd_busy & (~w_valid | w_go) & ~(w_valid & (w_q == e_q)) &
+                    ~(hole_busy & (h_q == e_q))),
+            ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q),
+            rec_ra.addr.eq(rec_addr(e_q, e_rec_lo)), rec_ra.en.eq(e_go),
+            tag_ra.addr.eq(rec_addr(e_q, e_tag_lo)), tag_ra.en.eq(e_go)]
+        c = ctx_re.data
+        n = nxt_re.data
+        in_err = err.bit_select(e_q, 1)
+        live_u = e_valid & e_qp_ok & ~in_err
+        ew0 = e_base[6:]
+        d_even, d_odd = banks[0][1].data, banks[1][1].data
+        d0 = Signal(WORDL)
+        d1 = Signal(WORDL)
+        m.d.comb += [d0.eq(Mux(ew0[0], d_odd, d_even)), d1.eq(Mux(ew0[0], d_even, d_odd))]
+        ok0, ok1 = Signal(name="sack_e_word0_ok"), Signal(name="sack_e_word1_ok")
+        m.d.comb += [ok0.eq((d0.lap == ew0[wq:]) & (d0.epoch == e_epoch)),
+                     ok1.eq((d1.lap == e_w1[wq:]) & (d1.epoch == e_epoch))]
+        old = Signal(2 * WORD)
+        m.d.comb += old.eq(Cat(Mux(ok0, d0.bits, 0), Mux(ok1, d1.bits, 0)))
+        # A NACK's PSN acknowledged: its bit, picked from each bank's word as read, beside
+        # the check of the first word.
+        i0 = e_base[:6]
+        nack_bit = Signal(name="nack_e_bit")
+        m.d.comb += nack_bit.eq(ok0 & Mux(ew0[0], d_odd.bits.bit_select(i0, 1),
+                                          d_even.bits.bit_select(i0, 1)))
+        p0 = Cat(Const(0, 6), ew0)              # first PSN of the two words
+        C = e.cack
+        # Each PSN test a sign (a carry chain) beside an equality, not a test of a difference.
+        dC, dnC, dhn = (Signal(PSN, name="sack_e_dcack"), Signal(PSN, name="sack_e_dnext"),
+                        Signal(PSN, name="sack_e_dhigh"))
+        m.d.comb += [dC.eq(C - c.cack), dnC.eq(n - C), dhn.eq(e_hcand - n)]
+        stale = dC[-1]
+        adv = (C != c.cack) & ~dC[-1]
+        c_unsent = (n == C) | dnC[-1]
+        # A bit for an unsent PSN: the highest bit the SACK sets is at or after n.
+        b_unsent = e_found & ~dhn[-1]
+        sack_ok_u = Signal(name="sack_e_ok_u")
+        m.d.comb += sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent)
+        # The SACK's bitmap aligned to the two words, the bits at or before CACK dropped.
+        e_vn = Signal(2 * WORD, name="sack_e_vn")
+        m.d.comb += e_vn.eq((Cat(e.bitmap, Const(0, WORD)) << e_base[:6]) &
+                            ge_mask(e_lo, 2 * WORD))
+        # Whether the SACK sets a bit not yet set, per word (each word's test read apart
+        # from its lap check, which picks one of them in stage W).
+        fresh = Signal(4, name="sack_e_fresh")
+        m.d.comb += fresh.eq(Cat((e_vn[:WORD] & ~d0.bits).any(), e_vn[:WORD].any(),
+                                 (e_vn[WORD:] & ~d1.bits).any(), e_vn[WORD:].any()))
+        # Highest acknowledged PSN: the larger of the stored one and the SACK's own (CACK
+        # or its highest bit, stage A).
+        h2 = Signal(PSN)
+        m.d.comb += h2.eq(Mux(_after(e_hx, c.hi), e_hx, c.hi))
+        # Holes: after CACK (lo), not before mark (mk), before n (hl), hi - psn >= guard
+        # (before ehx or ehi: the end that the SACK's evidence or the stored hi gives), not
+        # acknowledged: the search from max(lo, mk) to before min(max(ehx, ehi), hl).
+        mk, hl, ehi = (Signal(8, name="sack_e_mk"), Signal(8, name="sack_e_hl"),
+                       Signal(8, name="sack_e_ehi"))
+        m.d.comb += [mk.eq(_clamp(mark_re.data - p0)), hl.eq(_clamp(n - p0)),
+                     ehi.eq(_clamp(c.hi - e_pg))]
+        end_raw = Signal(8, name="sack_e_end_raw")
+        m.d.comb += end_raw.eq(Mux(e_ehx > ehi, e_ehx, ehi))
+        s_pos = Signal(8, name="sack_e_start")
+        m.d.comb += s_pos.eq(Mux(e_lo > mk, e_lo, mk))
+        trig_d = Signal(PSN)
+        m.d.comb += trig_d.eq(n - e_trig1)
+        # NACK: its PSN against CACK and n (for a NACK, e_base is its PSN).
+        np_d, nn_d = Signal(PSN, name="nack_e_dp"), Signal(PSN, name="nack_e_dn")
+        m.d.comb += [np_d.eq(e_base - c.cack), nn_d.eq(n - e_base)]
+        m_kind = Mux(e.m == SackMode.SKIP_ONCE, int(FeedbackKind.SKIP_ONCE),
+                     Mux(e.m == SackMode.ALWAYS_SKIP, int(FeedbackKind.ALWAYS_SKIP),
+                         int(FeedbackKind.ACKED)))
+        nk = Signal(4)
+        known = Signal()
+        with m.Switch(e.reason):
+            with m.Case(NackCode.TRIMMED):
+                m.d.comb += [nk.eq(FeedbackKind.TRIMMED), known.eq(1)]
+            with m.Case(NackCode.TRIMMED_LASTHOP):
+                m.d.comb += [nk.eq(FeedbackKind.TRIMMED_LASTHOP), known.eq(1)]
+            with m.Case(*[int(r) for r in RESOURCE_NACKS]):
+                m.d.comb += [nk.eq(FeedbackKind.RESOURCE), known.eq(1)]
+
+        # --- Into stage W: what it writes and answers, decided ------------------------------
+        w = SimpleNamespace(
+            **{n_: Signal(name=f"sack_w_{n_}") for n_ in (
+                "qp_ok", "in_err", "nack", "pr", "ok_u", "stale", "unsent", "adv", "trig_ok",
+                "ok0", "ok1", "fatal_u", "known", "n_unsent", "n_acked")},
+            fresh=Signal(4, name="sack_w_fresh"), kind=Signal(4, name="sack_w_kind"),
+            entropy=Signal.like(e.entropy, name="sack_w_entropy"),
+            mpr=Signal.like(e.mpr, name="sack_w_mpr"),
+            cack=Signal(PSN, name="sack_w_cack"), old_cack=Signal(PSN, name="sack_w_old_cack"),
+            h2=Signal(PSN, name="sack_w_hi"), base=Signal(PSN, name="sack_w_base"),
+            w1=Signal(PSN - 6, name="sack_w_w1"), epoch=Signal(EPOCH_BITS, name="sack_w_epoch"),
+            after=Signal(2 * WORD, name="sack_w_after"),
+            lo=Signal(8, name="sack_w_lo"), start=Signal(8, name="sack_w_start"),
+            end_raw=Signal(8, name="sack_w_end_raw"), hl=Signal(8, name="sack_w_hl"))
+        with m.If(e_go):
+            m.d.sync += [
+                w_q.eq(e_q), w.qp_ok.eq(e_qp_ok), w.in_err.eq(in_err), w.nack.eq(e.nack),
+                w.pr.eq(e.pr), w.ok_u.eq(sack_ok_u), w.stale.eq(stale),
+                w.unsent.eq(c_unsent | b_unsent), w.adv.eq(adv), w.trig_ok.eq(trig_d < O),
+                w.ok0.eq(ok0), w.ok1.eq(ok1),
+                w.fatal_u.eq(live_u & e.nack & (e.reason == NackCode.UNEXPECTED_EVENT)),
+                w.known.eq(known), w.n_unsent.eq((n == e_base) | nn_d[-1]),
+                w.n_acked.eq((e_base == c.cack) | np_d[-1] | nack_bit),
+                w.fresh.eq(fresh), w.kind.eq(Mux(e.nack, nk, m_kind)),
+                w.entropy.eq(e.entropy), w.mpr.eq(e.mpr), w.cack.eq(C),
+                w.old_cack.eq(c.cack), w.h2.eq(h2), w.base.eq(e_base), w.w1.eq(e_w1),
+                w.epoch.eq(e_epoch), w.after.eq(old | e_vn), w.lo.eq(e_lo),
+                w.start.eq(s_pos), w.end_raw.eq(end_raw), w.hl.eq(hl),
+            ]
+        with m.If(e_go):
+            m.d.sync += w_valid.eq(1)
+        with m.Elif(w_go):
+            m.d.sync += w_valid.eq(0)
+        # Forwarded to the sent path: a sent record judged while stage W holds this record
+        # comes after it (sent_s1_*_w).
+        w_fwd_we, w_fwd_cack, w_fwd_fatal = _take(v, "w_fwd_we w_fwd_cack w_fwd_fatal")
+        m.d.comb += [w_fwd_we.eq(w_valid & w.ok_u & w.adv), w_fwd_cack.eq(w.cack),
+                     w_fwd_fatal.eq(w_valid & w.fatal_u)]
+        vars(v).update(w=w)
+
+    def _ack_stage_w(self, m, v):
+        """SACK/NACK path, stage W: the record applied (context, bitmap words, hole mark)
+        and its holes found, from what stage E decided."""
+        (w, w_valid, w_go, w_q, hole_busy, cmd_busy, w_rdy, banks, bank_addr, wq, ctx_w,
+         mark_w) = _take(v, """
+            w w_valid w_go w_q hole_busy cmd_busy w_rdy banks bank_addr wq ctx_w mark_w""")
+        m.d.comb += w_go.eq(w_valid & ~hole_busy & ~cmd_busy & w_rdy)
+        live = w_go & w.qp_ok & ~w.in_err
+        sack_ok = Signal(name="sack_w_ok")
+        m.d.comb += sack_ok.eq(w.ok_u & w_go)
+        # The SACK's bits are new in a word if it sets one not set there (or the word was
+        # of another lap or epoch, and it sets any).
+        changed = w.adv | Mux(w.ok0, w.fresh[0], w.fresh[1]) | Mux(w.ok1, w.fresh[2],
+                                                                    w.fresh[3])
+        after = w.after                     # the two words with the SACK's bits set
+        new_cack = Signal(PSN)
+        m.d.comb += new_cack.eq(Mux(w.adv, w.cack, w.old_cack))
+        ww0 = w.base[6:]
+        with m.If(sack_ok):
+            m.d.comb += [ctx_w.addr.eq(w_q), ctx_w.en.eq(1),
+                         *assign(ctx_w.data, cack=new_cack, hi=w.h2, mpr=w.mpr)]
+            for b in range(2):
+                wp = banks[b][0]
+                mine = ww0[0] == b
+                m.d.comb += [
+                    wp.addr.eq(bank_addr(w_q, Mux(mine, ww0, w.w1))), wp.en.eq(1),
+                    wp.data.lap.eq(Mux(mine, ww0[wq:], w.w1[wq:])),
+                    wp.data.epoch.eq(w.epoch),
+                    wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
+                ]
+        # Holes: the search's bounds, each a mask of its own, ANDed with what is not
+        # acknowledged.
+        holes = Signal(2 * WORD)
+        m.d.comb += holes.eq(~after & ge_mask(w.start, 2 * WORD) &
+                             lt_mask(w.end_raw, 2 * WORD) & lt_mask(w.hl, 2 * WORD))
+        # The hole mark moves to the end of a search that is not empty (stage E reads it;
+        # a record of the QP waits there while this writes it).
+        k_end = Signal(8, name="sack_w_end")
+        m.d.comb += k_end.eq(Mux(w.end_raw < w.hl, w.end_raw, w.hl))
+        with m.If(sack_ok & (k_end > w.start)):
+            m.d.comb += [mark_w.addr.eq(w_q), mark_w.en.eq(1),
+                         mark_w.data.eq(Cat(Const(0, 6), ww0) + k_end)]
+        vars(v).update(changed=changed, holes=holes, live=live, p0=Cat(Const(0, 6), ww0),
+                       sack_ok=sack_ok)
+
+    def _ack_stage_w_answer(self, m, v):
+        """Stage W, continued: the records it answers (release, feedback, a NACK's
+        retransmit request, an error) and the events it counts."""
+        (w, w_valid, w_go, w_q, live, sack_ok, changed, rtx_rec, tag_ra, rec_ra, fb_rec,
+         rel_rec, err_rec, fifos, ev) = _take(v, """
+            w w_valid w_go w_q live sack_ok changed rtx_rec tag_ra rec_ra fb_rec rel_rec
+            err_rec fifos ev""")
+        is_sack = live & ~w.nack
+        is_nack = live & w.nack
+        fatal = w.fatal_u & w_go
+        nack_unknown = is_nack & ~fatal & ~w.known
+        nack_unsent = is_nack & w.known & w.n_unsent
+        nack_acked = is_nack & w.known & ~w.n_unsent & w.n_acked
+        nack_ok = is_nack & w.known & ~w.n_unsent & ~w.n_acked
+        sack_fb = sack_ok & changed & ~w.pr & w.trig_ok
+        e_rtx = Signal()
+        e_fb = Signal()
+        e_err = Signal()
+        p_hit = Signal()                       # the pending table holds the key (below)
+        m.d.comb += [e_rtx.eq(nack_ok & ~p_hit), e_fb.eq(nack_ok | sack_fb), e_err.eq(fatal)]
+        w_release = sack_ok & w.adv
+        # Each record's fields are chosen by which stage holds a record (registers), not by
+        # the decision to write it: W's here, the hole engine's and the timer's below.
+        with m.If(w_valid):
+            m.d.comb += [
+                *assign(rtx_rec, qp=w_q, psn=w.base, tag=tag_ra.data, ev=rec_ra.data.ev,
+                        cause=RtxCause.NACK),
+                *assign(fb_rec, qp=w_q, ev=rec_ra.data.ev, kind=w.kind, entropy=w.entropy),
+                *assign(err_rec, qp=w_q, cause=ErrorCause.NACK_FATAL),
+            ]
+        m.d.comb += assign(rel_rec, qp=w_q, first=w.old_cack + 1, last=w.cack,
+                           tag=tag_ra.data)
+        m.d.comb += fifos["release"].w_en.eq(w_release)
+        m.d.comb += [
+            ev.sacks.eq(sack_ok),
+            ev.sack_stale.eq(is_sack & w.stale),
+            ev.sack_unsent.eq(is_sack & ~w.stale & w.unsent),
+            ev.sack_duplicate.eq(sack_ok & ~changed),
+            ev.nacks.eq(nack_ok),
+            ev.nack_acked.eq(nack_acked),
+            ev.nack_unsent.eq(nack_unsent),
+            ev.nack_unknown.eq(nack_unknown),
+            ev.nack_fatal.eq(fatal),
+            ev.releases.eq(w_release),
+            ev.rtx_nack.eq(e_rtx),
+        ]
+        vars(v).update(e_err=e_err, e_fb=e_fb, e_rtx=e_rtx, fatal=fatal, nack_ok=nack_ok,
+                       p_hit=p_hit)

@@ -1,0 +1,141 @@
+"""The hole engine of :class:`~mrcnic.tx.retransmit_tracker.RetransmitTracker`
+(``hole_*``): the holes one SACK found, requested oldest first, one a cycle.
+
+Reads: stage W's hole vector and first PSN (``holes``, ``p0``) the cycle W goes; the
+per-PSN rings (read port ``rec_rh``, ``tag_rh``); the pending table's lookup (``p_hit``,
+compared a cycle ahead); ``reorder_time``. Leaves: the request (``h_rtx``, stage J's
+``j_valid``, ``j_psn``), the engine's busy flag and QP (``h_busy_qp``, ``hole_busy``) on
+which the ack input and stages E and W wait, the mark written back (``hole_mark_*``).
+
+Stages: the group search (``hole_vec``, ``hole_rest``, ``hole_cur``; a 16-bit lowest-bit
+search after registers picks the hole, whose rings are read), then stage J (``hole_j_*``)
+registers the hole's records as the block RAMs give them, judges the time guard from
+registers and writes the retransmit request; the mark moves to the first hole too young
+the cycle after J. Latency: SACK taken to its first request 8 cycles, then one a cycle
+with no idle cycle between groups. Forwarding: the pending table's insertions of the
+cycles in flight are part of its lookup (a hole already requested is skipped, taking its
+cycle)."""
+
+from amaranth.hdl import Cat, Mux, Signal
+
+from mrcnic.base.records import RtxCause, TIME_BITS
+from mrcnic.base.gates import assign
+from mrcnic.tx.retransmit_tracker.common import HOLE_GROUP, PSN, WORD, _take, lowest_set
+
+__all__ = ["HoleEngine"]
+
+
+class HoleEngine:
+    """The hole engine and its stage J; mixed into the tracker."""
+
+    def _hole_engine(self, m, v):
+        """The hole engine: the holes one SACK found, requested oldest first, one a cycle.
+
+        The search over the two words is split by groups of :data:`HOLE_GROUP` bits: when
+        stage W goes, the engine keeps the holes (``hole_vec``) and which groups have one
+        (``hole_rest``); one cycle later the lowest such group is its current group
+        (``hole_cur``), whose lowest bit is requested each cycle. The cycle the current
+        group's last bit is requested, the next group is taken from ``hole_rest`` (a
+        priority over 8 bits and a word select, into registers), so groups follow each
+        other with no idle cycle, and the request's address is a 16-bit search after
+        registers."""
+        (h_q, hole_busy, h_busy_qp, qs, s1_qp_ok, e_valid, e_q, fifos, w, w_valid, w_go, w_q,
+         sack_ok,
+         holes, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w, ev) = _take(v, """
+            h_q hole_busy h_busy_qp qs s1_qp_ok e_valid e_q fifos w w_valid w_go w_q sack_ok holes p0
+            rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev""")
+        G = HOLE_GROUP
+        NG = 2 * WORD // G
+        h_vec = Signal(2 * WORD, name="hole_vec")
+        h_rest = Signal(NG, name="hole_rest")      # groups with a hole, not yet current
+        h_cur = Signal(G, name="hole_cur")         # the current group's holes left
+        h_cur_g = Signal(range(NG), name="hole_cur_g")
+        h_cur_v = Signal(name="hole_cur_valid")
+        h_p0 = Signal(PSN, name="hole_p0")
+        h_emit = Signal()                      # a request whose records are being read
+        h_psn = Signal(PSN)
+        # Whether the engine has a hole left to request, as a register of its own: the SACK
+        # input, stages E and W and the sent input wait on it.
+        h_nz = Signal(name="hole_nz")
+        # Stage J (hole_j_*): the hole's records, read in the h_emit cycle, registered with
+        # the time guard's verdict on them; the request, its pending lookup and the mark
+        # write are decided from these registers the cycle after.
+        j_valid = Signal(name="hole_j_valid")
+        mk_we = Signal(name="hole_mark_we")     # the mark written back (stage J, below)
+        m.d.comb += [hole_busy.eq(h_nz | h_emit | j_valid | mk_we),
+                     h_busy_qp.eq(s1_qp_ok & ((hole_busy & (qs == h_q)) |
+                                              (e_valid & (qs == e_q)) | (w_valid & (qs == w_q))))]
+        h_issue = h_cur_v & fifos["rtx"].room3
+        _, c_idx, c_iso = lowest_set(m, h_cur, "hole_cur")
+        # The current group's last hole: no other bit set.
+        c_last = Signal(name="hole_cur_last")
+        m.d.comb += c_last.eq(~(h_cur & ~c_iso).any())
+        # The hole's PSN, p0 + 16 x group + bit: p0 is 64-aligned, so its low 6 bits are
+        # the group's low 2 bits and the bit's index, and above them p0's word number plus
+        # the group's high bit (the request's block RAM address takes none of that carry at
+        # outstanding = 128, a few bits of it above).
+        h_next_psn = Signal(PSN)
+        m.d.comb += h_next_psn.eq(Cat(c_idx, h_cur_g[:2], h_p0[6:] + h_cur_g[2]))
+        # The next group: the lowest of those left, taken when the current one empties.
+        _, r_idx, r_iso = lowest_set(m, h_rest, "hole_rest")
+        refill = ~h_cur_v | (h_issue & c_last)
+        # For the time guard (TIME_RULE): the trigger PSN's send time, to write the mark
+        # back at the first hole too young to count as lost.
+        h_ttime = Signal(TIME_BITS)
+        h_tok = Signal()
+        h_young_seen = Signal()
+        with m.If(w_go):
+            # Loaded whenever stage W goes (the engine is idle then): no enable behind the
+            # hole search, which ends the longest path of stage W.
+            m.d.sync += [h_vec.eq(holes), h_q.eq(w_q),
+                         h_rest.eq(Mux(sack_ok, Cat(*(holes[g * G:(g + 1) * G].any()
+                                                      for g in range(NG))), 0)),
+                         h_cur_v.eq(0),
+                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(w.trig_ok),
+                         h_young_seen.eq(0)]
+            m.d.sync += h_nz.eq(sack_ok & holes.any())
+        with m.Elif(refill):
+            m.d.sync += [h_cur.eq(h_vec.word_select(r_idx, G)), h_cur_g.eq(r_idx),
+                         h_cur_v.eq(h_rest.any()), h_rest.eq(h_rest & ~r_iso),
+                         h_nz.eq(h_rest.any())]
+        with m.Elif(h_issue):
+            m.d.sync += h_cur.eq(h_cur & ~c_iso)
+        m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
+        # Stage J registers the hole's records as the block RAMs give them, and judges
+        # them against the time guard from those registers: the hole is young when its age
+        # (the trigger's send time less its own, signed) is below reorder_time, that is
+        # negative, or below 2^16 with its low half below reorder_time (two carry chains
+        # side by side, not one after the other).
+        j_psn = Signal(PSN, name="hole_j_psn")
+        j_ev = Signal.like(rec_rh.data.ev, name="hole_j_ev")
+        j_tag = Signal.like(tag_rh.data, name="hole_j_tag")
+        j_time = Signal(TIME_BITS, name="hole_j_time")
+        m.d.sync += [j_valid.eq(h_emit), j_psn.eq(h_psn), j_ev.eq(rec_rh.data.ev),
+                     j_tag.eq(tag_rh.data), j_time.eq(rec_rh.data.time)]
+        h_age = Signal(TIME_BITS, name="hole_j_age")
+        m.d.comb += h_age.eq(h_ttime - j_time)
+        rt_bits = len(r_time)
+        h_young = Signal(name="hole_j_young")
+        m.d.comb += h_young.eq((r_time != 0) & (~h_tok | h_age[-1] |
+                                                (~h_age[rt_bits:].any() &
+                                                 (h_age[:rt_bits] < r_time))))
+        with m.If(j_valid):
+            m.d.comb += assign(rtx_rec, qp=h_q, psn=j_psn, tag=j_tag, ev=j_ev,
+                               cause=RtxCause.HOLE)
+        h_old = j_valid & ~h_young             # a hole that counts as lost
+        h_rtx = h_old & ~p_hit
+        # The mark moves back to the first young hole the cycle after stage J (from
+        # registers, hole_mark_*); the engine counts as busy until then. Stage W is idle
+        # while the engine runs (w_go needs ~hole_busy), so the mark's write port is free.
+        mk_psn = Signal(PSN, name="hole_mark_psn")
+        m.d.sync += [mk_we.eq(j_valid & h_young & ~h_young_seen), mk_psn.eq(j_psn)]
+        with m.If(j_valid & h_young):
+            m.d.sync += h_young_seen.eq(1)
+        with m.If(mk_we):
+            m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(mk_psn)]
+        m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
+
+        vars(v).update(
+            h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, h_psn=h_psn,
+            j_psn=j_psn,
+            j_valid=j_valid, h_rtx=h_rtx)
