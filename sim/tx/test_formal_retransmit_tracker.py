@@ -9,7 +9,8 @@ from amaranth.hdl import Assert, Assume, Module, Mux, Signal
 from amaranth.lib import wiring
 
 from mrcnic.base import proto
-from mrcnic.flow.formal import prove_not_vacuous
+from mrcnic.base.records import RtxCause
+from mrcnic.flow.formal import prove, prove_not_vacuous
 from mrcnic.tx.retransmit_tracker import RetransmitTracker
 
 PSN = proto.PSN_BITS
@@ -35,13 +36,15 @@ class NeverReleasedOrResentWhenAcked(wiring.Component):
     is taken at ``sent`` (or the QP is opened): the pending table has 8 entries, more than
     the requests the depth allows, so it is never full here.
 
-    With ``claim_unreachable``, it asserts instead that no timeout request is ever made
-    for ``x``: that one must fail, which shows the checks are not vacuous within the
-    depth (time passes, records are written, the scan runs)."""
+    With ``claim_unreachable``, it asserts instead that no request of cause ``reach`` is
+    ever made (for ``x`` when TIMEOUT, for any PSN when HOLE): that one must fail, which
+    shows the checks are not vacuous within the depth (time passes, records are written,
+    the scan runs; or a SACK's hole goes through the hole engine)."""
 
-    def __init__(self, claim_unreachable=False):
+    def __init__(self, claim_unreachable=False, reach=RtxCause.TIMEOUT):
         self.dut = RetransmitTracker(qps=1, outstanding=128, tag_width=1, pending=8)
         self.claim_unreachable = claim_unreachable
+        self.reach = reach
         # mrcnic.flow.formal.StreamRules takes stream and AXI4-Lite members only: the plain
         # ports (now, credit_qp, credit_ready) are driven and read inside.
         super().__init__(wiring.Signature({
@@ -122,12 +125,12 @@ class NeverReleasedOrResentWhenAcked(wiring.Component):
         req_x = pr["rtx_we"] & (pr["rtx"].psn == x)
         m.d.sync += asked.eq(req_x | (asked & ~resent_x & ~pr["open"]))
         if self.claim_unreachable:
-            m.d.comb += Assert(~(pr["rtx_we"] & (pr["rtx"].psn == x) &
-                                 (pr["rtx"].cause == 2)))
+            which = pr["rtx"].psn == x if self.reach == RtxCause.TIMEOUT else 1
+            m.d.comb += Assert(~(pr["rtx_we"] & which & (pr["rtx"].cause == self.reach)))
         else:
             with m.If(req_x):
                 m.d.comb += Assert(~acked)
-            with m.If(req_x & (pr["rtx"].cause != 2)):
+            with m.If(req_x & (pr["rtx"].cause != RtxCause.TIMEOUT)):
                 m.d.comb += Assert(~asked)
             r = pr["release"]
             with m.If(pr["release_we"] & at_or_after(x, r.first) & at_or_after(r.last, x)):
@@ -135,15 +138,17 @@ class NeverReleasedOrResentWhenAcked(wiring.Component):
         return m
 
 
-# Depth 5 (about 25 s of CPU): the reset sweep, PSNs sent, SACKs and NACKs taken and
-# applied, NACK requests and timeout requests written into the FIFO (the timer decides in
-# its third stage: depth 4 no longer reaches a timeout request), two NACKs for one PSN (the
-# pending check fails at step 3 without the table). make soak runs
-# depth 7 (about 12 minutes on a loaded 2-core machine; each step costs several times the
-# last); it found a retransmission and a timeout of the same PSN taken in one cycle. A SACK
-# hole needs reorder_guard + 1 PSNs sent before its SACK and reaches the FIFO 2 cycles
-# after the SACK's stage: depth 9, beyond both; the simulations cover it.
+# Depth 11 (about a minute of CPU with Yices): the reset sweep, PSNs sent, SACKs and NACKs
+# taken and applied, NACK requests and timeout requests written into the FIFO (the timer
+# decides in its third stage), two NACKs for one PSN (the pending check fails at step 3
+# without the table), and a SACK hole's request: it needs reorder_guard + 1 = 4 PSNs sent
+# before the SACK that reports it, and comes 8 cycles after that SACK is taken (step 10).
+# make soak runs depth 13. Both unreachability claims must fail within the depth: a
+# timeout request for x, and a SACK hole request for any PSN.
 @pytest.mark.formal
-@pytest.mark.parametrize("depth", [5, pytest.param(7, marks=pytest.mark.soak)])
+@pytest.mark.parametrize("depth", [11, pytest.param(13, marks=pytest.mark.soak)])
 def test_formal_never_released_or_resent_once_acknowledged(tmp_path, depth):
     prove_not_vacuous(NeverReleasedOrResentWhenAcked, "rt_acked", depth, tmp_path)
+    hole = NeverReleasedOrResentWhenAcked(claim_unreachable=True, reach=RtxCause.HOLE)
+    with pytest.raises(AssertionError, match=r"DONE \(FAIL"):
+        prove(hole, "rt_hole", depth, tmp_path / "hole")
