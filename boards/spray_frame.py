@@ -11,7 +11,7 @@ bytes, ICRC; the SRv6 blocks look no further than the UDP header):
 * IPv6: flow label 0, hop limit 64, from :data:`IP_BASE` with its low 32 bits = ``seq``,
   to :data:`IP`;
 * UDP: source port ``entropy`` (0 when sent; the EV's entropy after the encapsulator),
-  destination 4791, checksum 0;
+  destination :data:`~mrcnic.base.proto.UDP_DPORT_DEFAULT`, checksum 0;
 * BTH: opcode WRITE_MIDDLE, P_Key 0xFFFF, destination QP ``qp``, PSN ``seq`` mod 2^24;
 * payload: the byte at frame offset ``i`` is ``(i + seq[7:0]) mod 256`` XOR ``seq[15:8]``
   XOR ``seq[23:16]`` XOR ``seq[31:24]``, so a byte out of place, from another frame or a

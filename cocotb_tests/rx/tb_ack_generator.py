@@ -10,7 +10,7 @@ checked, and parsed by scapy (BTH opcode, dest QP, PSN, scapy's own ICRC, the AE
 import random
 
 import cocotb
-from scapy.contrib.roce import AETH, BTH
+from scapy.contrib.roce import AETH
 from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
@@ -22,6 +22,7 @@ from mrcnic.model import packet as pk
 from mrcnic.model.rx import ack_generator as ack_model
 from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
 from testkit.meta import MetaSource
+from testkit.scapy_mrc import BTH
 
 FRAME_LEN = {0: 114, 1: 98, 2: 82}   # SACK, NACK, AETH NAK: written out here, not taken
                                      # from the block

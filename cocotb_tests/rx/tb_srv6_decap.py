@@ -7,7 +7,6 @@ import random
 import cocotb
 from cocotbext.axi import AxiStreamFrame
 from cocotb.triggers import RisingEdge
-from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
 from mrcnic.model import packet as pk, srv6 as model
@@ -16,6 +15,7 @@ from mrcnic.rx.srv6_decap import DECAP_REGS
 from mrcnic.base.records import DECAP_META
 from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
 from testkit.meta import MetaSink
+from testkit.scapy_mrc import BTH
 
 KINDS = [EvMode.PASS, EvMode.SRV6, EvMode.SRV6_SRH]
 

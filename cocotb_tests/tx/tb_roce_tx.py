@@ -11,7 +11,6 @@ import random
 
 import cocotb
 from cocotbext.axi import AxiStreamFrame
-from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
 from mrcnic.base import proto
@@ -21,6 +20,7 @@ from mrcnic.tx.roce_tx import TX_REGS
 from mrcnic.base.records import TX_DESC
 from testkit.tbutil import TB, BeatCounter, long_runs, random_pauses, soak
 from testkit.meta import MetaSource
+from testkit.scapy_mrc import BTH
 
 WRITES = [int(op) for op in proto.Opcode if op.is_write]
 COUNTERS = ["frames", "retransmissions", "bad_qp", "bad_opcode", "too_long", "payload"]
@@ -99,8 +99,9 @@ class TxTB(TB):
             p = pk.decode(frame, check_icrc=True, udp_dport=None)
             if d["opcode"] == PROBE:
                 rqp = self.model.ctx.get(d["qp"], (0, 0, 0))[2]
-                assert p.peth == {"probe_id": d["msn"], "src_id": d["qp"],
-                                  "dst_id": rqp & 0xFFFF, "timestamp": d["rqmsn"]}, \
+                assert p.peth == {"vendor": 0, "probe_id": d["msn"], "src_id": d["qp"],
+                                  "dst_id": rqp & 0xFFFF, "timestamp": d["rqmsn"],
+                                  "tsr": 0, "type": proto.TSETH_TYPE}, \
                     f"frame {i}: PETH {p.peth}"
                 assert (p.bth["ack_req"], p.bth["rtx"], len(frame)) == (0, 0, 94)
                 self.probes += 1

@@ -159,8 +159,8 @@ async def registers_and_bad_frames(dut):
     assert counts == {"frames": 6, "in_bad": 1, "truncated": 1, "length": 1, "not_roce": 0}, \
         counts
     assert await tb.regs.read("bytes") == sum(len(f) for f in frames)
-    await tb.regs.write_fields("config", udp_dport=4971)
-    tb.udp_dport = 4971
+    await tb.regs.write_fields("config", udp_dport=4791)      # RoCEv2's: the frames miss it
+    tb.udp_dport = 4791
     await tb.run_frames([good, good], [random_desc(EvMode.STEV), random_desc(EvMode.PASS)])
     assert await tb.regs.read("not_roce") == 1
     await tb.regs.write_fields("control", clear=1)

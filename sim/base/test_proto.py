@@ -4,7 +4,7 @@ import pytest
 from amaranth.hdl import Module, Signal
 
 from mrcnic.base import proto
-from mrcnic.base.proto import BTH, HEADERS, IPV6, NETH, SETH, Header
+from mrcnic.base.proto import BTH, HEADERS, IPV6, NETH, PETH, SETH, Header
 from testkit.simtools import run, seeded
 
 
@@ -19,14 +19,22 @@ def test_spec_byte_positions():
     assert NETH.offset("reason") == (2, 0)
     assert NETH.offset("nack_psn") == (13, 0)
     assert NETH.offset("timestamp") == (18, 0)
-    # SETH byte 1: M in bits 3:2, pr in bit 1 (bit 7 of a byte is offset 0).
-    assert SETH.offset("m") == (1, 7 - 3) and SETH.offset("pr") == (1, 7 - 1)
+    # SETH byte 1: M in bits 6:5, pr in bit 1 (bit 7 of a byte is offset 0), as both public
+    # MRC implementations lay it out; NETH byte 16: cc_type in the high nibble.
+    assert SETH.offset("m") == (1, 7 - 6) and SETH.offset("pr") == (1, 7 - 1)
+    assert NETH.offset("cc_type") == (16, 0) and NETH.width("cc_type") == 4
+    assert NETH.offset("flags") == (16, 4)
+    # PETH: probe id at 4, PDC ids at 8 and 10, timestamp at 12, format type in 14-15.
+    assert [PETH.offset(f) for f in ("vendor", "probe_id", "src_id", "dst_id", "timestamp",
+                                     "tsr", "type")] == [(3, 0), (4, 0), (8, 0), (10, 0),
+                                                         (12, 0), (14, 0), (15, 4)]
+    assert proto.UDP_DPORT_DEFAULT == 4971
     # BTH byte 8: A = bit 7, rtx = bit 5, ts = bit 4.
     assert BTH.offset("ack_req") == (8, 0)
     assert BTH.offset("rtx") == (8, 7 - proto.BTH_RTX_BIT)
     assert BTH.offset("ts") == (8, 7 - proto.BTH_TS_BIT)
     assert BTH.pack(rtx=1)[8] == 1 << proto.BTH_RTX_BIT
-    assert SETH.pack(m=proto.SackMode.ALWAYS_SKIP, pr=1)[1] == 0b1010
+    assert SETH.pack(m=proto.SackMode.ALWAYS_SKIP, pr=1)[1] == 0b0100_0010
 
 
 def test_pack_unpack_round_trip_and_big_endian():

@@ -19,6 +19,8 @@ from scapy.layers.inet6 import IPv6 as ScapyIPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+import testkit.scapy_mrc  # noqa: F401  (scapy's BTH on MRC's UDP port)
+
 from mrcnic.base import proto
 from mrcnic.base.proto import NackCode, Opcode, SackMode
 from mrcnic.model import packet as pk
@@ -59,7 +61,11 @@ def scapy_stack(pkt):
 
 
 def ext_bytes(pkt):
-    """The extension headers of ``pkt`` written out by hand (independent of proto.Header)."""
+    """The extension headers of ``pkt`` written out by hand (independent of proto.Header and
+    its constants), in the layouts of the two public MRC implementations (ns-3 uet-simulator
+    src/mrc/model/mrc-header.cc, MRC-Client core/mrc_headers.py): SETH M at byte 1 bits 6:5
+    and pr at bit 1, NETH cc_type in byte 16's high nibble, PETH with the PDC ids at bytes
+    8-11 and a TSETH-like timestamp word at 12-15."""
     out = b""
     if pkt.meth:
         out += struct.pack(">HH", pkt.meth["rqmsn"], pkt.meth["msn"])
@@ -74,9 +80,8 @@ def ext_bytes(pkt):
         out += struct.pack(">I", pkt.aeth["syndrome"] << 24 | pkt.aeth["msn"])
     if pkt.seth:
         s = pkt.seth
-        out += struct.pack(">BBHIHHI", 0, s["m"] << proto.SETH_M_SHIFT
-                           | s["pr"] << proto.SETH_PR_BIT, s["ack_psn_offset"], s["entropy"],
-                           s["src_id"], s["dst_id"], s["cack_psn"])
+        out += struct.pack(">BBHIHHI", 0, s["m"] << 5 | s["pr"] << 1, s["ack_psn_offset"],
+                           s["entropy"], s["src_id"], s["dst_id"], s["cack_psn"])
         out += struct.pack(">BBHQ", s["cc_type"] << 4 | s["flags"], s["mpr"],
                            s["sack_offset"], s["bitmap"])
     if pkt.cc_state:
@@ -86,12 +91,12 @@ def ext_bytes(pkt):
     if pkt.neth:
         n = pkt.neth
         out += struct.pack(">HBBIHHIBBH", 0, n["reason"], n["vendor"], n["entropy"],
-                           n["src_id"], n["dst_id"], n["nack_psn"], n["cc_type"], 0,
-                           n["timestamp"])
+                           n["src_id"], n["dst_id"], n["nack_psn"],
+                           n["cc_type"] << 4 | n["flags"], 0, n["timestamp"])
     if pkt.peth:
         p = pkt.peth
-        out += struct.pack(">IHHHHI", 0, p["probe_id"], p["src_id"], p["dst_id"],
-                           p["timestamp"], 0)
+        out += struct.pack(">IHHHHHH", p["vendor"], p["probe_id"], 0, p["src_id"],
+                           p["dst_id"], p["timestamp"], p["tsr"] << 15 | p["type"])
     return out
 
 
@@ -142,8 +147,9 @@ def test_builders_match_scapy_bytes():
             pkt = pk.nack_packet(rng.getrandbits(24), rng.getrandbits(24),
                                  rng.choice(list(NackCode)), vendor=rng.getrandbits(8),
                                  entropy=rng.getrandbits(32), src_id=rng.getrandbits(16),
-                                 dst_id=rng.getrandbits(16), cc_type=rng.getrandbits(8),
-                                 timestamp=rng.getrandbits(16), **net)
+                                 dst_id=rng.getrandbits(16), cc_type=rng.getrandbits(4),
+                                 flags=rng.getrandbits(4), timestamp=rng.getrandbits(16),
+                                 **net)
         elif op == Opcode.PROBE:
             pkt = pk.probe_packet(rng.getrandbits(24), rng.getrandbits(16),
                                   src_id=rng.getrandbits(16), dst_id=rng.getrandbits(16),
@@ -189,7 +195,7 @@ def test_scapy_parses_our_frames():
             ip_str(pkt.ip["dst"]))
         u = s[ScapyUDP]
         assert (u.sport, u.dport, u.len, u.chksum) == (
-            pkt.udp["src_port"], 4791, pkt.udp["length"], pkt.udp["checksum"])
+            pkt.udp["src_port"], 4971, pkt.udp["length"], pkt.udp["checksum"])
         b, mb = s[ScapyBTH], pkt.bth
         assert (b.opcode, b.solicited, b.migreq, b.padcount, b.version, b.pkey, b.fecn,
                 b.becn, b.dqpn, b.ackreq, b.psn) == (
@@ -212,7 +218,7 @@ def test_icrc_matches_scapy_over_sizes():
                / ScapyIPv6(tc=rng.getrandbits(8), fl=rng.getrandbits(20),
                            hlim=rng.getrandbits(8), src=ip_str(rng.getrandbits(128)),
                            dst=ip_str(rng.getrandbits(128)))
-               / ScapyUDP(sport=rng.getrandbits(16), dport=4791, chksum=rng.getrandbits(16))
+               / ScapyUDP(sport=rng.getrandbits(16), dport=4971, chksum=rng.getrandbits(16))
                / ScapyBTH(opcode=Opcode.EP_REQUEST, fecn=rng.getrandbits(1),
                           becn=rng.getrandbits(1), dqpn=2, psn=rng.getrandbits(24),
                           padcount=-n % 4)
@@ -298,7 +304,7 @@ def test_spec_sack_example():
     frame = pk.encode(pkt)
     seth = frame[ETH_LEN + IP6_LEN + UDP_LEN + BTH_LEN:][:28]
     assert frame[ETH_LEN + IP6_LEN + UDP_LEN] == 0xDC
-    assert seth[1] == 0b0000_0110                    # M = 1 in bits 3:2, pr in bit 1
+    assert seth[1] == 0b0010_0010                    # M = 1 in bits 6:5, pr in bit 1
     assert seth[2:4] == b"\x00\x07"                  # ack_psn_offset
     assert seth[4:8] == bytes.fromhex("deadbeef")
     assert seth[13:16] == b"\x00\x00\x04"            # CACK PSN
@@ -335,7 +341,7 @@ def test_write_layout_and_stev():
     i = ETH_LEN
     assert frame[i + 1:i + 4] == bytes([0x00, 0x87, 0x65])      # flow label = EV[31:16]
     assert frame[i + 40:i + 42] == bytes([0x43, 0x21])          # UDP sport = EV[15:0]
-    assert frame[i + 42:i + 44] == (4791).to_bytes(2, "big")
+    assert frame[i + 42:i + 44] == (4971).to_bytes(2, "big")     # MRC's UDP port
     bth = frame[i + 48:i + 60]
     assert bth[0] == 0xC9 and bth[1] == 0x10                   # pad 1 in bits 5:4
     assert bth[5:8] == bytes.fromhex("abcdef")
@@ -361,7 +367,8 @@ def test_endpoint_and_nack_and_probe_layouts():
     neth = pk.encode(nack)[ETH_LEN + 60:-4]
     assert neth == bytes.fromhex("00000b00" "01020304" "00000000" "0000abcd" "0000beef")
     probe = pk.probe_packet(9, 0x7777, src_id=1, dst_id=2, timestamp=3)
-    assert pk.encode(probe)[ETH_LEN + 60:-4] == bytes.fromhex("00000000777700010002000300000000")
+    # Probe id at bytes 4-5, PDC ids at 8-11, the timestamp at 12-13, format type 1 at 14-15.
+    assert pk.encode(probe)[ETH_LEN + 60:-4] == bytes.fromhex("00000000777700000001000200030001")
 
 
 def test_finalize_fills_defaults_and_derived_fields():
@@ -651,8 +658,8 @@ DECODE_ERRORS = {
                       "truncated SRH: needs 8 bytes at offset 54, 4 left"),
     "udp length": (lambda: frame_with(_write(), _set("udp", length=51)),
                    "UDP length 51 disagrees with IPv6 payload_length 52"),
-    "udp port": (lambda: frame_with(_write(), _set("udp", dst_port=4971)),
-                 "UDP destination port 4971 is not 4791"),
+    "udp port": (lambda: frame_with(_write(), _set("udp", dst_port=4791)),
+                 "UDP destination port 4791 is not 4971"),
     # IPv6 and UDP lengths 20: the frame ends 8 bytes into the BTH, before a 4-byte ICRC.
     "bth truncated": (lambda: _poke(pk.encode(_write())[:74], b19=20, b59=20),
                       "truncated BTH: needs 12 bytes at offset 62, 8 left"),
@@ -698,9 +705,9 @@ def test_decode_error_messages(case):
 
 
 def test_decode_error_is_a_value_error_and_port_is_a_register():
-    frame = frame_with(_write(), _set("udp", dst_port=4971))
-    assert pk.decode(frame, udp_dport=4971).udp["dst_port"] == 4971
-    assert pk.decode(frame, udp_dport=None).udp["dst_port"] == 4971
+    frame = frame_with(_write(), _set("udp", dst_port=4791))
+    assert pk.decode(frame, udp_dport=4791).udp["dst_port"] == 4791
+    assert pk.decode(frame, udp_dport=None).udp["dst_port"] == 4791
     assert issubclass(PacketError, ValueError)
 
 

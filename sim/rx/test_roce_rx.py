@@ -233,19 +233,19 @@ def test_random_mix_matches_the_model(width):
 def test_too_long_and_registers():
     """pmtu, udp_dport and the trim codepoints are registers."""
     rng = seeded()
-    regs = {"pmtu": 512, "udp_dport": 4971, "trim_dscp": 0x21, "trim_lasthop_dscp": 0x22}
+    regs = {"pmtu": 512, "udp_dport": 4791, "trim_dscp": 0x21, "trim_lasthop_dscp": 0x22}
     frames = []
     for i in range(16):
         # Frame 0 is over the pmtu whatever the seed: the case is always there.
         f = data_frame(rng, length=700 if i == 0 else rng.choice([0, 100, 511, 512, 513, 700]))
-        f = f[:56] + (4971).to_bytes(2, "big") + f[58:]
+        f = f[:56] + (4791).to_bytes(2, "big") + f[58:]
         f = f[:-4] + pk.icrc(f[14:-4]).to_bytes(4, "little")
         meta = meta_of()
         if i % 4 == 3:          # trimmed by the new codepoint in the outer header
             meta = meta_of(EvMode.SRV6, 0x21 + (i % 8 == 7), 3)
             f = f[:94 + 4 * (f[70] >> 4 & 1)]
         frames.append((f, meta, 0))
-    frames.append((data_frame(rng), meta_of(), 0))        # port 4791: not RoCE any more
+    frames.append((data_frame(rng), meta_of(), 0))        # port 4971: not MRC any more
     r = Run(512, frames, rng=rng, regs=regs).run()
     results, _ = r.check()
     causes = [res.cause for res in results]

@@ -9,6 +9,7 @@ from mrcnic.host.driver import RegisterDriver
 from mrcnic.model import packet as pk
 from mrcnic.model.rx import roce_rx as rx_model
 from mrcnic.model.tx.roce_tx import RoceTxModel
+from mrcnic.base import proto
 from mrcnic.base.proto import Opcode
 from mrcnic.tx.roce_tx import TX_REGS, RoceTx
 from testkit import docs_page
@@ -52,8 +53,9 @@ def check_probe(frame, desc, model):
     assert p.opcode == Opcode.PROBE and p.headers[-1] == "peth"
     assert (p.bth["psn"], p.bth["ack_req"], p.bth["rtx"], p.bth["pad"], p.bth["dest_qp"]) == \
         (desc["psn"], 0, 0, 0, rqp)
-    assert p.peth == {"probe_id": desc["msn"], "src_id": desc["qp"], "dst_id": rqp & 0xFFFF,
-                      "timestamp": desc["rqmsn"]}
+    assert p.peth == {"vendor": 0, "probe_id": desc["msn"], "src_id": desc["qp"],
+                      "dst_id": rqp & 0xFFFF, "timestamp": desc["rqmsn"], "tsr": 0,
+                      "type": proto.TSETH_TYPE}
     assert p.payload == b"" and p.meth is None and p.reth is None
     assert pk.stev_ev(p) == desc["entropy"]
     assert len(frame) == 94 and p.ip["payload_length"] == p.udp["length"] == 40
@@ -166,7 +168,9 @@ def test_scapy_reads_the_frames():
     rng = seeded()
     descs = [random_desc(rng, 2, max_len=64) for _ in range(6)]
     payloads = payloads_for(rng, descs)
-    # Registers at their reset values: UDP port 4791, where scapy binds BTH.
+    # Registers at their reset values: UDP port 4971, MRC's, where testkit.scapy_mrc binds
+    # scapy's BTH.
+    import testkit.scapy_mrc  # noqa: F401
     _, sink, _, _, _ = run_tx(64, descs, payloads, qps=2, rng=rng, configure_regs=False)
     for d, got in zip(descs, sink.frames):
         s = Ether(got)

@@ -152,7 +152,9 @@ class Header:
 
 # --- Decisions of the spec (one line each) ------------------------------------------------
 
-UDP_DPORT_DEFAULT   = 4791     # RoCEv2; a register in each block that writes or checks it
+# MRC's UDP port, not RoCEv2's 4791 (MRC-Client core/packet_builder.py, ROCE_UDP_PORT); a
+# register in each block that writes or checks it.
+UDP_DPORT_DEFAULT   = 4971
 ETHERTYPE_IPV6      = 0x86DD
 IPPROTO_UDP         = 17
 IPPROTO_IPV6        = 41       # outer Next Header without SRH (IPv6-in-IPv6)
@@ -164,8 +166,10 @@ BTH_TVER            = 0
 PKEY_DEFAULT        = 0xFFFF
 BTH_RTX_BIT         = 5        # bit of BTH byte 8 that marks a retransmission
 BTH_TS_BIT          = 4        # bit of BTH byte 8 that says a TSETH follows the METH
-SETH_M_SHIFT        = 2        # SETH byte 1 bits 3:2 = M
-SETH_PR_BIT         = 1        # SETH byte 1 bit 1 = pr (answers a probe)
+# SETH byte 1: bits 6:5 = M, bit 1 = pr (ns-3 uet-simulator src/mrc/model/mrc-header.cc
+# MrcSethHeader::Serialize, flags (M << 5) | 0x0002; MRC-Client core/mrc_headers.py SETH).
+SETH_M_SHIFT        = 5
+SETH_PR_BIT         = 1        # pr: the SACK answers a probe
 STEV_PORT_BITS      = 16       # EV[15:0] -> UDP source port
 STEV_FLOW_BITS      = 16       # EV[31:16] -> flow label[15:0]; flow label[19:16] = 0
 SRV6_LBL_BITS       = 32       # uSID locator block length
@@ -321,16 +325,21 @@ CC_STATE = Header("CC_STATE", [
     ("restore_cwnd", 1), ("rcv_cwnd_pen", 7), ("rcvd_bytes", 24),
 ])
 
+# NETH byte 16: cc_type in the high nibble, flags in the low one, as in SETH (ns-3
+# uet-simulator mrc-header.cc MrcNethHeader::Serialize; MRC-Client core/mrc_headers.py NETH).
 NETH = Header("NETH", [
     ("_rsvd0", 16), ("reason", 8), ("vendor", 8), ("entropy", 32),
     ("src_id", 16), ("dst_id", 16), ("_rsvd12", 8), ("nack_psn", 24),
-    ("cc_type", 8), ("_rsvd17", 8), ("timestamp", 16),
+    ("cc_type", 4), ("flags", 4), ("_rsvd17", 8), ("timestamp", 16),
 ])
 
-# Decision: the spec fixes only the probe id at bytes 4-5; ids and timestamp follow it.
+# PETH: vendor info at byte 3, the probe id at 4-5, bytes 6-7 reserved, the PDC ids at 8-11,
+# then a timestamp word laid out as TSETH (timestamp, tsr, format type = TSETH_TYPE) at 12-15
+# (ns-3 uet-simulator mrc-header.cc MrcPethHeader::Serialize; MRC-Client core/mrc_headers.py
+# PETH).
 PETH = Header("PETH", [
-    ("_rsvd0", 32), ("probe_id", 16), ("src_id", 16), ("dst_id", 16),
-    ("timestamp", 16), ("_rsvd12", 32),
+    ("_rsvd0", 24), ("vendor", 8), ("probe_id", 16), ("_rsvd6", 16), ("src_id", 16),
+    ("dst_id", 16), ("timestamp", 16), ("tsr", 1), ("_rsvd14", 11), ("type", 4),
 ])
 
 # Decision: the port status update (§4 "Ports": the peers are told with a 32-bit port mask)

@@ -296,7 +296,7 @@ class RoceTx(wiring.Component):
                         PETH.assemble({
                             "probe_id": s1.msn, "src_id": s1.qp,
                             "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PETH.width("dst_id")],
-                            "timestamp": s1.rqmsn})),
+                            "timestamp": s1.rqmsn, "type": proto.TSETH_TYPE})),
                     Const(0, 8 * (_EXT_BYTES - PETH.size))),
                 Cat(METH.assemble({"rqmsn": s1.rqmsn, "msn": s1.msn}),
                     RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),

@@ -48,7 +48,7 @@ ENCAP_COUNTERS = ["frames", "bytes", "in_bad", "not_roce", "truncated", "length"
 ENCAP_REGS = RegisterMap("srv6_encap", [
     Register("config", [
         Field("udp_dport", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
-              desc="RoCEv2 UDP destination port a frame must carry (non-PASS modes)"),
+              desc="MRC UDP destination port a frame must carry (non-PASS modes)"),
         Field("stev_swap", 1, "rw",
               desc="0: EV[15:0] to the UDP source port, EV[31:16] to the flow label; "
                    "1: the other way round"),
@@ -119,7 +119,7 @@ class EntropyRewrite(wiring.Component):
         Per frame, what :class:`HeaderInsert` puts in: written when the frame's IPv6
         payload length has been seen; the FIFO it feeds must have room, or the input waits.
     udp_dport, stev_swap, max_frame_reg : Signal(16), Signal(1), Signal(16), in
-        The register values: the RoCEv2 UDP destination port a frame must carry; swap the
+        The register values: the MRC UDP destination port a frame must carry; swap the
         halves of E; the largest IPv6 payload length taken as good.
     stats : Signal, out
         One bit per counted event of ``ENCAP_COUNTERS``, pulsed once per event, and

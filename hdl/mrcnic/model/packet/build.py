@@ -139,11 +139,11 @@ def sack_packet(qp, cack_psn, bitmap=0, *, sack_offset=1, ack_psn_offset=0,
 
 
 def nack_packet(qp, nack_psn, reason=NackCode.TRIMMED, *, vendor=0, entropy=0, src_id=0,
-                dst_id=0, cc_type=0, timestamp=0, psn=0, **net):
+                dst_id=0, cc_type=0, flags=0, timestamp=0, psn=0, **net):
     """A NACK (0xDD): BTH | NETH. ``net`` as for :func:`write_packet`."""
     pkt = _base(Opcode.NACK, qp, psn, **net)
     pkt.neth = {"reason": int(reason), "vendor": vendor, "entropy": entropy, "src_id": src_id,
-                "dst_id": dst_id, "nack_psn": nack_psn, "cc_type": cc_type,
+                "dst_id": dst_id, "nack_psn": nack_psn, "cc_type": cc_type, "flags": flags,
                 "timestamp": timestamp}
     return finalize(pkt)
 
@@ -152,7 +152,7 @@ def probe_packet(qp, probe_id, *, src_id=0, dst_id=0, timestamp=0, psn=0, **net)
     """A probe (0xDE): BTH | PETH. ``net`` as for :func:`write_packet`."""
     pkt = _base(Opcode.PROBE, qp, psn, **net)
     pkt.peth = {"probe_id": probe_id, "src_id": src_id, "dst_id": dst_id,
-                "timestamp": timestamp}
+                "timestamp": timestamp, "type": proto.TSETH_TYPE}
     return finalize(pkt)
 
 

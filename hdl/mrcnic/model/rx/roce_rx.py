@@ -304,7 +304,7 @@ def control_frame(rng, kind=None):
     elif kind == "nack":
         p = pk.nack_packet(qp, rng.getrandbits(24), rng.choice(list(NackCode)),
                            vendor=rng.getrandbits(8), entropy=rng.getrandbits(32),
-                           timestamp=rng.getrandbits(16), cc_type=rng.getrandbits(8),
+                           timestamp=rng.getrandbits(16), cc_type=rng.getrandbits(4), flags=rng.getrandbits(4),
                            psn=psn, **net(rng))
     elif kind == "probe":
         p = pk.probe_packet(qp, rng.getrandbits(16), timestamp=rng.getrandbits(16), psn=psn,
@@ -356,7 +356,7 @@ def bad_frame(rng, kind):
         else:
             f += bytes(4)
     elif kind == "udp_port":
-        f[56:58] = (4971).to_bytes(2, "big")
+        f[56:58] = (4791).to_bytes(2, "big")       # RoCEv2's port, not MRC's
     elif kind == "opcode":
         # Never the frame's own opcode. EP_REQUEST only where it is dropped for its opcode:
         # a frame too short for its header is "truncated" first, and one to the endpoint

@@ -46,7 +46,7 @@ RX_COUNTERS = ["frames", "data", "trimmed", "probes", "sacks", "nacks", "acks", 
 
 ROCE_RX_REGS = RegisterMap("roce_rx", [
     Register("udp_dport", [Field("port", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
-                                 desc="RoCEv2 UDP destination port")]),
+                                 desc="MRC UDP destination port")]),
     Register("pmtu", [Field("bytes", 16, "rw", reset=4096,
                             desc="Longest payload accepted (values above pmtu_max act as "
                                  "pmtu_max)")]),
