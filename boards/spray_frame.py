@@ -8,9 +8,10 @@ A spray frame has the shape of a RoCEv2 packet (Ethernet, IPv6, UDP, BTH, ``payl
 bytes, ICRC; the SRv6 blocks look no further than the UDP header):
 
 * Ethernet: to and from :data:`MAC`, IPv6;
-* IPv6: flow label 0, hop limit 64, from :data:`IP_BASE` with its low 32 bits = ``seq``,
-  to :data:`IP`;
-* UDP: source port ``entropy`` (0 when sent; the EV's entropy after the encapsulator),
+* IPv6: flow label ``entropy[31:16]``, hop limit 64, from :data:`IP_BASE` with its low 32
+  bits = ``seq``, to :data:`IP`;
+* UDP: source port ``entropy[15:0]`` (``entropy`` 0 when sent; the EV's entropy,
+  :func:`~mrcnic.base.proto.srv6_entropy`, after the encapsulator),
   destination :data:`~mrcnic.base.proto.UDP_DPORT_DEFAULT`, checksum 0;
 * BTH: opcode WRITE_MIDDLE, P_Key 0xFFFF, destination QP ``qp``, PSN ``seq`` mod 2^24;
 * payload: the byte at frame offset ``i`` is ``(i + seq[7:0]) mod 256`` XOR ``seq[15:8]``
@@ -36,12 +37,14 @@ def frame_len(payload):
 
 
 def frame(seq, qp, payload, entropy=0):
-    """The bytes of spray frame ``seq`` of QP ``qp`` with ``payload`` payload bytes."""
+    """The bytes of spray frame ``seq`` of QP ``qp`` with ``payload`` payload bytes and the
+    32-bit ``entropy`` (:func:`~mrcnic.base.proto.stev_split`)."""
+    port, flow = proto.stev_split(entropy)
     length = UDP.size + BTH.size + payload + proto.ICRC_LEN
     head = (ETH.pack(dst=MAC, src=MAC, ethertype=0x86DD)
-            + IPV6.pack(version=6, payload_length=length, next_header=17, hop_limit=64,
-                        src=IP_BASE | seq & 0xFFFF_FFFF, dst=IP)
-            + UDP.pack(src_port=entropy, dst_port=proto.UDP_DPORT_DEFAULT, length=length)
+            + IPV6.pack(version=6, flow_label=flow, payload_length=length, next_header=17,
+                        hop_limit=64, src=IP_BASE | seq & 0xFFFF_FFFF, dst=IP)
+            + UDP.pack(src_port=port, dst_port=proto.UDP_DPORT_DEFAULT, length=length)
             + BTH.pack(opcode=int(Opcode.WRITE_MIDDLE), pkey=0xFFFF, dest_qp=qp,
                        psn=seq & proto.PSN_MASK))
     assert len(head) == HEADER_LEN

@@ -28,6 +28,7 @@ __all__ = ["SprayTest", "SprayGen", "SprayCheck", "bring_up", "EV_BITS", "OUTER_
 EV_BITS = 128                             # the EVs are SRv6 addresses
 OUTER_SRC = 0xFC00_0000_0002 << 80
 POS_SEQ = ETH.size + IPV6.offset("src")[0] + 12         # the low 32 bits of the source
+POS_FLOW = ETH.size + 2                                 # the flow label's low 16 bits
 POS_SPORT = ETH.size + IPV6.size                        # the UDP source port
 POS_QP = POS_SPORT + 8 + BTH.offset("dest_qp")[0]       # 24 bits
 POS_PSN = POS_SPORT + 8 + BTH.offset("psn")[0]          # 24 bits
@@ -224,8 +225,10 @@ class SprayCheck(wiring.Component):
     source port, the QP and the ICRC, which are checked apart or not at all), when it is
     not exactly the frame's length, when ``tuser[0]`` or its record's ``bad`` is set or the
     record's mode is not SRV6, when the outer destination is not the address of an EV of
-    this plane or the UDP source port is not that EV, when the QP is not below ``qps``, or
-    when its ``seq`` is not above that of the plane's last good frame.
+    this plane or the UDP source port and flow label are not that EV's entropy
+    (``proto.srv6_entropy``), when the
+    QP is not below ``qps``, or when its ``seq`` is not above that of the plane's last good
+    frame.
 
     Parameters
     ----------
@@ -276,20 +279,23 @@ class SprayCheck(wiring.Component):
         B, n, beats, tail = _frame_shape(W, self.payload)
         i = self.s_axis
         beat = Signal(16)                      # beats of this frame so far
-        seq, qp, sport = Signal(32), Signal(24), Signal(16)
+        seq, qp, sport, flow = Signal(32), Signal(24), Signal(16), Signal(16)
         seen = Signal()                        # a frame checked on this plane before
         last_seq = Signal(32)
         wrong = Signal()                       # a fault in the frame's beats so far
 
-        # The bytes that carry seq, the QP and the UDP port: taken from the beat they are
-        # in (so seq is known from its own beat on); compared apart.
+        # The bytes that carry seq, the QP, the UDP port and the flow label: taken from the
+        # beat they are in (so seq is known from its own beat on); compared apart.
         cur_seq, cur_qp, cur_sport = Signal(32), Signal(24), Signal(16)
-        m.d.comb += [cur_seq.eq(seq), cur_qp.eq(qp), cur_sport.eq(sport)]
+        cur_flow = Signal(16)
+        m.d.comb += [cur_seq.eq(seq), cur_qp.eq(qp), cur_sport.eq(sport), cur_flow.eq(flow)]
         skip = set(range(POS_SPORT, POS_SPORT + 2)) | set(range(POS_QP, POS_QP + 3)) \
+            | set(range(POS_FLOW, POS_FLOW + 2)) \
             | set(range(n - proto.ICRC_LEN, n))
         for what, cur, reg, pos, size in (("seq", cur_seq, seq, POS_SEQ, 4),
                                           ("qp", cur_qp, qp, POS_QP, 3),
-                                          ("sport", cur_sport, sport, POS_SPORT, 2)):
+                                          ("sport", cur_sport, sport, POS_SPORT, 2),
+                                          ("flow", cur_flow, flow, POS_FLOW, 2)):
             b0, j0 = divmod(pos, B)
             assert (pos + size - 1) // B == b0, f"{what} spans two beats"
             with m.If(beat == b0):
@@ -322,7 +328,8 @@ class SprayCheck(wiring.Component):
         pb = (self.planes - 1).bit_length()
         meta_bad = (meta.bad | (meta.mode != EvMode.SRV6) | (meta.residue != want_addr)
                     | (ev_raw >= self.ev_count) | (ev_raw[:pb] != self.plane)
-                    | (cur_sport != ev_raw) | (cur_qp >= self.qps))
+                    | (cur_sport != (ev_raw | proto.SRV6_ENTROPY_BASE))
+                    | (cur_flow != (ev_raw | proto.SRV6_ENTROPY_BASE)) | (cur_qp >= self.qps))
 
         m.d.comb += i.tready.eq(~i.tlast | self.meta.valid)
         with m.If(i.tvalid & i.tready):

@@ -72,12 +72,12 @@ class NicLoop(Host):
                     self.kinds[op.name] = self.kinds.get(op.name, 0) + 1
                     data_frame = Opcode.WRITE_FIRST <= op <= Opcode.WRITE_ONLY_IMM
                     if data_frame:
-                        self.sent.append((pkt, pk.stev_ev(pkt)))
+                        self.sent.append((pkt, pk.srv6_ev_index(pkt)))
                     if self.rng.random() < self.loss:
                         self.lost.append(op.name)
                         if data_frame:
                             self.dropped.append((pkt.bth["dest_qp"], pkt.bth["psn"],
-                                                 pk.stev_ev(pkt)))
+                                                 pk.srv6_ev_index(pkt)))
                         continue
                     flight.append((self.cycle + self.rng.randint(*self.delay), p, frame))
             for item in [x for x in flight if x[0] <= self.cycle]:

@@ -113,3 +113,15 @@ def test_gateware_refuses_a_header_past_the_bus():
         BTH.get(Signal(64), "psn")
     with pytest.raises(ValueError, match="9-bit value for a 8-bit field"):
         BTH.assemble({"opcode": Signal(9)})
+
+
+def test_srv6_entropy_keeps_the_source_port_dynamic():
+    """SRv6 modes: the EV index over 0xC000 in both halves, so the UDP source port is in the
+    dynamic range whichever half the STEV split (or its swap) puts there."""
+    for ev in (0, 7, 13, 255, (1 << 14) - 1):
+        e = proto.srv6_entropy(ev)
+        port, flow = proto.stev_split(e)
+        assert port == flow == 0xC000 | ev and port >= 0xC000
+        assert e & 0xFF == ev & 0xFF
+    with pytest.raises(ValueError):
+        proto.srv6_entropy(1 << 14)

@@ -7,7 +7,8 @@ import pytest
 from mrcnic.base import proto
 from mrcnic.boards import spray_frame as spray
 from mrcnic.base.proto import EvMode
-from mrcnic.boards.spraytest import POS_QP, POS_SEQ, POS_SPORT, SprayCheck, SprayGen, SprayTest
+from mrcnic.boards.spraytest import (POS_FLOW, POS_QP, POS_SEQ, POS_SPORT, SprayCheck, SprayGen,
+                                     SprayTest)
 from testkit.simtools import run, seeded, soak
 from testkit.streams import AxisSink, AxisSource
 from testkit.meta import MetaSource, MetaSink
@@ -73,11 +74,11 @@ def _cases(rng, plane, planes, qps, ev_count, payload, n):
     for _ in range(n):
         seq += rng.randrange(1, 4)
         qp, e = rng.randrange(qps), rng.choice(evs)
-        kind = rng.choice(["good"] * 8 + ["byte", "icrc", "short", "long", "sport", "plane",
-                                          "address", "meta_bad", "pass", "qp", "order", "user",
-                                          "seq"])
+        kind = rng.choice(["good"] * 8 + ["byte", "icrc", "short", "long", "sport", "flow",
+                                          "plane", "address", "meta_bad", "pass", "qp", "order",
+                                          "user", "seq"])
         this = last_good - rng.randrange(3) if kind == "order" else seq
-        frame = bytearray(spray.frame(this, qp, payload, entropy=e))
+        frame = bytearray(spray.frame(this, qp, payload, entropy=proto.srv6_entropy(e)))
         meta, user = _meta(e), 0
         if kind == "byte":
             pos = rng.choice([k for k in range(n_frame - proto.ICRC_LEN)
@@ -92,6 +93,8 @@ def _cases(rng, plane, planes, qps, ev_count, payload, n):
             frame += bytes(rng.randrange(1, 20))
         elif kind == "sport":
             frame[POS_SPORT + 1] ^= 0x80
+        elif kind == "flow":
+            frame[POS_FLOW + rng.randrange(2)] ^= 1 << rng.randrange(8)
         elif kind == "plane":
             meta = _meta((e + 1) % ev_count)
         elif kind == "address":

@@ -53,7 +53,7 @@ class Loop(Host):
     def arrive(self, plane, frame):
         """One frame off the wire: checked, then lost or given to the peer."""
         pkt = pk.decode(frame, check_icrc=True)
-        ev = pk.stev_ev(pkt)
+        ev = pk.srv6_ev_index(pkt)
         assert pkt.outer is not None and pkt.outer["dst"] == EVS[ev], "outer dst is not the EV"
         assert ev % PLANES == plane, f"EV {ev} left on plane {plane}"
         rtx = pkt.bth["rtx"]
@@ -90,7 +90,7 @@ class Loop(Host):
                     frame = sink.frames[seen[p]]
                     self.arrivals.append((self.cycle, p))
                     pkt = pk.decode(frame, check_icrc=False)
-                    self.sent.append((pkt, pk.stev_ev(pkt)))
+                    self.sent.append((pkt, pk.srv6_ev_index(pkt)))
                     pending.append((self.cycle + self.rng.randint(*self.delay), p, frame))
                     seen[p] += 1
             for item in [x for x in pending if x[0] <= self.cycle]:

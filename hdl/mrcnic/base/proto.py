@@ -377,6 +377,27 @@ EV_BITS = {
 EV_MAX_BITS = max(EV_BITS.values())      # 256: the expanded EV a descriptor carries
 
 
+# Decision: in the SRv6 modes (switches route on the uSIDs, not on the entropy) the entropy is
+# the EV index in both 16-bit halves, each SRV6_ENTROPY_BASE | index: the UDP source port
+# stays in the dynamic range 0xC000-0xFFFF, as RoCEv2 senders keep it, whichever half the
+# STEV split (or its swap) puts there, so no sniffer or middlebox takes an MRC frame for a
+# well-known service; the echoed entropy's low bits are still the index.
+SRV6_ENTROPY_BASE = 0xC000
+
+
+def srv6_entropy(ev_index):
+    """The 32-bit entropy of EV index ``ev_index`` (< 2^14) in the SRv6 modes."""
+    if not 0 <= ev_index < 1 << 14:
+        raise ValueError(f"EV index {ev_index} does not fit 14 bits")
+    half = SRV6_ENTROPY_BASE | ev_index
+    return half << 16 | half
+
+
+def srv6_ev_index(entropy):
+    """The EV index an SRv6-mode entropy carries (its low 14 bits)."""
+    return entropy & ((1 << 14) - 1)
+
+
 def stev_split(ev):
     """``(udp_src_port, flow_label)`` that carry the 32-bit STEV ``ev``: EV[15:0] in the UDP
     source port, EV[31:16] in flow label[15:0], flow label[19:16] zero."""

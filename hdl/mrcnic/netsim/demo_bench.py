@@ -94,9 +94,9 @@ class _Port:
 
 def _frame_record(first, plane, frame):
     """``[first beat cycle, plane, EV index, PSN, rtx, probe]`` of a frame NIC ``a`` sent
-    (the EV index is the entropy the frame carries, in SRv6 mode)."""
+    (the EV index from the entropy the frame carries, in SRv6 mode)."""
     pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
-    return [first, plane, pk.stev_ev(pkt), pkt.bth["psn"], pkt.bth["rtx"],
+    return [first, plane, pk.srv6_ev_index(pkt), pkt.bth["psn"], pkt.bth["rtx"],
             int(pkt.opcode == Opcode.PROBE)]
 
 

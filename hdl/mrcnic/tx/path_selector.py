@@ -410,8 +410,10 @@ class PathSelector(wiring.Component):
         ev_rp = evmem.read_port()
 
         def entropy(mode, expanded, ev):
+            # SRv6 modes: proto.srv6_entropy, the index over SRV6_ENTROPY_BASE in each half.
+            half = Cat(ev, Const(0, 16 - len(ev))) | proto.SRV6_ENTROPY_BASE
             return Mux(mode == EvMode.STEV, expanded[EVB - 32:],
-                       Mux(mode == EvMode.UDP, expanded[EVB - 16:], ev))
+                       Mux(mode == EvMode.UDP, expanded[EVB - 16:], Cat(half, half)))
 
         # --- Selection pipeline --------------------------------------------------------------
         rsp_fifo = SyncFIFOBuffered(width=self.rsp_layout.size, depth=RSP_FIFO_DEPTH)

@@ -20,8 +20,8 @@ Public API (see each docstring):
 * codec: :func:`encode`, :func:`decode`, :func:`finalize`, :func:`icrc`;
 * builders: :func:`write_packet`, :func:`ack_packet`, :func:`sack_packet`,
   :func:`nack_packet`, :func:`probe_packet`, :func:`endpoint_packet`, :func:`rng_packet`;
-* EV and SACK helpers: :func:`stev_split`, :func:`stev_ev`, :func:`sack_bitmap`,
-  :func:`sack_psns`, :func:`sack_base`, :func:`ack_psn`;
+* EV and SACK helpers: :func:`stev_split`, :func:`stev_ev`, :func:`srv6_ev_index`,
+  :func:`sack_bitmap`, :func:`sack_psns`, :func:`sack_base`, :func:`ack_psn`;
 * SRv6: :func:`encapsulate`, :func:`decapsulate`, :func:`make_usid_address`,
   :func:`split_usid_address`, :func:`usid_shift`, :func:`switch_forward`.
 
@@ -62,7 +62,8 @@ from mrcnic.model.packet.codec import (DEFAULT_DST_IP, DEFAULT_DST_MAC, DEFAULT_
 from mrcnic.model.packet.build import (ack_packet, ack_psn, endpoint_packet, nack_packet,
                                        port_status, port_status_packet, probe_packet,
                                        rng_packet, sack_base, sack_bitmap, sack_packet,
-                                       sack_psns, stev_ev, stev_split, write_packet)
+                                       sack_psns, srv6_ev_index, stev_ev, stev_split,
+                                       write_packet)
 from mrcnic.model.packet.usid import (DROP, END, LOCAL, SHIFT, decapsulate, encapsulate,
                                       make_usid_address, split_usid_address, switch_forward,
                                       usid_shift)
@@ -73,7 +74,7 @@ __all__ = [
     "encode", "decode", "finalize", "icrc",
     "write_packet", "ack_packet", "sack_packet", "nack_packet", "probe_packet",
     "endpoint_packet", "port_status_packet", "port_status", "rng_packet",
-    "stev_split", "stev_ev", "sack_bitmap", "sack_psns", "sack_base", "ack_psn",
+    "stev_split", "stev_ev", "srv6_ev_index", "sack_bitmap", "sack_psns", "sack_base", "ack_psn",
     "encapsulate", "decapsulate", "make_usid_address", "split_usid_address", "usid_shift",
     "switch_forward", "SHIFT", "END", "LOCAL", "DROP",
 ]

@@ -61,6 +61,11 @@ def stev_ev(pkt):
     return proto.stev_join(pkt.udp["src_port"], pkt.ip["flow_label"])
 
 
+def srv6_ev_index(pkt):
+    """The EV index an SRv6-mode packet carries (:func:`~mrcnic.base.proto.srv6_entropy`)."""
+    return proto.srv6_ev_index(stev_ev(pkt))
+
+
 def _base(opcode, qp, psn, *, src_mac=DEFAULT_SRC_MAC, dst_mac=DEFAULT_DST_MAC,
           src_ip=DEFAULT_SRC_IP, dst_ip=DEFAULT_DST_IP, ev=None, udp_sport=None,
           flow_label=None, dscp=0, ecn=0, hop_limit=DEFAULT_HOP_LIMIT,

@@ -27,6 +27,7 @@ written here without reference to the gateware.
 
 from collections import defaultdict
 
+from mrcnic.base import proto
 from mrcnic.base.records import PROBE_KINDS, FeedbackKind
 from mrcnic.base.rules import EVENT_MASK_DEFAULT, RESEED_MULT
 from mrcnic.base.proto import EvMode, EvState
@@ -78,12 +79,13 @@ def reseed(seed, stride, ev_count, planes):
 
 def entropy_of(mode, expanded, ev, ev_bits):
     """The 32-bit entropy of EV ``ev`` (§2.3): STEV the EV's 32 bits, UDP its 16 bits,
-    SRv6 the EV index. ``expanded`` is the first ``ev_bits`` bits of the expanded EV."""
+    SRv6 the EV index (:func:`~mrcnic.base.proto.srv6_entropy`). ``expanded`` is the first
+    ``ev_bits`` bits of the expanded EV."""
     if mode == EvMode.STEV:
         return expanded >> (ev_bits - 32)
     if mode == EvMode.UDP:
         return expanded >> (ev_bits - 16)
-    return ev
+    return proto.srv6_entropy(ev)
 
 
 def _healthy(state):
