@@ -4,19 +4,9 @@ SACK's bitmap, read from the ring after the record's own write and shifted to SA
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-from mrcnic.base import proto
 from mrcnic.base.gates import signed_fits
 from mrcnic.base.rules import SACK_BITMAP_BITS as BITMAP_BITS, SACK_OFFSET
-
-PSN = proto.PSN_BITS
-HALF = proto.MPR_UNIT_PSNS // 2       # PSNs per ring bank word
-
-
-def named(m, value, name):
-    """``value`` in a Signal named ``name`` (a timing report names it)."""
-    sig = Signal(len(value), name=name)
-    m.d.comb += sig.eq(value)
-    return sig
+from mrcnic.rx.psn_tracker.stages import HALF, PSN, named
 
 __all__ = ["SackStages"]
 
