@@ -11,6 +11,7 @@ Operation, decisions and measured figures: docs/blocks/path-selector.md.
 """
 
 import enum
+from types import SimpleNamespace
 
 from amaranth.asserts import AnyConst
 from amaranth.hdl import Assert, Cat, Const, Module, Mux, Signal
@@ -76,6 +77,11 @@ EVENT = data.StructLayout({
     "dropped": DROP_BITS,         # events lost for lack of room just before this one
 })
 
+
+
+def _take(v, names):
+    """The values ``v`` (a namespace) holds under ``names`` (space separated), in order."""
+    return [getattr(v, name) for name in names.split()]
 
 class Cmd(enum.IntEnum):
     """What occupies the F2 stage."""
@@ -322,7 +328,24 @@ class PathSelector(wiring.Component):
         })
 
     def elaborate(self, platform):
+        # One method per section, in order: each takes what the earlier ones left in
+        # ``v`` (a namespace) and leaves there what the later ones use.
         m = Module()
+        v = SimpleNamespace()
+        self._setup(m, v)
+        self._state(m, v)
+        self._selection(m, v)
+        self._feedback_f1(m, v)
+        self._feedback_f2(m, v)
+        self._feedback_next(m, v)
+        self._probes(m, v)
+        self._commands(m, v)
+        self._expansion(m, v)
+        self._counters(m, v)
+        return m
+
+    def _setup(self, m, v):
+        """Parameters derived, the register block, the EV state constants."""
         qps, N, P, NP = self.qps, self.ev_count, self.planes, self.profiles
         EVB = self.ev_bits
         nb = ceil_log2(N)
@@ -340,6 +363,13 @@ class PathSelector(wiring.Component):
                                    (EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD,
                                     EvState.DENIED))
 
+        vars(v).update(qps=qps, N=N, P=P, NP=NP, EVB=EVB, nb=nb, pb=pb, qb=qb, prb=prb,
+            total=total, f=f, sel=sel, GOOD=GOOD, SKIP=SKIP, BAD=BAD, DENIED=DENIED)
+
+    def _state(self, m, v):
+        """State: the per-QP and per-EV tables, the expanded EVs."""
+        (qps, N, P, NP, EVB, nb, prb, total, f, GOOD, SKIP) = _take(v, """qps N P NP EVB nb prb
+            total f GOOD SKIP""")
         # --- State ---------------------------------------------------------------------------
         # One register per EV and per QP (a wide register written at a variable index
         # makes Yosys emit a multiplexer per index over the whole register: quadratic);
@@ -415,6 +445,21 @@ class PathSelector(wiring.Component):
             return Mux(mode == EvMode.STEV, expanded[EVB - 32:],
                        Mux(mode == EvMode.UDP, expanded[EVB - 16:], Cat(half, half)))
 
+        vars(v).update(st_l=st_l, ld_l=ld_l, ac_l=ac_l, st=st, loaded=loaded, active=active,
+            healthy_cnt=healthy_cnt, HDR=HDR, hdr=hdr, qp_profile_l=qp_profile_l,
+            qp_seed_l=qp_seed_l, qp_ptr_l=qp_ptr_l, qp_profile=qp_profile, qp_seed=qp_seed,
+            qp_ptr=qp_ptr, probe_valid=probe_valid, peer_ports=peer_ports, port_ok=port_ok,
+            port_live=port_live, idx_of=idx_of, healthy_state=healthy_state, prof_ok=prof_ok, p=p,
+            by_profile=by_profile, usable=usable, ev_w=ev_w, ev_r=ev_r, ev_rp=ev_rp,
+            entropy=entropy)
+
+    def _selection(self, m, v):
+        """The selection pipeline: one request's decision, stage by stage."""
+        (qps, N, P, nb, pb, qb, prb, f, GOOD, BAD, DENIED, st, loaded, active, HDR, hdr, qp_seed_l,
+            qp_ptr_l, qp_profile, qp_seed, qp_ptr, peer_ports, port_ok, idx_of, prof_ok,
+            by_profile, usable, ev_r, entropy) = _take(v, """qps N P nb pb qb prb f GOOD BAD DENIED
+            st loaded active HDR hdr qp_seed_l qp_ptr_l qp_profile qp_seed qp_ptr peer_ports
+            port_ok idx_of prof_ok by_profile usable ev_r entropy""")
         # --- Selection pipeline --------------------------------------------------------------
         rsp_fifo = SyncFIFOBuffered(width=self.rsp_layout.size, depth=RSP_FIFO_DEPTH)
         m.submodules.rsp_fifo = rsp_fifo
@@ -549,6 +594,13 @@ class PathSelector(wiring.Component):
                            "EV on a plane the peer reported down emitted"),
                 ]
 
+        vars(v).update(take=take, wrapped=wrapped, q=q, clear_now=clear_now, clear_p=clear_p,
+            s4=s4, s4_usable=s4_usable, s4_emit=s4_emit)
+
+    def _feedback_f1(self, m, v):
+        """Feedback, stage F1: commands, outstanding probes, ranges."""
+        (qps, N, P, nb, qb, prb, qp_profile, probe_valid) = _take(v, """qps N P nb qb prb
+            qp_profile probe_valid""")
         # --- Commands and the F2 slot ---------------------------------------------------------
         OP = data.StructLayout({"valid": 1, "cmd": 2, "kind": 4, "state": 2, "prof": prb,
                                 "ev": max(nb, 1), "qp": qb, "probe": 1, "ports": P})
@@ -601,6 +653,15 @@ class PathSelector(wiring.Component):
         with m.If(f1_ok & is_probe):
             m.d.comb += probe_clear.eq(Const(1, qps) << f1_qi)
 
+        vars(v).update(cmd_pending=cmd_pending, cmd=cmd, fb_take=fb_take, pm_w=pm_w,
+            f1_stale=f1_stale, f1_bad=f1_bad, f2=f2, probe_clear=probe_clear)
+
+    def _feedback_f2(self, m, v):
+        """Feedback, stage F2: read, transition, write; backups."""
+        (N, P, NP, nb, pb, total, f, GOOD, SKIP, BAD, DENIED, st, loaded, active, healthy_cnt, HDR,
+            hdr, peer_ports, idx_of, healthy_state, p, clear_now, clear_p, f2) = _take(v, """N P NP
+            nb pb total f GOOD SKIP BAD DENIED st loaded active healthy_cnt HDR hdr peer_ports
+            idx_of healthy_state p clear_now clear_p f2""")
         # F2: read, transition, write; min_active; events.
         f2_idx = Signal(range(total))
         m.d.comb += f2_idx.eq(idx_of(f2.prof, f2.ev))
@@ -681,6 +742,18 @@ class PathSelector(wiring.Component):
             with m.Elif((fb_apply | is_force | is_load) & ~promote & (f2.prof == p)):
                 m.d.sync += healthy_cnt[p].eq(cnt + now_healthy - was_healthy)
 
+        vars(v).update(f2_idx=f2_idx, is_peer_fb=is_peer_fb, fb_apply=fb_apply,
+            fb_unloaded=fb_unloaded, is_force=is_force, is_load=is_load, is_clear=is_clear,
+            w_state=w_state, changed=changed, f2_hdr=f2_hdr, load_active=load_active, p=p,
+            bits=bits, i=i, cand_found=cand_found, cand_ev=cand_ev, need=need, promote=promote)
+
+    def _feedback_next(self, m, v):
+        """Feedback: the next state of every EV, and the events."""
+        (N, NP, total, GOOD, SKIP, st_l, ld_l, ac_l, p, clear_now, clear_p, f2, f2_idx, fb_apply,
+            is_force, is_load, is_clear, w_state, changed, f2_hdr, load_active, i, cand_ev,
+            promote) = _take(v, """N NP total GOOD SKIP st_l ld_l ac_l p clear_now clear_p f2
+            f2_idx fb_apply is_force is_load is_clear w_state changed f2_hdr load_active i cand_ev
+            promote""")
         # Next state of every EV: the rotation's SKIP clear, then the F2 write.
         w_en = fb_apply | is_force | is_load
         for p in range(NP):
@@ -730,6 +803,14 @@ class PathSelector(wiring.Component):
         with m.Elif(ev_dropped & (drop_run != (1 << DROP_BITS) - 1)):
             m.d.sync += drop_run.eq(drop_run + 1)
 
+        vars(v).update(p=p, e=e, i=i, ev_pushed=ev_pushed, ev_dropped=ev_dropped)
+
+    def _probes(self, m, v):
+        """Probes and announcements."""
+        (qps, N, P, NP, nb, pb, qb, prb, f, BAD, st, loaded, hdr, qp_profile, peer_ports,
+            port_live, idx_of, p, by_profile, usable, ev_rp, entropy, pm_w, e) = _take(v, """qps N
+            P NP nb pb qb prb f BAD st loaded hdr qp_profile peer_ports port_live idx_of p
+            by_profile usable ev_rp entropy pm_w e""")
         # --- Probes ------------------------------------------------------------------------
         probe_fifo = SyncFIFOBuffered(width=self.probe_layout.size, depth=PROBE_FIFO_DEPTH)
         m.submodules.probe_fifo = probe_fifo
@@ -813,6 +894,14 @@ class PathSelector(wiring.Component):
         with m.If(g2.valid & ~g2.announce):
             m.d.comb += probe_set.eq(Const(1, qps) << g2.qp)
 
+        vars(v).update(p=p, a_issue=a_issue, g_issue=g_issue, probe_set=probe_set)
+
+    def _commands(self, m, v):
+        """Controller commands."""
+        (qps, N, NP, EVB, nb, qb, prb, f, sel, HDR, hdr, qp_profile_l, qp_seed_l, qp_ptr_l,
+            probe_valid, p, q, cmd_pending, probe_clear, bits, i, probe_set) = _take(v, """qps N NP
+            EVB nb qb prb f sel HDR hdr qp_profile_l qp_seed_l qp_ptr_l probe_valid p q cmd_pending
+            probe_clear bits i probe_set""")
         # --- Controller commands ---------------------------------------------------------------
         c = f["command"]
         err = f["error"]
@@ -916,6 +1005,15 @@ class PathSelector(wiring.Component):
             m.d.comb += qp_cfg_clear.eq(Const(1, qps) << sq[:qb])
         m.d.sync += probe_valid.eq((probe_valid & ~probe_clear & ~qp_cfg_clear) | probe_set)
 
+        vars(v).update(c=c, err=err, busy=busy, sp=sp, se=se, sel_hdr=sel_hdr, popcount=popcount,
+            ev_bits_of=ev_bits_of, ok_cmd=ok_cmd, refused=refused, fm_r=fm_r)
+
+    def _expansion(self, m, v):
+        """The expansion engine."""
+        (N, NP, EVB, nb, prb, f, HDR, idx_of, ev_w, cmd_pending, cmd, i, c, err, busy, sp, se,
+            sel_hdr, popcount, ev_bits_of, ok_cmd, refused, fm_r) = _take(v, """N NP EVB nb prb f
+            HDR idx_of ev_w cmd_pending cmd i c err busy sp se sel_hdr popcount ev_bits_of ok_cmd
+            refused fm_r""")
         # --- Expansion engine ----------------------------------------------------------------
         job_p = Signal(prb)
         job_ev = Signal(max(nb, 1))
@@ -1057,6 +1155,16 @@ class PathSelector(wiring.Component):
                     m.d.sync += busy.eq(0)
                     m.next = "IDLE"
 
+
+    def _counters(self, m, v):
+        """Counters."""
+        (nb, prb, f, st, loaded, active, healthy_cnt, peer_ports, idx_of, by_profile, take,
+            wrapped, s4, s4_usable, s4_emit, fb_take, f1_stale, f1_bad, is_peer_fb, fb_unloaded,
+            changed, cand_found, need, promote, ev_pushed, ev_dropped, a_issue, g_issue, sp, se,
+            refused) = _take(v, """nb prb f st loaded active healthy_cnt peer_ports idx_of
+            by_profile take wrapped s4 s4_usable s4_emit fb_take f1_stale f1_bad is_peer_fb
+            fb_unloaded changed cand_found need promote ev_pushed ev_dropped a_issue g_issue sp se
+            refused""")
         # --- Counters ---------------------------------------------------------------------------
         evs = Signal(data.StructLayout({n: 1 for n in COUNTERS}))
         m.d.comb += [
@@ -1087,6 +1195,5 @@ class PathSelector(wiring.Component):
                      f["ev_status"]["loaded"].eq(loaded.bit_select(es_idx, 1)),
                      f["ev_status"]["healthy"].eq(healthy_cnt[sp[:prb]])]
         m.d.comb += f["peer_ports"]["ports"].eq(by_profile(sp, peer_ports, "peer_ports_sel"))
-        return m
 
 
