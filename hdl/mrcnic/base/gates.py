@@ -1,4 +1,5 @@
-"""Small gateware helpers shared by the blocks: priority search and struct assignment.
+"""Small gateware helpers shared by the blocks: priority search, struct assignment, and
+:func:`take` for an ``elaborate`` written as one method per section.
 
 They build plain Amaranth expressions and statements, import nothing of the package, and sit
 at the bottom of it beside :mod:`mrcnic.base.proto` and :mod:`mrcnic.base.stream`.
@@ -7,7 +8,13 @@ at the bottom of it beside :mod:`mrcnic.base.proto` and :mod:`mrcnic.base.stream
 from amaranth.hdl import Cat, Const, Mux, Signal
 from amaranth.utils import ceil_log2
 
-__all__ = ["first_set", "first_set_of", "assign", "signed_fits"]
+__all__ = ["first_set", "first_set_of", "assign", "signed_fits", "take"]
+
+
+def take(v, names):
+    """The values namespace ``v`` holds under ``names`` (space separated), in order: what an
+    ``elaborate`` split into one method per section passes from one section to the next."""
+    return [getattr(v, name) for name in names.split()]
 
 
 def first_set(vec):

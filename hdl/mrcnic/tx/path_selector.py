@@ -29,7 +29,7 @@ from mrcnic.base.records import (
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters)
-from mrcnic.base.gates import first_set_of
+from mrcnic.base.gates import first_set_of, take as _take
 from mrcnic.base.proto import MAX_FIELD_WIDTH, MAX_FORMAT_FIELDS
 from mrcnic.base.proto import EvMode, EvState
 from mrcnic.base.rules import EVENT_MASK_DEFAULT, RESEED_MULT
@@ -77,11 +77,6 @@ EVENT = data.StructLayout({
     "dropped": DROP_BITS,         # events lost for lack of room just before this one
 })
 
-
-
-def _take(v, names):
-    """The values ``v`` (a namespace) holds under ``names`` (space separated), in order."""
-    return [getattr(v, name) for name in names.split()]
 
 class Cmd(enum.IntEnum):
     """What occupies the F2 stage."""

@@ -40,13 +40,13 @@ from mrcnic.base.records import (
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters)
-from mrcnic.base.gates import assign
+from mrcnic.base.gates import assign, take as _take
 from mrcnic.base.rules import MAX_TIMEOUT_EXP, RETRY_FOREVER, timeout_ticks
 from mrcnic.base.stream import meta_stream
 from mrcnic.tx.retransmit_tracker.ack import AckStages
 from mrcnic.tx.retransmit_tracker.common import (
     COUNTER_NAMES, COUNTERS, CREDIT_RULE, EPOCH_BITS, FIFO_DEPTH, HOLE_RULE, MAX_PENDING,
-    PENDING_RULE, PSN, REC, TIME_RULE, WORD, _take)
+    PENDING_RULE, PSN, REC, TIME_RULE, WORD)
 from mrcnic.tx.retransmit_tracker.holes import HoleEngine
 from mrcnic.tx.retransmit_tracker.pending import PendingTable
 from mrcnic.tx.retransmit_tracker.sent import SentPath

@@ -27,10 +27,10 @@ from types import SimpleNamespace
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
 from mrcnic.base.records import ACK_DESC, ErrorCause, RtxCause, RESOURCE_NACKS, FeedbackKind
-from mrcnic.base.gates import assign
+from mrcnic.base.gates import assign, take as _take
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.tx.retransmit_tracker.common import (
-    EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_signed, _take, ge_mask, highest_set, lt_mask)
+    EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_signed, ge_mask, highest_set, lt_mask)
 
 __all__ = ["AckStages"]
 

@@ -155,7 +155,3 @@ def _eq_parts(a, b):
     return Cat(*(a[i:i + 2] == b[i:i + 2] for i in range(0, len(a), 2)))
 
 
-def _take(v, names):
-    """The values ``v`` (a namespace) holds under ``names`` (space separated), in order."""
-    return [getattr(v, name) for name in names.split()]
-

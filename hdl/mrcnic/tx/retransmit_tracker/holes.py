@@ -19,8 +19,8 @@ cycle)."""
 from amaranth.hdl import Cat, Mux, Signal
 
 from mrcnic.base.records import RtxCause, TIME_BITS
-from mrcnic.base.gates import assign
-from mrcnic.tx.retransmit_tracker.common import HOLE_GROUP, PSN, WORD, _take, lowest_set
+from mrcnic.base.gates import assign, take as _take
+from mrcnic.tx.retransmit_tracker.common import HOLE_GROUP, PSN, WORD, lowest_set
 
 __all__ = ["HoleEngine"]
 

@@ -12,7 +12,7 @@ A request made while the table is full goes out anyway, not remembered (``pendin
 
 from amaranth.hdl import Cat, Mux, Signal
 
-from mrcnic.tx.retransmit_tracker.common import _take
+from mrcnic.base.gates import take as _take
 
 __all__ = ["PendingTable"]
 

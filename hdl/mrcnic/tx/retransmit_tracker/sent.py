@@ -19,8 +19,8 @@ record, stage W one it does not apply this cycle, or the hole engine a SACK of i
 
 from amaranth.hdl import Mux, Signal
 
-from mrcnic.base.gates import assign
-from mrcnic.tx.retransmit_tracker.common import PSN, REC, _take
+from mrcnic.base.gates import assign, take as _take
+from mrcnic.tx.retransmit_tracker.common import PSN, REC
 
 __all__ = ["SentPath"]
 

@@ -24,9 +24,9 @@ from types import SimpleNamespace
 from amaranth.hdl import Cat, Const, Mux, Signal, Value
 
 from mrcnic.base.records import ErrorCause, RtxCause, FeedbackKind, TIME_BITS
-from mrcnic.base.gates import assign
+from mrcnic.base.gates import assign, take as _take
 from mrcnic.base.rules import MAX_TIMEOUT_EXP, RETRY_FOREVER
-from mrcnic.tx.retransmit_tracker.common import EPOCH_BITS, PSN, REC, _eq_parts, _take, ge_mask
+from mrcnic.tx.retransmit_tracker.common import EPOCH_BITS, PSN, REC, _eq_parts, ge_mask
 
 __all__ = ["TimerStages"]
 
