@@ -94,6 +94,13 @@ demo: setup
 	@echo "simulator's log demo.log in $(DEMO)/<run>. Last, one table of the three runs."
 	@echo
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/clean --pcap
+	@# The clean run's first SACKs and probes, decoded by the MRC dissector (with tshark).
+	@if command -v tshark >/dev/null; then \
+	  echo "== first SACKs and probes of $(DEMO)/clean/wire.pcap, by tools/wireshark/mrc.lua"; \
+	  tshark -X lua_script:tools/wireshark/mrc.lua -r $(DEMO)/clean/wire.pcap \
+	    -Y "mrc.seth or mrc.peth" -T fields -E header=y -e frame.number -e mrc.bth.opcode \
+	    -e mrc.seth.m -e mrc.seth.cack_psn -e mrc.seth.bitmap -e mrc.peth.timestamp \
+	    2>/dev/null | head -9; fi
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/plane-failure --fail 1@60
 	$(BIN)/mrcnic demo $(DEMO_NIC) --out $(DEMO)/loss $(DEMO_LOSS)
 	@echo

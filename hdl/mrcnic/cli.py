@@ -167,19 +167,32 @@ def _plan_only(args):
 
 
 def _add_packet(sub):
-    p = sub.add_parser("packet", help="decode MRC frames with the reference model",
+    p = sub.add_parser("packet", help="decode MRC frames with the reference model, or write "
+                                      "the Wireshark dissector",
                        description="Decode an Ethernet frame (hex, no FCS, ICRC included) "
-                                   "with the bit-exact packet model and print its headers.")
-    p.add_argument("action", choices=["decode", "sack-example"],
+                                   "with the bit-exact packet model and print its headers; or "
+                                   "write the Wireshark dissector for MRC (a Lua plugin "
+                                   "generated from the wire format, as shipped in "
+                                   "tools/wireshark/mrc.lua).")
+    p.add_argument("action", choices=["decode", "sack-example", "dissector"],
                    help="decode: decode FRAME; sack-example: build and decode the spec's "
-                        "worked SACK example")
+                        "worked SACK example; dissector: print the Lua plugin (or --out)")
     p.add_argument("frame", nargs="?", help="frame as hex ('-' reads stdin)")
     p.add_argument("--no-icrc", action="store_true", help="do not check the ICRC")
+    p.add_argument("--out", help="dissector: write the plugin to this file")
     p.set_defaults(func=_run_packet)
 
 
 def _run_packet(args):
     from mrcnic.model import packet
+    if args.action == "dissector":
+        from mrcnic.model.packet.dissector import lua
+        if args.out:
+            Path(args.out).write_text(lua())
+            print(f"wrote {args.out}")
+        else:
+            sys.stdout.write(lua())
+        return 0
     if args.action == "sack-example":
         # Spec §2.2: PSNs 0..11 sent, 5 and 8 lost -> CACK 4, SACK_BASE 5.
         received = [p for p in range(12) if p not in (5, 8)]
