@@ -25,6 +25,7 @@ from mrcnic.base import proto
 from mrcnic.base.proto import NackCode, Opcode, SackMode
 from mrcnic.model import packet as pk
 from mrcnic.model.packet import PacketError
+from testkit import interop
 from testkit.simtools import seeded
 
 
@@ -62,42 +63,12 @@ def scapy_stack(pkt):
 
 def ext_bytes(pkt):
     """The extension headers of ``pkt`` written out by hand (independent of proto.Header and
-    its constants), in the layouts of the two public MRC implementations (ns-3 uet-simulator
-    src/mrc/model/mrc-header.cc, MRC-Client core/mrc_headers.py): SETH M at byte 1 bits 6:5
-    and pr at bit 1, NETH cc_type in byte 16's high nibble, PETH with the PDC ids at bytes
-    8-11 and a TSETH-like timestamp word at 12-15."""
-    out = b""
-    if pkt.meth:
-        out += struct.pack(">HH", pkt.meth["rqmsn"], pkt.meth["msn"])
-    if pkt.tseth:
-        t = pkt.tseth
-        out += struct.pack(">HH", t["timestamp"], t["tsr"] << 15 | t["type"])
-    if pkt.reth:
-        out += struct.pack(">QII", pkt.reth["va"], pkt.reth["rkey"], pkt.reth["dma_length"])
-    if pkt.immdt:
-        out += struct.pack(">I", pkt.immdt["imm"])
-    if pkt.aeth:
-        out += struct.pack(">I", pkt.aeth["syndrome"] << 24 | pkt.aeth["msn"])
-    if pkt.seth:
-        s = pkt.seth
-        out += struct.pack(">BBHIHHI", 0, s["m"] << 5 | s["pr"] << 1, s["ack_psn_offset"],
-                           s["entropy"], s["src_id"], s["dst_id"], s["cack_psn"])
-        out += struct.pack(">BBHQ", s["cc_type"] << 4 | s["flags"], s["mpr"],
-                           s["sack_offset"], s["bitmap"])
-    if pkt.cc_state:
-        c = pkt.cc_state
-        out += struct.pack(">HHI", c["timestamp"], c["ooo_count"],
-                           c["restore_cwnd"] << 31 | c["rcv_cwnd_pen"] << 24 | c["rcvd_bytes"])
-    if pkt.neth:
-        n = pkt.neth
-        out += struct.pack(">HBBIHHIBBH", 0, n["reason"], n["vendor"], n["entropy"],
-                           n["src_id"], n["dst_id"], n["nack_psn"],
-                           n["cc_type"] << 4 | n["flags"], 0, n["timestamp"])
-    if pkt.peth:
-        p = pkt.peth
-        out += struct.pack(">IHHHHHH", p["vendor"], p["probe_id"], 0, p["src_id"],
-                           p["dst_id"], p["timestamp"], p["tsr"] << 15 | p["type"])
-    return out
+    its constants), in the layouts of the two public MRC implementations
+    (:mod:`testkit.interop`: SETH M at byte 1 bits 6:5 and pr at bit 1, NETH cc_type in byte
+    16's high nibble, PETH with the PDC ids at bytes 8-11 and a TSETH-like timestamp word at
+    12-15)."""
+    return b"".join(interop.encode(name, getattr(pkt, name)) for name in interop.SIZES
+                    if getattr(pkt, name) is not None)
 
 
 def frame_with(pkt, change):
