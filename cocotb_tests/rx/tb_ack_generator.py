@@ -62,7 +62,7 @@ def random_cfg():
     return {"mac": random.getrandbits(48), "ip": random.getrandbits(128),
             "dport": proto.UDP_DPORT_DEFAULT, "pkey": random.getrandbits(16),
             "dscp": random.getrandbits(6), "ecn": random.getrandbits(2),
-            "hop_limit": random.getrandbits(8)}
+            "hop_limit": random.getrandbits(8), "stev_swap": random.getrandbits(1)}
 
 
 def random_ctx():
@@ -96,7 +96,8 @@ def check_with_scapy(frame, d, ctx, cfg):
     assert b.psn == (d["psn"] if d["nack"] else d["cack"])
     assert b.compute_icrc(b"") == frame[-4:], "scapy's ICRC differs"
     ip, udp = s[IPv6], s[UDP]
-    assert ip.fl == d["entropy"] >> 16 and udp.sport == d["entropy"] & 0xFFFF
+    sport, flow = proto.stev_split(d["entropy"], cfg["stev_swap"])
+    assert ip.fl == flow and udp.sport == sport
     assert ip.hlim == cfg["hop_limit"] and ip.tc == cfg["dscp"] << 2 | cfg["ecn"]
 
 
@@ -113,7 +114,8 @@ class AckTB(TB):
         self.desc_taken = BeatCounter(dut.clk, dut.desc_valid, dut.desc_ready)
         self.nak_taken = BeatCounter(dut.clk, dut.nak_valid, dut.nak_ready)
         self.cfg = {"mac": 0, "ip": 0, "dport": proto.UDP_DPORT_DEFAULT,
-                    "pkey": proto.PKEY_DEFAULT, "dscp": 0, "ecn": 0, "hop_limit": 64}
+                    "pkey": proto.PKEY_DEFAULT, "dscp": 0, "ecn": 0, "hop_limit": 64,
+                    "stev_swap": 0}
         self.contexts = CONTEXTS
 
     def beats(self, item):
@@ -125,7 +127,7 @@ class AckTB(TB):
         await r.write_ipv6("local", cfg["ip"])
         await r.write_fields("config", udp_dport=cfg["dport"], pkey=cfg["pkey"])
         await r.write_fields("ipv6", dscp=cfg["dscp"], ecn=cfg["ecn"],
-                             hop_limit=cfg["hop_limit"])
+                             hop_limit=cfg["hop_limit"], stev_swap=cfg["stev_swap"])
         while await r.read_field("status", "cfg_pending"):
             pass
         self.cfg = dict(cfg)

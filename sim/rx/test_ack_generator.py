@@ -58,7 +58,7 @@ def random_cfg(rng):
     return {"mac": rng.getrandbits(48), "ip": rng.getrandbits(128),
             "dport": rng.getrandbits(16), "pkey": rng.getrandbits(16),
             "dscp": rng.getrandbits(6), "ecn": rng.getrandbits(2),
-            "hop_limit": rng.getrandbits(8)}
+            "hop_limit": rng.getrandbits(8), "stev_swap": rng.getrandbits(1)}
 
 
 def random_ctx(rng):
@@ -68,7 +68,7 @@ def random_ctx(rng):
 
 def reset_cfg():
     return {"mac": 0, "ip": 0, "dport": proto.UDP_DPORT_DEFAULT, "pkey": proto.PKEY_DEFAULT,
-            "dscp": 0, "ecn": 0, "hop_limit": HOP_LIMIT_DEFAULT}
+            "dscp": 0, "ecn": 0, "hop_limit": HOP_LIMIT_DEFAULT, "stev_swap": 0}
 
 
 ZERO_CTX = {"mac": 0, "ip": 0, "remote_qp": 0}
@@ -106,7 +106,7 @@ async def write_cfg(regs, cfg, wait=True):
     await regs.write_ipv6("local", cfg["ip"])
     await regs.write_fields("config", udp_dport=cfg["dport"], pkey=cfg["pkey"])
     await regs.write_fields("ipv6", dscp=cfg["dscp"], ecn=cfg["ecn"],
-                            hop_limit=cfg["hop_limit"])
+                            hop_limit=cfg["hop_limit"], stev_swap=cfg["stev_swap"])
     while wait and await regs.read_field("status", "cfg_pending"):
         pass
 
@@ -203,7 +203,8 @@ def test_icrc_is_an_affine_map_of_the_fields():
         assert len(frame) == FRAME_LEN[d["nack"]]
         v = {n: d[n] for n in VARIABLES if n in d}
         v.update(src_ip=cfg["ip"], dst_ip=ctx["ip"], dport=cfg["dport"], pkey=cfg["pkey"],
-                 dest_qp=ctx["remote_qp"], dst_id=ctx["remote_qp"] & 0xFFFF)
+                 dest_qp=ctx["remote_qp"], dst_id=ctx["remote_qp"] & 0xFFFF,
+                 sport=proto.stev_split(d["entropy"], cfg["stev_swap"])[0])
         assert affine_icrc(d["nack"], **v) == struct.unpack("<I", frame[-4:])[0], i
         # The AETH NAK of a nak record, with the same context and registers (the entropy
         # given is ignored: an AETH NAK carries none).
@@ -468,7 +469,7 @@ def test_registers_written_under_traffic(width):
     # last write, so a frame may show a prefix of the writes. Check against the ordered
     # sequence of partial configurations instead of just old/new.
     steps = [cfg_a]
-    for key in ("mac", "ip", ("dport", "pkey"), ("dscp", "ecn", "hop_limit")):
+    for key in ("mac", "ip", ("dport", "pkey"), ("dscp", "ecn", "hop_limit", "stev_swap")):
         keys = key if isinstance(key, tuple) else (key,)
         if key == "ip":
             for i in range(4):
@@ -573,9 +574,10 @@ def test_scapy_reads_the_frames():
         assert b.psn == (d["psn"] if d["nack"] else d["cack"])
         assert b.compute_icrc(b"") == got[-4:]
         ip, udp = s[ScapyIPv6], s[ScapyUDP]
+        sport, flow = proto.stev_split(d["entropy"], cfg["stev_swap"])
         assert (ip.hlim, ip.tc, ip.fl) == (cfg["hop_limit"], cfg["dscp"] << 2 | cfg["ecn"],
-                                           d["entropy"] >> 16)
-        assert udp.sport == d["entropy"] & 0xFFFF and udp.len == len(got) - 54
+                                           flow)
+        assert udp.sport == sport and udp.len == len(got) - 54
 
 
 def test_scapy_reads_the_nak_frames():
@@ -647,8 +649,9 @@ def test_tshark_reads_the_frames(tmp_path):
     descs = [random_desc(rng, 4, nack=i % 2) for i in range(8)]
     for d in descs:
         # The echoed entropy is the frame's UDP source port, and Wireshark decodes a UDP frame
-        # by its lower port: a well-known one (664, say) would hide the BTH from it.
-        d["entropy"] |= 0xC000
+        # by its lower port: a well-known one (664, say) would hide the BTH from it (either
+        # half may be the port: cfg["stev_swap"]).
+        d["entropy"] |= 0xC000C000
     naks = [random_nak(rng, 4) for _ in range(4)]
     sink, _, _, order = run_traffic(256, descs, naks=naks, qps=4, cfg=cfg, contexts=contexts,
                                     rng=rng, idle=0.2, backpressure=0.2)
@@ -665,7 +668,8 @@ def test_tshark_reads_the_frames(tmp_path):
         if src == "nak":
             want = [len(got), 17, 0, 4791, 0xD1, contexts[d["qp"]]["remote_qp"], d["psn"]]
         else:
-            want = [len(got), 17, d["entropy"] & 0xFFFF, 4791, 0xDD if d["nack"] else 0xDC,
+            want = [len(got), 17, proto.stev_split(d["entropy"], cfg["stev_swap"])[0], 4791,
+                    0xDD if d["nack"] else 0xDC,
                     contexts[d["qp"]]["remote_qp"], d["psn"] if d["nack"] else d["cack"]]
         assert [int(x, 0) for x in row] == want, (row, want)
 

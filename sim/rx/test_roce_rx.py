@@ -62,7 +62,8 @@ class Run:
             drv = RegisterDriver(ROCE_RX_REGS, axil.read, axil.write)
             names = {"udp_dport": ("udp_dport", "port"), "pmtu": ("pmtu", "bytes"),
                      "trim_dscp": ("trim_dscp", "dscp"),
-                     "trim_lasthop_dscp": ("trim_lasthop_dscp", "dscp")}
+                     "trim_lasthop_dscp": ("trim_lasthop_dscp", "dscp"),
+                     "stev_swap": ("stev_swap", "swap")}
             for k, v in self.regs.items():
                 reg, field = names[k]
                 await drv.write_fields(reg, **{field: v})
@@ -231,9 +232,10 @@ def test_random_mix_matches_the_model(width):
 
 
 def test_too_long_and_registers():
-    """pmtu, udp_dport and the trim codepoints are registers."""
+    """pmtu, udp_dport, the trim codepoints and the STEV split are registers."""
     rng = seeded()
-    regs = {"pmtu": 512, "udp_dport": 4791, "trim_dscp": 0x21, "trim_lasthop_dscp": 0x22}
+    regs = {"pmtu": 512, "udp_dport": 4791, "trim_dscp": 0x21, "trim_lasthop_dscp": 0x22,
+            "stev_swap": 1}
     frames = []
     for i in range(16):
         # Frame 0 is over the pmtu whatever the seed: the case is always there.
@@ -251,6 +253,12 @@ def test_too_long_and_registers():
     causes = [res.cause for res in results]
     assert "too_long" in causes and causes[-1] == "not_roce"
     assert sum(res.kind == "trimmed" for res in results) == 4
+    # The EV with the halves swapped: EV[31:16] from the port (the model compared every
+    # record; this pins the convention itself).
+    k = next(i for i, res in enumerate(results) if res.kind == "data")
+    f = frames[k][0]
+    port, flow = int.from_bytes(f[54:56], "big"), int.from_bytes(f[15:18], "big") & 0xFFFF
+    assert results[k].pkt["entropy"] == port << 16 | flow
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -172,6 +172,7 @@ SETH_M_SHIFT        = 5
 SETH_PR_BIT         = 1        # pr: the SACK answers a probe
 STEV_PORT_BITS      = 16       # EV[15:0] -> UDP source port
 STEV_FLOW_BITS      = 16       # EV[31:16] -> flow label[15:0]; flow label[19:16] = 0
+assert STEV_PORT_BITS == STEV_FLOW_BITS      # the swapped split exchanges equal halves
 SRV6_LBL_BITS       = 32       # uSID locator block length
 SRV6_USID_BITS      = 16       # uSID length
 TSETH_TYPE          = 1
@@ -398,20 +399,24 @@ def srv6_ev_index(entropy):
     return entropy & ((1 << 14) - 1)
 
 
-def stev_split(ev):
+def stev_split(ev, swap=False):
     """``(udp_src_port, flow_label)`` that carry the 32-bit STEV ``ev``: EV[15:0] in the UDP
-    source port, EV[31:16] in flow label[15:0], flow label[19:16] zero."""
+    source port, EV[31:16] in flow label[15:0], flow label[19:16] zero; with ``swap`` the
+    halves change places (EV[31:16] in the port, as MRC-Client's STRUCTURED_EV: the
+    ``stev_swap`` registers of the inserter, the receive parser and the ACK generator)."""
     width = EV_BITS[EvMode.STEV]
     if not 0 <= ev < (1 << width):
         raise ValueError(f"STEV EV {ev:#x} does not fit {width} bits")
-    return ev & ((1 << STEV_PORT_BITS) - 1), ev >> STEV_PORT_BITS
+    lo, hi = ev & ((1 << STEV_PORT_BITS) - 1), ev >> STEV_PORT_BITS
+    return (hi, lo) if swap else (lo, hi)
 
 
-def stev_join(udp_src_port, flow_label):
-    """The 32-bit STEV carried by a UDP source port and a flow label (inverse of the split)."""
+def stev_join(udp_src_port, flow_label, swap=False):
+    """The 32-bit STEV carried by a UDP source port and a flow label (inverse of the split
+    with the same ``swap``)."""
     port = udp_src_port & ((1 << STEV_PORT_BITS) - 1)
     flow = flow_label & ((1 << STEV_FLOW_BITS) - 1)
-    return flow << STEV_PORT_BITS | port
+    return port << STEV_PORT_BITS | flow if swap else flow << STEV_PORT_BITS | port
 
 
 # --- PSN arithmetic (spec §5): modulo 2^24 -------------------------------------------------

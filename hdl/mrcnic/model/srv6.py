@@ -33,10 +33,7 @@ def entropy_of(desc, stev_swap=0):
         e = ev >> 240
     else:
         e = desc["entropy"]
-    port, flow = proto.stev_split(e & 0xFFFFFFFF)
-    if stev_swap and mode != EvMode.UDP:
-        port, flow = flow, port
-    return port, flow
+    return proto.stev_split(e & 0xFFFFFFFF, swap=stev_swap and mode != EvMode.UDP)
 
 
 def encap(frame, desc, *, in_bad=False, udp_dport=proto.UDP_DPORT_DEFAULT, stev_swap=0,

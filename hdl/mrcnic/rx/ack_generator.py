@@ -80,6 +80,10 @@ ACK_REGS = RegisterMap("ack_generator", [
         Field("dscp", 6, "rw", desc="IPv6 DSCP of control frames"),
         Field("ecn", 2, "rw", desc="IPv6 ECN of control frames"),
         Field("hop_limit", 8, "rw", reset=HOP_LIMIT_DEFAULT, desc="IPv6 hop limit"),
+        Field("stev_swap", 1, "rw",
+              desc="1: a frame's STEV carries EV[31:16] in the UDP source port and EV[15:0] "
+                   "in the flow label (as the receive parser's stev_swap); 0: the other way "
+                   "round"),
     ]),
     Register("ctx_qp", [Field("qp", QP_INDEX_BITS, "rw",
                               desc="Local QP index of the context entry ctx_write writes")]),
@@ -117,9 +121,11 @@ ACK_REGS = RegisterMap("ack_generator", [
 # --- The ICRC as an affine map (Python side: rows of the matrices, and a reference) --------
 
 # Fields that vary from frame to frame, named as inner_delta() takes them, with their widths
-# (``syndrome``: the nak record's).
+# (``syndrome``: the nak record's; ``sport``: the UDP source port, one half of ``entropy``
+# chosen by ``stev_swap``).
 VARIABLES = {
     "src_ip": 128, "dst_ip": 128, "dport": 16, "pkey": 16, "dest_qp": 24, "dst_id": 16,
+    "sport": proto.STEV_PORT_BITS,
     **{name: ACK_DESC[name].width
        for name in ("entropy", "cack", "psn", "qp", "m", "pr", "ack_psn_offset", "mpr",
                     "sack_offset", "bitmap", "timestamp", "ooo_count", "rcvd_bytes",
@@ -135,9 +141,9 @@ def inner_delta(kind, **v):
     place. Linear in ``v``: the gateware's matrices are its columns, one bit of one variable
     at a time."""
     g = {name: v.get(name, 0) for name in VARIABLES}
-    # An AETH NAK echoes no EV: its UDP source port (and flow label) is 0.
-    entropy = 0 if kind == AETH_NAK else g["entropy"]
-    sport, _ = proto.stev_split(entropy)             # the flow label is outside the ICRC
+    # An AETH NAK echoes no EV: its UDP source port (and flow label) is 0. The flow label is
+    # outside the ICRC.
+    sport = 0 if kind == AETH_NAK else g["sport"]
     psn = g[BTH_PSN_SOURCE[kind]]
     head = (IPV6.pack(src=g["src_ip"], dst=g["dst_ip"])
             + UDP.pack(src_port=sport, dst_port=g["dport"])
@@ -299,10 +305,10 @@ def _serial_crc(m, name, start, src_bytes, held_bytes):
 # --- Gateware ------------------------------------------------------------------------------
 
 _CFG = data.StructLayout({"mac": 48, "ip": 128, "dport": 16, "pkey": 16, "dscp": 6,
-                          "ecn": 2, "hop_limit": 8})
+                          "ecn": 2, "hop_limit": 8, "stev_swap": 1})
 _CFG_REGS = {"dport": ("config", "udp_dport"), "pkey": ("config", "pkey"),
              "dscp": ("ipv6", "dscp"), "ecn": ("ipv6", "ecn"),
-             "hop_limit": ("ipv6", "hop_limit")}
+             "hop_limit": ("ipv6", "hop_limit"), "stev_swap": ("ipv6", "stev_swap")}
 CFG_RESET = {n: ACK_REGS[r].field(fd).reset for n, (r, fd) in _CFG_REGS.items()}
 CFG_RESET.update(mac=0, ip=0)
 CFG_CRC_RESET = {t: crc32_raw(0, inner_delta(t, dport=CFG_RESET["dport"],
@@ -430,9 +436,10 @@ class AckGenerator(wiring.Component):
         # R0: one record a cycle from nak or desc, into a slice that addresses the table
         en, r0, r0_aeth, r0_valid, r0_ok = self._stage_r0(m, rd)
         # S1: the record and its ICRC parts, and the context as read
-        v1, d1, a1, part, c1 = self._stage_s1(m, en, r0, r0_aeth, r0_valid, r0_ok, rd)
+        v1, d1, a1, part, sport_part, c1 = self._stage_s1(m, en, r0, r0_aeth, r0_valid,
+                                                          r0_ok, rd)
         # F: the frame (every variable field, the ICRC's parts), held while its beats leave
-        fv, fr = self._stage_f(m, en, v1, d1, a1, part, c1, cfg, cr)
+        fv, fr = self._stage_f(m, en, v1, d1, a1, part, sport_part, c1, cfg, cr)
         # Beats: F's beats into the output register slice; the pipeline enable
         handed, last = self._beats(m, en, fv, fr, d1, a1)
         # Counters: frames sent by kind, records dropped for their qp
@@ -457,7 +464,7 @@ class AckGenerator(wiring.Component):
             "ip": _ip(f, "local_ip"),
             "dport": f["config"]["udp_dport"], "pkey": f["config"]["pkey"],
             "dscp": f["ipv6"]["dscp"], "ecn": f["ipv6"]["ecn"],
-            "hop_limit": f["ipv6"]["hop_limit"],
+            "hop_limit": f["ipv6"]["hop_limit"], "stev_swap": f["ipv6"]["stev_swap"],
         }
         cfg_snap = Signal(_CFG)
         cfg = Signal(_CFG, init=CFG_RESET)          # what frames use
@@ -555,31 +562,39 @@ class AckGenerator(wiring.Component):
 
     def _stage_s1(self, m, en, r0, r0_aeth, r0_valid, r0_ok, rd):
         """S1: the record and its ICRC parts; the context is read meanwhile. Returns ``(v1,
-        d1, a1, part, c1)``: valid, record, nak flag, the parts (a list of signals per
-        kind) and the context entry (the table's read data)."""
+        d1, a1, part, sport_part, c1)``: valid, record, nak flag, the parts (a list of
+        signals per kind), the UDP source port's part per kind for either STEV split (F
+        picks one with the registers it takes) and the context entry (the table's read
+        data)."""
         def r0_field(name):              # a VARIABLES name in R0's fields
             return r0.reason if name == "syndrome" else r0[name]
 
         v1 = Signal()
         d1 = Signal(ACK_DESC)
         a1 = Signal()                    # d1 is a nak record
+        halves = (r0.entropy[:proto.STEV_PORT_BITS], r0.entropy[proto.STEV_PORT_BITS:])
+        sport_part = {t: [Signal(32, name=f"sport_crc_{t}_{swap}") for swap in (0, 1)]
+                      for t in (SACK, NACK)}
         part = {t: [Signal(32, name=f"desc_crc_{t}_{i}")
                     for i in range(len(_chunks(DESC_VARS[t])))] for t in TAIL}
         with m.If(en):
             m.d.sync += [v1.eq(r0_valid & r0_ok), d1.eq(r0), a1.eq(r0_aeth)]
+            for t, sigs in sport_part.items():
+                m.d.sync += [sig.eq(_crc_map(t, [("sport", half)]))
+                             for sig, half in zip(sigs, halves)]
             for t in TAIL:
                 for sig, names in zip(part[t], _chunks(DESC_VARS[t])):
                     m.d.sync += sig.eq(_crc_map(t, [(n, r0_field(n)) for n in names]))
         c1 = rd.data
-        return v1, d1, a1, part, c1
+        return v1, d1, a1, part, sport_part, c1
 
-    def _stage_f(self, m, en, v1, d1, a1, part, c1, cfg, cr):
+    def _stage_f(self, m, en, v1, d1, a1, part, sport_part, c1, cfg, cr):
         """F: the frame, held while its beats leave: every variable field, the tail
         headers and the ICRC's parts. Returns ``(fv, fr)``: valid and the frame."""
         fv = Signal()
         fr = Signal(data.StructLayout({
             "nack": 1, "aeth": 1, "cfg": _CFG, "mac": 48, "ip": 128, "remote_qp": 24,
-            "entropy": 32, "psn": proto.PSN_BITS,
+            "sport": proto.STEV_PORT_BITS, "flow": proto.STEV_FLOW_BITS, "psn": proto.PSN_BITS,
             "tail": 8 * SETH.size + 8 * CC_STATE.size, "icrc_rest": 32,
             **{CTX_CRC[t]: 32 for t in TAIL},
         }))
@@ -590,6 +605,9 @@ class AckGenerator(wiring.Component):
         for t in TAIL:
             for p in part[t]:
                 rest[t] = rest[t] ^ p
+        # The UDP source port: the half of the echoed EV that the registers F takes name.
+        for t, (lo, hi) in sport_part.items():
+            rest[t] = rest[t] ^ Mux(cfg.stev_swap, hi, lo)
         dst_id = c1.remote_qp[:16]
         seth = SETH.assemble({"m": d1.m, "pr": d1.pr, "ack_psn_offset": d1.ack_psn_offset,
                                 "entropy": d1.entropy, "src_id": d1.qp, "dst_id": dst_id,
@@ -609,7 +627,9 @@ class AckGenerator(wiring.Component):
                 fr.nack.eq(d1.nack), fr.aeth.eq(a1),
                 fr.cfg.eq(cfg),
                 fr.mac.eq(c1.mac), fr.ip.eq(c1.ip), fr.remote_qp.eq(c1.remote_qp),
-                fr.entropy.eq(d1.entropy),          # 0 for a nak record: no EV to echo
+                # The frame's own STEV (0 for a nak record: no EV to echo).
+                fr.sport.eq(Mux(cfg.stev_swap, d1.entropy[16:], d1.entropy[:16])),
+                fr.flow.eq(Mux(cfg.stev_swap, d1.entropy[:16], d1.entropy[16:])),
                 fr.psn.eq(_by_kind(a1, d1.nack, {t: d1[BTH_PSN_SOURCE[t]] for t in TAIL})),
                 # The bytes after a frame's last header are its ICRC, placed at the
                 # output; the rest of the register keeps another kind's bytes (beyond
@@ -636,8 +656,7 @@ class AckGenerator(wiring.Component):
             return _by_kind(is_aeth, nack, values)
         # IPv6 payload length = UDP length: everything after the IPv6 header.
         length = kind_mux({t: FRAME_LEN[t] - ETH.size - IPV6.size for t in TAIL})
-        sport = fr.entropy[:proto.STEV_PORT_BITS]
-        flow = fr.entropy[proto.STEV_PORT_BITS:proto.STEV_PORT_BITS + proto.STEV_FLOW_BITS]
+        sport, flow = fr.sport, fr.flow
         head = Cat(
             ETH.assemble({"dst": fr.mac, "src": fc.mac, "ethertype": proto.ETHERTYPE_IPV6}),
             IPV6.assemble({"version": proto.IPV6_VERSION, "dscp": fc.dscp, "ecn": fc.ecn,

@@ -48,17 +48,19 @@ def _signed16(value):
     return value - 0x10000 if value & 0x8000 else value
 
 
-def stev_split(ev):
-    """``(udp_src_port, flow_label)`` carrying the 32-bit STEV ``ev`` (spec 2.3 decision)."""
+def stev_split(ev, swap=False):
+    """``(udp_src_port, flow_label)`` carrying the 32-bit STEV ``ev`` (spec 2.3 decision; the
+    halves swapped with ``swap``)."""
     try:
-        return proto.stev_split(ev)
+        return proto.stev_split(ev, swap)
     except ValueError as e:
         raise PacketError(str(e)) from None
 
 
-def stev_ev(pkt):
-    """The 32-bit STEV a packet carries in its (inner) flow label and UDP source port."""
-    return proto.stev_join(pkt.udp["src_port"], pkt.ip["flow_label"])
+def stev_ev(pkt, swap=False):
+    """The 32-bit STEV a packet carries in its (inner) flow label and UDP source port (the
+    halves swapped with ``swap``)."""
+    return proto.stev_join(pkt.udp["src_port"], pkt.ip["flow_label"], swap)
 
 
 def srv6_ev_index(pkt):

@@ -15,15 +15,17 @@ def _s16(x):
 
 
 def _net(cfg, ctx, ev):
+    sport, flow = pk.stev_split(ev, cfg.get("stev_swap", 0))
     return dict(src_mac=cfg["mac"], dst_mac=ctx["mac"], src_ip=cfg["ip"], dst_ip=ctx["ip"],
-                ev=ev, dscp=cfg["dscp"], ecn=cfg["ecn"], hop_limit=cfg["hop_limit"],
-                udp_dport=cfg["dport"], pkey=cfg["pkey"])
+                udp_sport=sport, flow_label=flow, dscp=cfg["dscp"], ecn=cfg["ecn"],
+                hop_limit=cfg["hop_limit"], udp_dport=cfg["dport"], pkey=cfg["pkey"])
 
 
 def frame(d, ctx, cfg):
     """The frame for descriptor ``d`` (ACK_DESC fields), QP context ``ctx`` (``mac``, ``ip``,
     ``remote_qp``) and registers ``cfg`` (``mac``, ``ip``, ``dscp``, ``ecn``, ``hop_limit``,
-    ``dport``, ``pkey``)."""
+    ``dport``, ``pkey``, and ``stev_swap``: which half of the echoed ``entropy`` the frame's
+    UDP source port carries, 0 when absent)."""
     net = _net(cfg, ctx, d["entropy"])
     rqp = ctx["remote_qp"]
     if d["nack"]:

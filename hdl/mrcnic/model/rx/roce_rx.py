@@ -68,6 +68,7 @@ class RxRegs:
     pmtu: int = 4096
     trim_dscp: int = proto.DSCP_TRIMMED
     trim_lasthop_dscp: int = proto.DSCP_TRIMMED_LASTHOP
+    stev_swap: int = 0
 
 
 @dataclass
@@ -130,7 +131,7 @@ def receive(frame, meta, regs=None, *, tuser=0, pmtu_max=4096):
     base = {name: 0 for name in _pkt_fields()}
     base.update(qp=bth["dest_qp"] & 0xFFFF, psn=bth["psn"], opcode=op,
                 ack_req=bth["ack_req"], rtx=bth["rtx"], ce=int(ecn == proto.ECN_CE),
-                entropy=proto.stev_join(udp["src_port"], inner["flow_label"]))
+                entropy=proto.stev_join(udp["src_port"], inner["flow_label"], regs.stev_swap))
 
     if trimmed:
         if op not in WRITES:
@@ -172,7 +173,7 @@ def receive(frame, meta, regs=None, *, tuser=0, pmtu_max=4096):
     except pk.PacketError as e:
         raise ModelDomainError(f"the block accepts this frame, the codec does not: {e}") \
             from None
-    assert p.bth["psn"] == base["psn"] and pk.stev_ev(p) == base["entropy"]
+    assert p.bth["psn"] == base["psn"] and pk.stev_ev(p, regs.stev_swap) == base["entropy"]
     if op in WRITES:
         rec = dict(base, length=len(p.payload), slot=1, **p.reth)
         if p.tseth is not None:

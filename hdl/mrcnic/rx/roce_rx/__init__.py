@@ -55,6 +55,11 @@ ROCE_RX_REGS = RegisterMap("roce_rx", [
     Register("trim_lasthop_dscp", [Field("dscp", 6, "rw", reset=proto.DSCP_TRIMMED_LASTHOP,
                                          desc="Codepoint of a packet trimmed at its last "
                                               "hop")]),
+    Register("stev_swap", [Field("swap", 1, "rw",
+                                 desc="1: a data packet's EV is EV[31:16] from its UDP source "
+                                      "port, EV[15:0] from its flow label (a peer that splits "
+                                      "the STEV so, as the inserter's config.stev_swap); 0: "
+                                      "the other way round")]),
     Register("status", [Field("held", 11, "ro",
                               desc="Held-queue entries in use or reserved by frames in flight"),
                         Field("buffer_words", 16, "ro", offset=16,
@@ -424,6 +429,7 @@ class RoceRx(wiring.Component):
             chk.udp_dport.eq(regs["udp_dport"]["port"]), chk.pmtu.eq(pmtu),
             chk.trim_dscp.eq(regs["trim_dscp"]["dscp"]),
             chk.trim_lasthop_dscp.eq(regs["trim_lasthop_dscp"]["dscp"]),
+            chk.stev_swap.eq(regs["stev_swap"]["swap"]),
         ]
         kind = chk.kind
         # The flush write happens in this cycle; a data frame that wrote nothing reserves its

@@ -65,6 +65,9 @@ class HeaderCheck(wiring.Component):
         The registers of those names (``pmtu`` at most ``pmtu_max``).
     trim_dscp, trim_lasthop_dscp : Signal(6), in
         The trimmed codepoints, the registers of those names.
+    stev_swap : Signal(1), in
+        The register of that name: which halves of the EV the UDP source port and the flow
+        label carry (:func:`mrcnic.base.proto.stev_join`).
     cause : Signal(3), out
         The first failing check: 0 none, 1 ``in_bad``, 2 ``not_roce``, 3 ``truncated``, 4
         ``opcode``, 5 ``length``.
@@ -96,7 +99,7 @@ class HeaderCheck(wiring.Component):
         super().__init__({
             "bus": In(8 * HDR_BYTES), "n": In(17), "bad": In(1), "meta": In(DECAP_META),
             "udp_dport": In(16), "pmtu": In(16), "trim_dscp": In(6),
-            "trim_lasthop_dscp": In(6),
+            "trim_lasthop_dscp": In(6), "stev_swap": In(1),
             "cause": Out(3), "check_icrc": Out(1), "too_long": Out(1), "kind": Out(3),
             "data_frame": Out(1),
             "body": Out(data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
@@ -228,7 +231,7 @@ class HeaderCheck(wiring.Component):
                 pk.rtx.eq(get(BTH, "rtx", BTH_AT)), pk.ce.eq(ecn == proto.ECN_CE),
                 pk.trimmed.eq(trimmed), pk.lasthop.eq(trimmed & lasthop),
                 pk.entropy.eq(proto_stev(get(UDP, "src_port", UDP_AT),
-                                         get(IPV6, "flow_label", IP_AT))),
+                                         get(IPV6, "flow_label", IP_AT), self.stev_swap)),
             ]
             with m.If(kind == K_PROBE):
                 m.d.comb += pk.timestamp.eq(get(PETH, "timestamp", EXT_AT))
@@ -253,7 +256,8 @@ class HeaderCheck(wiring.Component):
         return m
 
 
-def proto_stev(udp_src_port, flow_label):
+def proto_stev(udp_src_port, flow_label, swap):
     """Gateware :func:`mrcnic.base.proto.stev_join`: EV[15:0] from the port, EV[31:16] from the
-    flow label's low bits."""
-    return Cat(udp_src_port[:proto.STEV_PORT_BITS], flow_label[:proto.STEV_FLOW_BITS])
+    flow label's low bits; the other way round with ``swap``."""
+    port, flow = udp_src_port[:proto.STEV_PORT_BITS], flow_label[:proto.STEV_FLOW_BITS]
+    return Mux(swap, Cat(flow, port), Cat(port, flow))
