@@ -198,7 +198,7 @@ class SelfTest(wiring.Component):
         wiring.connect(m, nic.done, gen.done)
         wiring.connect(m, nic.preq, gen.preq)
         wiring.connect(m, gen.m_axis, nic.s_axis)
-        for name in ("cpl", "nak", "access_nak", "event"):
+        for name in ("cpl", "nak", "access_nak", "event", "rtt"):
             m.d.comb += getattr(nic, name).ready.eq(1)
 
         # The fabric: each plane back to itself.

@@ -40,7 +40,8 @@ def random_desc(qps, max_len=300, probe=False):
             "length": 0 if probe else random.randrange(max_len + 1),
             "imm": random.getrandbits(32),
             "rqmsn": random.getrandbits(16), "msn": random.getrandbits(16),
-            "entropy": random.getrandbits(32)}
+            "entropy": random.getrandbits(32), "ts": random.getrandbits(1),
+            "timestamp": random.getrandbits(16)}
 
 
 def marked_bad(frame):
@@ -100,7 +101,7 @@ class TxTB(TB):
             if d["opcode"] == PROBE:
                 rqp = self.model.ctx.get(d["qp"], (0, 0, 0))[2]
                 assert p.peth == {"vendor": 0, "probe_id": d["msn"], "src_id": d["qp"],
-                                  "dst_id": rqp & 0xFFFF, "timestamp": d["rqmsn"],
+                                  "dst_id": rqp & 0xFFFF, "timestamp": d["timestamp"],
                                   "tsr": 0, "type": proto.TSETH_TYPE}, \
                     f"frame {i}: PETH {p.peth}"
                 assert (p.bth["ack_req"], p.bth["rtx"], len(frame)) == (0, 0, 94)

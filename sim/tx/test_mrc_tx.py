@@ -9,12 +9,12 @@ import pytest
 
 from mrcnic.base import proto
 from mrcnic.host.bringup import TxConfig, bring_up_tx
-from mrcnic.base.records import FeedbackKind
+from mrcnic.base.records import RTT_SAMPLE, FeedbackKind
 from mrcnic.model import packet as pk
 from mrcnic.model.rx.psn_tracker import PsnTrackerModel
 from mrcnic.tx.mrc_tx import DESC_LOOKAHEAD, LOOP_PACKETS, MrcTx
 from testkit.axil import AxiLiteSimMaster
-from testkit.nic_host import EVS, PMTU_LOG2, Host, check_delivery, random_wrs
+from testkit.nic_host import EVS, PMTU_LOG2, Host, as_dict, check_delivery, random_wrs
 from testkit.simtools import seeded
 from testkit.streams import AxisSink
 
@@ -40,6 +40,8 @@ class Loop(Host):
         self.arrivals = []                             # (cycle off the wire, plane)
         self.updates = []              # the peer's port status: [cycle, qp, ports] for `peer`
         self.status = []               # port status updates sent: (cycle, plane, fields)
+        self.acks_taken = []           # (cycle, SACK/NACK record) as ``ack`` took them
+        self.rtts = []                 # the RTT_SAMPLE records of ``rtt``
 
     async def configure(self, ctx):
         master = AxiLiteSimMaster(ctx, self.dut.s_axil)
@@ -69,10 +71,13 @@ class Loop(Host):
         if lost:
             self.dropped.append((qp, psn, ev))
             return None
+        # The timestamp the peer's receive parser takes: a probe's PETH, a write's TSETH.
+        stamp = (pkt.peth or pkt.tseth or {}).get("timestamp", 0)
         verdict, desc, _ = self.peer.packet({
             "qp": qp, "psn": psn, "opcode": pkt.bth["opcode"], "ack_req": pkt.bth["ack_req"],
             "rtx": rtx, "ce": 0, "trimmed": 0, "lasthop": 0, "length": len(pkt.payload),
-            "entropy": ev, "timestamp": 0, "imm": (pkt.immdt or {}).get("imm", 0), "tag": 0})
+            "entropy": ev, "timestamp": stamp, "imm": (pkt.immdt or {}).get("imm", 0),
+            "tag": 0})
         if verdict["verdict"] == 0:                     # PLACE
             for k, b in enumerate(pkt.payload):
                 addr = pkt.reth["va"] + k
@@ -111,10 +116,14 @@ class Loop(Host):
             if upd is not None:
                 ctx.set(dut.peer.payload, {"qp": upd[1], "ports": upd[2]})
             fb = dut.sel.fb
-            _, _, ready, p_ready, fv, fr, kind = await ctx.tick().sample(
-                dut.ack.ready, dut.peer.ready, fb.valid, fb.ready, fb.payload.kind)
+            ctx.set(dut.rtt.ready, 1)
+            _, _, ready, p_ready, fv, fr, kind, rv, rtt = await ctx.tick().sample(
+                dut.ack.ready, dut.peer.ready, fb.valid, fb.ready, fb.payload.kind,
+                dut.rtt.valid, dut.rtt.payload.as_value())
             if acks and ready:
-                acks.pop(0)
+                self.acks_taken.append((self.cycle, acks.pop(0)))
+            if rv:
+                self.rtts.append(as_dict(RTT_SAMPLE, rtt))
             if upd is not None and p_ready:
                 self.updates.pop(0)
                 self.peer_taken = self.cycle
@@ -134,6 +143,44 @@ def test_work_requests_complete_with_no_loss():
     check_delivery(loop)
     assert loop.counters["retransmissions"] == 0 and not loop.dropped
     assert {p for _, p in loop.arrivals} == set(range(PLANES))
+
+
+def test_timestamps_and_rtt_samples():
+    """With ``timestamp.tseth`` (and a timestamp unit of one cycle) every data packet carries
+    a TSETH (BTH ts) and every SACK or NACK that echoes it gives an RTT sample: the cycles
+    from the packet's fork to the echo's arrival on ``ack``, the wire and the peer's delay
+    (fixed here) included. One time base: a sample is the arrival less the echoed
+    timestamp, with the same offset for every sample."""
+    rng = seeded()
+    wrs = random_wrs(rng, 6, 2, 2 * (1 << PMTU_LOG2))
+    delay = 40
+    loop = Loop(rng, wrs, delay=(delay, delay), backpressure=0.0)
+
+    async def setup(blocks):
+        await blocks["mrc-tx"][0].write_fields("timestamp", tseth=1, cycles=1)
+    loop.setup = setup
+    loop.run_loop()
+    check_delivery(loop)
+    data = [pkt for pkt, _ in loop.sent if pkt.opcode.is_write]
+    assert data and all(p.tseth is not None and p.bth["ts"] == 1 for p in data)
+    assert len(loop.rtts) == len(loop.acks_taken) > 0
+    offsets = {(c - a["timestamp"] - s["rtt"]) & 0xFFFF
+               for (c, a), s in zip(loop.acks_taken, loop.rtts)}
+    assert len(offsets) == 1, f"samples from more than one time base: {offsets}"
+    (k,) = offsets                      # cycle - timestamp: the stamp's cycle is T + k
+    # Each echo names a data frame by its TSETH timestamp: it was stamped at the fork, took
+    # at least its beats to reach the wire's end, and its SACK came back at least the peer's
+    # delay after that.
+    wire = {p.tseth["timestamp"]: (c, len(p.payload)) for (p, _), (c, _) in
+            zip(loop.sent, loop.arrivals) if p.tseth is not None}
+    for (c, a), s in zip(loop.acks_taken, loop.rtts):
+        assert (s["qp"], s["entropy"], s["nack"], s["probe"]) == \
+            (a["qp"], a["entropy"], a["nack"], a["pr"] & ~a["nack"])
+        arrived, length = wire[a["timestamp"]]
+        stamped = (a["timestamp"] + k) & 0xFFFF
+        assert (arrived - stamped) & 0xFFFF >= length // 8 and c >= arrived + delay, s
+    rtts = sorted(s["rtt"] for s in loop.rtts)
+    print(f"{len(rtts)} RTT samples, {rtts[0]} .. {rtts[-1]} cycles (peer delay {delay})")
 
 
 def check_avoid(loop):

@@ -33,7 +33,8 @@ def random_desc(rng, qps, *, max_len=300, opcode=None):
             "length": (0 if opcode in (Opcode.PROBE, Opcode.EP_REQUEST)
                        else rng.randrange(max_len + 1)),
             "imm": rng.getrandbits(32), "rqmsn": rng.getrandbits(16), "msn": rng.getrandbits(16),
-            "entropy": rng.getrandbits(32)}
+            "entropy": rng.getrandbits(32), "ts": rng.getrandbits(1),
+            "timestamp": rng.getrandbits(16)}
 
 
 def mixed_descs(rng, qps, count, probe_share, **kw):
@@ -54,7 +55,7 @@ def check_probe(frame, desc, model):
     assert (p.bth["psn"], p.bth["ack_req"], p.bth["rtx"], p.bth["pad"], p.bth["dest_qp"]) == \
         (desc["psn"], 0, 0, 0, rqp)
     assert p.peth == {"vendor": 0, "probe_id": desc["msn"], "src_id": desc["qp"],
-                      "dst_id": rqp & 0xFFFF, "timestamp": desc["rqmsn"], "tsr": 0,
+                      "dst_id": rqp & 0xFFFF, "timestamp": desc["timestamp"], "tsr": 0,
                       "type": proto.TSETH_TYPE}
     assert p.payload == b"" and p.meth is None and p.reth is None
     assert pk.stev_ev(p) == desc["entropy"]
@@ -229,7 +230,7 @@ def test_probes_back_to_back(width):
         assert res.kind == "probe", res
         assert (res.pkt["opcode"], res.pkt["qp"], res.pkt["psn"], res.pkt["entropy"],
                 res.pkt["timestamp"], res.pkt["slot"]) == \
-            (Opcode.PROBE, rqp & 0xFFFF, d["psn"], d["entropy"], d["rqmsn"], 0)
+            (Opcode.PROBE, rqp & 0xFFFF, d["psn"], d["entropy"], d["timestamp"], 0)
     print(f"{width} bits: {len(descs)} probes, {len(beats)} beats in "
           f"{beats[-1] - beats[0] + 1} cycles, latency {beats[0] - hs[0]}")
 

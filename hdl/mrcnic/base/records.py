@@ -39,11 +39,13 @@ Receive:
 
 Decisions kept here
     * The control frame leaves with the echoed ``entropy`` as its own 32-bit STEV (UDP
-      source port and flow label, :func:`mrcnic.base.proto.stev_split`): a SACK returns on
-      the reverse of the EV it acknowledges.
+      source port and flow label, :func:`mrcnic.base.proto.stev_split`, halves swapped by
+      the ACK generator's ``stev_swap`` as the receive parser's swapped them): a SACK returns
+      on the reverse of the EV it acknowledges.
     * SETH/NETH ``src_id`` is the local QP index, ``dst_id`` the remote QP number's low 16
       bits (the ACK generator's context).
-    * Every data packet carries METH and RETH; no TSETH is sent. ``entropy`` is written as a
+    * Every data packet carries METH and RETH, and a TSETH when MrcTx's
+      ``timestamp.tseth`` register asks (off after reset). ``entropy`` is written as a
       32-bit STEV into the inner flow label and UDP source port
       (:func:`mrcnic.base.proto.stev_split`); in SRv6 modes it is the EV's index (spec §2.3).
     * Feedback names the EV by its *index* in the QP's EV set (0 .. ev_count - 1), never by
@@ -117,6 +119,8 @@ TX_DESC = data.StructLayout({
     "rqmsn":      16,                 # METH
     "msn":        16,
     "entropy":    32,
+    "ts":         1,                  # a write carries a TSETH (BTH ts) with `timestamp`
+    "timestamp":  16,                 # TSETH, or a probe's PETH, timestamp: 128 ns units
 })
 
 # A packet of a message as the segmenter makes it: the descriptor but its entropy (the path
@@ -124,7 +128,8 @@ TX_DESC = data.StructLayout({
 # message's slot in the QP's ring, bits 8 and up the ring position's lap), where its payload
 # is, and the EV a retransmission must avoid.
 SEG_PKT = data.StructLayout({
-    **{name: field.shape for name, field in TX_DESC if name != "entropy"},
+    **{name: field.shape for name, field in TX_DESC
+       if name not in ("entropy", "ts", "timestamp")},
     "tag": 32, "wr_id": 16, "offset": 32, "avoid": EV_INDEX_BITS,
 })
 
@@ -199,6 +204,12 @@ class ErrorCause(enum.IntEnum):
 
 
 CWND_IN = data.StructLayout({"qp": QP_INDEX_BITS, "cwnd": 32})
+# A round-trip time sample (MrcTx's ``rtt``): a SACK or NACK that echoes a timestamp this NIC
+# sent (a probe's PETH, or a data packet's TSETH), ``rtt`` = the time base's timestamp at its
+# arrival less the echoed one, modulo 2^16, in 128 ns units; ``entropy`` is the echoed EV
+# (the SACK's or NACK's), ``probe`` marks a probe's answer.
+RTT_SAMPLE = data.StructLayout({"qp": QP_INDEX_BITS, "entropy": 32, "probe": 1, "nack": 1,
+                                "rtt": 16})
 QP_ERROR = data.StructLayout({"qp": QP_INDEX_BITS, "cause": 2})     # ErrorCause
 
 

@@ -222,7 +222,7 @@ class _Bench:
                 getattr(dut, f"{side}_m{p}_axis_tready").value = 1
                 getattr(dut, f"{side}_pl{p}_axis_tready").value = 1
                 getattr(dut, f"{side}_place{p}_ready").value = 1
-            for name in ("done", "event", "preq", "cpl", "nak", "access_nak"):
+            for name in ("done", "event", "rtt", "preq", "cpl", "nak", "access_nak"):
                 if hasattr(dut, f"{side}_{name}_ready"):
                     getattr(dut, f"{side}_{name}_ready").value = 1
             getattr(dut, f"{side}_port_up").value = (1 << P) - 1

@@ -15,14 +15,14 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from mrcnic.base import proto
 
 from mrcnic.base.records import (
     ACK_DESC, PAYLOAD_REQ, EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS, FeedbackKind, CWND_IN,
-    RtxCause, TIME_BITS, TX_DESC, sent_layout, SEG_PKT, WR, WR_DONE)
+    RtxCause, RTT_SAMPLE, TIME_BITS, TX_DESC, sent_layout, SEG_PKT, WR, WR_DONE)
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters, ipv6_registers, ipv6_value)
@@ -37,7 +37,7 @@ from mrcnic.tx.segmenter import SEG_REGS, TxSegmenter
 
 __all__ = ["MrcTx", "MRC_TX_REGS", "LOOP_PACKETS", "CREDIT_RULE",
            "LOSS_FEEDBACK", "STALE_PORT", "DESC_LOOKAHEAD",
-           "TICK_CYCLES_DEFAULT"]
+           "TICK_CYCLES_DEFAULT", "TS_CYCLES_DEFAULT", "RTT_DEPTH"]
 
 CREDIT_RULE = "one packet per QP between the credit check and its sent record"
 # Decision: a packet lost silently (a SACK hole past the reorder guard: later packets on
@@ -56,13 +56,15 @@ STALE_PORT = "a decision for a port that went down is requested again"
 DESC_LOOKAHEAD = 3             # RoceTx's descriptor skid buffer (2) and first stage (1)
 LOOP_PACKETS = 4               # packets in the selector's request loop (see Operation, 2)
 TICK_CYCLES_DEFAULT = 256      # cycles per timer tick (TICK_NS at a 4 ns clock)
+TS_CYCLES_DEFAULT = TICK_CYCLES_DEFAULT // 8   # cycles per 128 ns timestamp unit
+RTT_DEPTH = 4                  # RTT samples held for a slow reader; more are dropped
 MAX_QPS = 1024                 # error and in-flight bits are flip-flops
 PLANE_CHOICES = (1, 2, 4, 8)
 BRANCH_DEPTH = 16              # each branch of the fork
 
 COUNTERS = ["packets", "retransmissions", "no_path", "credit_wait", "dropped_error",
             "qp_errors", "probes", "probe_answers", "losses", "payload_requests", "port_down",
-            "peer_ports", "announcements"]
+            "peer_ports", "announcements", "rtt_samples", "rtt_dropped"]
 
 MRC_TX_REGS = RegisterMap("mrc_tx", [
     Register("info", [Field("planes", 4, "ro", desc="Planes (parameter)"),
@@ -77,6 +79,13 @@ MRC_TX_REGS = RegisterMap("mrc_tx", [
                             desc="Clock cycles per 1.024 us tick of the time base (0 or 1: "
                                  "every cycle)")]),
     Register("now", [Field("ticks", 32, "ro", desc="The time base")]),
+    Register("timestamp", [
+        Field("tseth", 1, "rw", desc="1: every data packet carries a TSETH with the "
+                                     "timestamp, and every SACK or NACK echoing one gives an "
+                                     "RTT sample (probes always carry one in their PETH)"),
+        Field("cycles", 15, "rw", offset=16, reset=TS_CYCLES_DEFAULT,
+              desc="Clock cycles per 128 ns unit of the timestamps (0 or 1: every cycle)"),
+    ]),
     Register("qp_select", [Field("qp", 16, "rw", desc="QP qp_command and qp_status act on")]),
     Register("qp_command", [Field("clear_error", 1, "w1p",
                                   desc="Let QP qp_select's packets through again (open it "
@@ -99,6 +108,8 @@ MRC_TX_REGS = RegisterMap("mrc_tx", [
                       "requested again (STALE_PORT)"),
         ("peer_ports", "Port status updates from peers given to the selector (PEER_PORTS)"),
         ("announcements", "Port status updates sent (the selector's announce records)"),
+        ("rtt_samples", "RTT samples given on rtt"),
+        ("rtt_dropped", "RTT samples dropped: rtt's FIFO full"),
     ]],
 ])
 
@@ -174,6 +185,10 @@ class MrcTx(wiring.Component):
         Per plane: the port can take another frame.
     event : stream of :data:`~mrcnic.tx.path_selector.EVENT`, out
         The selector's EV state changes.
+    rtt : stream of :data:`~mrcnic.base.records.RTT_SAMPLE`, out
+        A round-trip time sample per probe answer and, with ``timestamp.tseth``, per SACK
+        or NACK: :data:`RTT_DEPTH` samples are held, the next ones dropped and counted
+        (``rtt_dropped``); the ack path never waits for it.
     s_axil : AXI4-Lite, in
         Registers: a :class:`~mrcnic.base.csr.bus.CsrBus` over this block's own
         (:data:`MRC_TX_REGS`), the segmenter's, the path selector's, the retransmit
@@ -237,7 +252,7 @@ class MrcTx(wiring.Component):
             "ack": In(meta_stream(ACK_DESC)), "peer": In(meta_stream(PEER_STATUS)),
             "cwnd": In(meta_stream(CWND_IN)),
             "port_up": In(planes), "credit": In(planes),
-            "event": Out(meta_stream(EVENT)),
+            "event": Out(meta_stream(EVENT)), "rtt": Out(meta_stream(RTT_SAMPLE)),
             "s_axil": In(AxiLiteSignature(self.bus.addr_width)),
         }
         for p in range(planes):
@@ -250,12 +265,16 @@ class MrcTx(wiring.Component):
         f = self._blocks(m)
         # The counters' event strobes, one bit each, raised by the parts below.
         events = Signal(data.StructLayout({name: 1 for name in COUNTERS}))
-        # Time base: `now`, ticks of tick.cycles cycles, to the tracker and the register.
+        # Time base: `now`, ticks of tick.cycles cycles, to the tracker and the register;
+        # the 128 ns timestamps of probes and data packets.
         now = self._time_base(m, f)
+        ts_now = self._timestamps(m, f)
         # Around the blocks: work requests, completions, releases, cwnd, EV events, ports.
         self._around_blocks(m)
         # Path feedback to the selector: the tracker's, losses, probe answers, peers' ports.
         self._path_feedback(m, events)
+        # RTT samples from the timestamps SACKs and NACKs echo.
+        self._rtt_samples(m, f, events, ts_now)
         # QPs in error: set by the tracker, cleared by qp_command.clear_error.
         error = self._qp_errors(m, f, events)
         # 1. The send gate: credit for a new packet, drop for a QP in error.
@@ -267,7 +286,7 @@ class MrcTx(wiring.Component):
         # 3. The fork: a probe first; a packet with its EV when every branch has room.
         dec = self._fork_go(m, gate, loop, br)
         # 3. The fork: the records into every branch it takes, the counters.
-        self._fork_records(m, f, now, events, loop, br, dec)
+        self._fork_records(m, f, now, ts_now, events, loop, br, dec)
         # 3. The fork: the branch FIFOs out to Srv6Encap, the tracker's sent and preq.
         self._fork_drains(m, gate, br)
         # 4. Frames: RoceTx, Srv6Encap, the plane's port.
@@ -303,6 +322,35 @@ class MrcTx(wiring.Component):
             m.d.sync += div.eq(div + 1)
         m.d.comb += [self.trk.now.eq(now), f["now"]["ticks"].eq(now)]
         return now
+
+    def _timestamps(self, m, f):
+        """``ts_now``: the 16-bit timestamp, one unit every ``timestamp.cycles`` cycles
+        (128 ns at the default and a 250 MHz clock), that probes and data packets carry."""
+        ts_now = Signal(16)
+        div = Signal(15)
+        with m.If(div + 1 >= f["timestamp"]["cycles"]):
+            m.d.sync += [div.eq(0), ts_now.eq(ts_now + 1)]
+        with m.Else():
+            m.d.sync += div.eq(div + 1)
+        return ts_now
+
+    def _rtt_samples(self, m, f, events, ts_now):
+        """``rtt``: a sample for each SACK or NACK taken that echoes a timestamp of ours (a
+        probe's answer always; any, with ``timestamp.tseth``), through a FIFO that drops
+        when full."""
+        m.submodules.rtt_fifo = fifo = SyncFIFO(width=RTT_SAMPLE.size, depth=RTT_DEPTH)
+        a = self.ack.payload
+        want = (self.ack.valid & self.ack.ready &
+                ((a.pr & ~a.nack) | f["timestamp"]["tseth"]))
+        sample = Signal(RTT_SAMPLE)
+        m.d.comb += [sample.qp.eq(a.qp), sample.entropy.eq(a.entropy),
+                     sample.probe.eq(a.pr & ~a.nack), sample.nack.eq(a.nack),
+                     sample.rtt.eq(ts_now - a.timestamp),
+                     fifo.w_data.eq(sample), fifo.w_en.eq(want),
+                     events.rtt_samples.eq(want & fifo.w_rdy),
+                     events.rtt_dropped.eq(want & ~fifo.w_rdy),
+                     self.rtt.payload.eq(fifo.r_data), self.rtt.valid.eq(fifo.r_rdy),
+                     fifo.r_en.eq(self.rtt.ready)]
 
     def _around_blocks(self, m):
         """The connections that pass around the blocks: ``wr`` and ``done`` of the
@@ -484,7 +532,7 @@ class MrcTx(wiring.Component):
                      loop.waiting.r_en.eq(loop.rsp.ready), gate.loop_count.eq(loop.waiting.level)]
         return SimpleNamespace(pr=pr, go_probe=go_probe, has_payload=has_payload, go=go)
 
-    def _fork_records(self, m, f, now, events, loop, br, dec):
+    def _fork_records(self, m, f, now, ts_now, events, loop, br, dec):
         """3. The fork's records: the RoceTx and Srv6Encap descriptors and the plane (of the
         probe or the packet), the tracker's ``sent`` record, the payload request; the
         write enables and the counters."""
@@ -502,13 +550,15 @@ class MrcTx(wiring.Component):
                          d.opcode.eq(Mux(pr.payload.announce, Opcode.EP_REQUEST, Opcode.PROBE)),
                          d.imm.eq(pr.payload.ports),
                          d.msn.eq(probe_id), d.entropy.eq(pr.payload.entropy),
+                         d.timestamp.eq(ts_now),
                          e.entropy.eq(pr.payload.entropy), e.dscp.eq(proto.DSCP_DATA),
                          plane_fifo.w_data.eq(pr.payload.plane)]
         with m.Else():
             for name, _ in TX_DESC:
-                if name != "entropy":
+                if name not in ("entropy", "ts", "timestamp"):
                     m.d.comb += getattr(d, name).eq(getattr(pkt, name))
             m.d.comb += [d.entropy.eq(r.entropy), e.entropy.eq(r.entropy),
+                         d.ts.eq(f["timestamp"]["tseth"]), d.timestamp.eq(ts_now),
                          e.dscp.eq(Mux(pkt.rtx, proto.DSCP_RTX, proto.DSCP_DATA)),
                          plane_fifo.w_data.eq(r.plane)]
         frame = go | go_probe

@@ -23,21 +23,25 @@ from mrcnic.base.crc import CrcStream
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters, ipv6_registers, mac_registers)
-from mrcnic.base.proto import BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, UDP, Opcode
+from mrcnic.base.proto import (BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, TSETH,
+                               UDP, Opcode)
 from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, keep_count, meta_stream)
 
 __all__ = ["RoceTx", "TX_REGS", "HEADER_LEN", "PROBE_HEADER_LEN", "HOP_LIMIT_DEFAULT"]
 
-# Header bytes before the payload, without and with ImmDt; a probe's headers (no payload).
-HEADER_LEN = {0: ETH.size + IPV6.size + UDP.size + BTH.size + METH.size + RETH.size}
-HEADER_LEN[1] = HEADER_LEN[0] + IMMDT.size
+# Header bytes before the payload, by the 4-byte headers a write carries besides METH and
+# RETH (ImmDt, TSETH: 0, 1 or 2 of them); a probe's headers (no payload).
+assert IMMDT.size == TSETH.size == 4
+HEADER_LEN = {k: ETH.size + IPV6.size + UDP.size + BTH.size + METH.size + RETH.size + 4 * k
+              for k in range(3)}
 PROBE_HEADER_LEN = ETH.size + IPV6.size + UDP.size + BTH.size + PETH.size      # 90
 # Bytes the UDP and IPv6 length fields count besides the payload and pad.
 _L4_FIXED = UDP.size + BTH.size + METH.size + RETH.size + proto.ICRC_LEN
 _L4_PROBE = UDP.size + BTH.size + PETH.size + proto.ICRC_LEN                   # 40
-# The bytes after the BTH: METH | RETH | ImmDt, or a probe's PETH and zeros (never sent).
-_EXT_BYTES = METH.size + RETH.size + IMMDT.size
+# The bytes after the BTH: METH | [TSETH] | RETH | [ImmDt], or a probe's PETH and zeros
+# (never sent).
+_EXT_BYTES = METH.size + TSETH.size + RETH.size + IMMDT.size
 HOP_LIMIT_DEFAULT = 64
 TX_COUNTERS = ["frames", "retransmissions", "bad_qp", "bad_opcode", "too_long", "payload"]
 
@@ -260,15 +264,19 @@ class RoceTx(wiring.Component):
         probe = s1x.s1_probe
         is_write = (op >= int(Opcode.WRITE_FIRST)) & (op <= int(Opcode.WRITE_ONLY_IMM))
         has_imm = (op == int(Opcode.WRITE_LAST_IMM)) | (op == int(Opcode.WRITE_ONLY_IMM))
+        ts = s1.ts & is_write & ~probe      # a TSETH after the METH (BTH ts)
+        extra = Signal(2)                   # 4-byte headers besides METH and RETH: 0 .. 2
+        m.d.comb += extra.eq(has_imm + ts)
         length = s1x.s1_length
         pad = (-length)[:2]
         ack_req = s1.ack_req & ~probe       # a probe: A = 0, rtx = 0 (never retransmitted)
         rtx = s1.rtx & ~probe
         l4_len = Signal(16)
-        m.d.comb += l4_len.eq(Mux(probe, _L4_PROBE,
-                                  _L4_FIXED + Mux(has_imm, IMMDT.size, 0)) + length + pad)
+        m.d.comb += l4_len.eq(Mux(probe, _L4_PROBE, _L4_FIXED + 4 * extra) + length + pad)
         ctx_ok = self._below_qps(s1.qp)
         c = rd.data
+        reth_imm = Cat(RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),
+                       IMMDT.assemble({"imm": s1.imm}))
         ipv6 = f["ipv6"]
         sport, flow = s1.entropy[:proto.STEV_PORT_BITS], s1.entropy[proto.STEV_PORT_BITS:]
         header = Cat(
@@ -287,7 +295,7 @@ class RoceTx(wiring.Component):
                           "pkey": f["config"]["pkey"],
                           "dest_qp": Mux(s1_ep, proto.ENDPOINT_QP,
                                          Mux(ctx_ok, c.remote_qp, 0)), "ack_req": ack_req,
-                          "rtx": rtx, "psn": s1.psn}),
+                          "rtx": rtx, "ts": ts, "psn": s1.psn}),
             Mux(probe,
                 Cat(Mux(s1_ep,
                         PORT_STATUS.assemble({
@@ -296,14 +304,15 @@ class RoceTx(wiring.Component):
                         PETH.assemble({
                             "probe_id": s1.msn, "src_id": s1.qp,
                             "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PETH.width("dst_id")],
-                            "timestamp": s1.rqmsn, "type": proto.TSETH_TYPE})),
+                            "timestamp": s1.timestamp, "type": proto.TSETH_TYPE})),
                     Const(0, 8 * (_EXT_BYTES - PETH.size))),
                 Cat(METH.assemble({"rqmsn": s1.rqmsn, "msn": s1.msn}),
-                    RETH.assemble({"va": s1.va, "rkey": s1.rkey, "dma_length": s1.dma_length}),
-                    IMMDT.assemble({"imm": s1.imm}))),
+                    Mux(ts, Cat(TSETH.assemble({"timestamp": s1.timestamp,
+                                                "type": proto.TSETH_TYPE}), reth_imm),
+                        Cat(reth_imm, Const(0, 8 * TSETH.size))))),
         )
-        hlen = Mux(probe, PROBE_HEADER_LEN, Mux(has_imm, HEADER_LEN[1], HEADER_LEN[0]))
-        return SimpleNamespace(header=header, hlen=hlen, is_write=is_write, has_imm=has_imm,
+        hlen = Mux(probe, PROBE_HEADER_LEN, HEADER_LEN[0] + 4 * extra)
+        return SimpleNamespace(header=header, hlen=hlen, is_write=is_write, extra=extra,
                                probe=probe, length=length, pad=pad, rtx=rtx, ctx_ok=ctx_ok)
 
     def _stage_g_state(self, m, s1x, hd):
@@ -312,11 +321,11 @@ class RoceTx(wiring.Component):
         en = Signal()                       # the pipeline after S1 moves (output has room)
         g_active = Signal()                 # G holds a frame
         hdr = Signal(len(hd.header))        # header bytes still to send, from byte 0
-        imm = Signal()                      # the frame's header is 98 bytes
+        extra = Signal(2)                   # the header is HEADER_LEN[extra] bytes
         # Bytes from this beat's first one to the end of: the header; the payload; the pad
         # (where the ICRC starts). Counted down a beat at a time, so that every lane's
         # choice is a compare of a register with a constant.
-        rem_hdr = Signal(range(-B, HEADER_LEN[1] + 1))
+        rem_hdr = Signal(range(-B, HEADER_LEN[2] + 1))
         rem_data = Signal(range(-2 * B, 1 << 18))
         rem_crc = Signal(range(-2 * B, 1 << 18))
         pay_left = Signal(range((1 << 16) // B + 2))         # payload beats still to take
@@ -352,7 +361,7 @@ class RoceTx(wiring.Component):
             last_pay, keep_count(p.tkeep) != last_keep, ~p.tkeep.all())
         pbad_now = pbad | (take & pay_wrong)
         return SimpleNamespace(
-            en=en, g_active=g_active, hdr=hdr, imm=imm, rem_hdr=rem_hdr, rem_data=rem_data,
+            en=en, g_active=g_active, hdr=hdr, extra=extra, rem_hdr=rem_hdr, rem_data=rem_data,
             rem_crc=rem_crc, pay_left=pay_left, last_keep=last_keep, first=first, short=short,
             drain=drain, pbad=pbad, prev=prev, cause=cause, p=p, need=need, g_last=g_last,
             fire=fire, take=take, last_pay=last_pay, pbad_now=pbad_now)
@@ -361,15 +370,17 @@ class RoceTx(wiring.Component):
         """G's beat into o1: header bytes, then payload bytes, then zeros; the CRC's view."""
         B, W = self.B, self.data_width
         # The lanes: header bytes, then payload bytes from the current and previous payload
-        # beats (the header ends at 94 or 98 mod B), then zeros.
-        off = {k: HEADER_LEN[k] % B for k in (0, 1)}
+        # beats (the header ends at 94, 98 or 102 mod B), then zeros.
+        off = {k: HEADER_LEN[k] % B for k in HEADER_LEN}
         cur = Mux(g.need, g.p.tdata, 0)
         lanes = []
         for i in range(B):
             def src(o, i=i):
                 return cur.word_select(i - o, 8) if i >= o else g.prev.word_select(i - o + B, 8)
-            pay_byte = (Mux(g.imm, src(off[1]), src(off[0])) if off[0] != off[1]
-                        else src(off[0]))
+            pay_byte = src(off[0])
+            for k in (1, 2):
+                if off[k] != off[0]:
+                    pay_byte = Mux(g.extra == k, src(off[k]), pay_byte)
             hdr_byte = g.hdr.word_select(i, 8) if 8 * i < len(g.hdr) else Const(0, 8)
             lanes.append(Mux(g.rem_hdr > i, hdr_byte, Mux(g.rem_data > i, pay_byte, 0)))
 
@@ -424,7 +435,7 @@ class RoceTx(wiring.Component):
         with m.If(s1x.s1_take):
             m.d.sync += [
                 g.need.eq(s1x.s1_valid & (hlen < B) & (length != 0)),
-                g.g_active.eq(s1x.s1_valid), g.hdr.eq(hd.header), g.imm.eq(hd.has_imm),
+                g.g_active.eq(s1x.s1_valid), g.hdr.eq(hd.header), g.extra.eq(hd.extra),
                 g.first.eq(1),
                 g.rem_hdr.eq(hlen), g.rem_data.eq(hlen + length),
                 g.rem_crc.eq(hlen + length + pad),

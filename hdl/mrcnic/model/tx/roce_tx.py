@@ -6,7 +6,9 @@ with the QP's context and the registers, and the causes for which the block mark
 
 A probe: BTH A = 0 and rtx = 0 whatever the descriptor says, so the first-transmission
 DSCP; PETH probe_id = ``msn``, src_id = ``qp``, dst_id = the remote QP number's low 16
-bits, timestamp = ``rqmsn``; no payload, and a ``length`` other than 0 is ``too_long``.
+bits, timestamp = ``timestamp``; no payload, and a ``length`` other than 0 is
+``too_long``. A write with ``ts`` carries a TSETH after its METH (BTH ts = 1) with
+``timestamp`` (tsr 0, format type 1); without, none.
 A port status update (EP_REQUEST): the same, with ``port_status_packet`` (ports = ``imm``,
 src_id = ``qp``, dst_id = the remote QP number's low 16 bits).
 """
@@ -57,7 +59,7 @@ class RoceTxModel:
             assert not payload, "a probe or port status update takes no payload"
             if op == proto.Opcode.PROBE:
                 pkt = pk.probe_packet(rqp, desc["msn"], src_id=qp, dst_id=rqp & 0xFFFF,
-                                      timestamp=desc["rqmsn"], psn=desc["psn"],
+                                      timestamp=desc["timestamp"], psn=desc["psn"],
                                       dscp=r["dscp_data"], ack_req=0, rtx=0, **net)
             else:
                 pkt = pk.port_status_packet(desc["imm"], src_id=qp, dst_id=rqp & 0xFFFF,
@@ -74,6 +76,7 @@ class RoceTxModel:
             pkt = pk.write_packet(
                 op, rqp, desc["psn"], desc["va"], desc["rkey"], desc["dma_length"], payload,
                 imm=desc["imm"] if has_imm else None, rqmsn=desc["rqmsn"], msn=desc["msn"],
+                ts=desc["timestamp"] if desc.get("ts") else None,
                 dscp=r["dscp_rtx"] if desc["rtx"] else r["dscp_data"],
                 ack_req=desc["ack_req"], rtx=desc["rtx"], **net)
             return pk.encode(pkt), causes
