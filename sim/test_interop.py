@@ -16,8 +16,8 @@ from mrcnic.base import proto
 from mrcnic.base.proto import NackCode, Opcode
 from mrcnic.base.records import DECAP_META
 from mrcnic.model import packet as pk
-from mrcnic.rx.roce_rx.header_check import (HDR_BYTES, K_DATA, K_NACK, K_PROBE, K_SACK,
-                                            HeaderCheck)
+from mrcnic.rx.roce_rx.header_check import (C_OPCODE, HDR_BYTES, K_DATA, K_NACK, K_PEER,
+                                            K_PROBE, K_SACK, HeaderCheck)
 from testkit import interop
 from testkit.simtools import seeded
 
@@ -48,7 +48,7 @@ def distinctive(rng, name):
             for f, w in WIDTHS[name].items()}
 
 
-def their_frame(rng, op, ts=0, payload=b""):
+def their_frame(rng, op, ts=0, payload=b"", body=None):
     """``(frame, {header: fields})``: Ethernet, IPv6 and UDP from our model (RoCEv2's, not
     MRC's), then the BTH and the MRC headers of ``op`` in their layout, the payload and the
     RoCEv2 ICRC."""
@@ -56,10 +56,13 @@ def their_frame(rng, op, ts=0, payload=b""):
         names = ("meth",) + (("tseth",) if ts else ()) + ("reth",) + \
                 (("immdt",) if op.has_immdt else ())
     else:
-        names = LAYOUT[op]
+        names = LAYOUT.get(op, ())
     fields = {n: distinctive(rng, n) for n in names}
     pad = -len(payload) % 4 if op.is_write else 0
     fields["bth"] = dict(distinctive(rng, "bth"), opcode=int(op), ts=ts, pad=pad)
+    if body is not None:                # an endpoint packet: its ERTH or EETH
+        payload = body
+        fields["bth"]["dest_qp"] = proto.ENDPOINT_QP
     body = (interop.bth_encode(fields["bth"])
             + b"".join(interop.encode(n, fields[n]) for n in names) + payload + bytes(pad))
     outer = pk.encode(pk.write_packet(Opcode.WRITE_ONLY, 0, 0, 0, 0, 0, ev=rng.getrandbits(32)))
@@ -189,3 +192,42 @@ def test_our_frames_read_with_their_layouts():
             assert interop.decode(name, frame[at:]) == want, name
             at += interop.SIZES[name]
         assert frame[at:len(frame) - 4 - pkt.bth["pad"]] == pkt.payload
+
+
+def test_endpoint_requests_and_responses_both_ways():
+    """ERTH and EETH (MRC-Client's, the ns-3 model has none): their port status update (op
+    0) is a ``peer`` record for our receive parser, with the QP ids they leave reserved at 0
+    (QP 0) or ours in them; their EV probe request (op 1) is not one we answer yet, dropped
+    as an opcode; our port status update reads as their ERTH, op 0, and an EETH built with
+    their layout reads back through ours."""
+    rng = seeded()
+    theirs = []
+    for op, ids in ((proto.EP_PORT_STATUS, False), (proto.EP_PORT_STATUS, True),
+                    (proto.EP_EV_PROBE, False)):
+        f = {"op": op, "vendor": rng.randrange(1, 256), "ports": rng.randrange(1, 1 << 32),
+             "src_id": rng.randrange(1, 1 << 16) if ids else 0,
+             "dst_id": rng.randrange(1, 1 << 16) if ids else 0,
+             "timestamp": rng.randrange(1, 1 << 16), "tsr": 1, "type": 1}
+        frame, _ = their_frame(rng, Opcode.EP_REQUEST, body=interop.erth_encode(f))
+        theirs.append((frame, f))
+    parsed = gateware_parse([fr for fr, _ in theirs])
+    for (frame, f), (kind, cause, body) in zip(theirs, parsed):
+        pkt = pk.decode(frame)
+        assert proto.ERTH.unpack(pkt.payload) == f
+        if f["op"] == proto.EP_PORT_STATUS:
+            assert pk.port_status(pkt) == f
+            assert (kind, cause, body.peer.qp, body.peer.ports) == \
+                (K_PEER, 0, f["dst_id"], f["ports"])
+        else:
+            assert pk.port_status(pkt) is None and cause == C_OPCODE
+    ours = pk.port_status_packet(0xA5A5_0F0F, src_id=0x1234, dst_id=0x5678, timestamp=0x9ABC,
+                                 ev=rng.getrandbits(32))
+    frame = pk.encode(ours)
+    assert interop.bth_decode(frame[ETH_IP_UDP:])["dest_qp"] == proto.ENDPOINT_QP
+    assert interop.erth_decode(frame[ETH_IP_UDP + 12:]) == {
+        "op": 0, "vendor": 0, "ports": 0xA5A5_0F0F, "src_id": 0x1234, "dst_id": 0x5678,
+        "timestamp": 0x9ABC, "tsr": 0, "type": 1}
+    eeth = {"op": proto.EP_EV_PROBE, "timestamp": rng.randrange(1, 1 << 16)}
+    frame, _ = their_frame(rng, Opcode.EP_RESPONSE, body=interop.eeth_encode(eeth))
+    got = proto.EETH.unpack(pk.decode(frame).payload)
+    assert got == eeth

@@ -13,7 +13,8 @@ model's field names, one header at a time.
 
 import struct
 
-__all__ = ["SIZES", "encode", "decode", "bth_encode", "bth_decode"]
+__all__ = ["SIZES", "encode", "decode", "bth_encode", "bth_decode", "erth_encode",
+           "erth_decode", "eeth_encode", "eeth_decode"]
 
 SIZES = {"meth": 4, "tseth": 4, "reth": 16, "immdt": 4, "aeth": 4, "seth": 28,
          "cc_state": 8, "neth": 20, "peth": 16}
@@ -36,6 +37,31 @@ def bth_decode(buf):
             "tver": b1 & 0xF, "pkey": pkey, "fecn": b4 >> 7, "becn": b4 >> 6 & 1,
             "dest_qp": qhi << 16 | qlo, "ack_req": b8 >> 7, "rtx": b8 >> 5 & 1,
             "ts": b8 >> 4 & 1, "psn": phi << 16 | plo}
+
+
+def erth_encode(f):
+    """An endpoint request's 16-byte ERTH (MRC-Client): op at byte 1 bits 1:0, vendor info
+    at byte 3, the port mask at 4-7, bytes 8-11 reserved there (our QP ids: src_id, dst_id),
+    a TSETH-like word at 12-15."""
+    return struct.pack(">BBBBIHHHH", 0, f["op"], 0, f["vendor"], f["ports"], f["src_id"],
+                       f["dst_id"], f["timestamp"], f["tsr"] << 15 | f["type"])
+
+
+def erth_decode(buf):
+    _, b1, _, vendor, ports, src, dst, ts, word = struct.unpack(">BBBBIHHHH", bytes(buf[:16]))
+    return {"op": b1 & 3, "vendor": vendor, "ports": ports, "src_id": src, "dst_id": dst,
+            "timestamp": ts, "tsr": word >> 15, "type": word & 0xF}
+
+
+def eeth_encode(f):
+    """An endpoint response's 36-byte EETH (MRC-Client): op at byte 1 bits 5:4, the
+    request's timestamp echoed at 28-29, the rest reserved."""
+    return struct.pack(">BB26xH6x", 0, f["op"] << 4, f["timestamp"])
+
+
+def eeth_decode(buf):
+    _, b1, ts = struct.unpack(">BB26xH6x", bytes(buf[:36]))
+    return {"op": b1 >> 4 & 3, "timestamp": ts}
 
 
 def encode(name, f):

@@ -45,7 +45,8 @@ def _value(text, signed):
 def _frames(rng):
     """``(frame, packet)`` of every opcode, several times each: random fields (UDP source port
     in the dynamic range, which Wireshark tries after the MRC port), with and without TSETH,
-    bare, in IPv6-in-IPv6 and behind a one-segment SRH; port status requests."""
+    bare, in IPv6-in-IPv6 and behind a one-segment SRH; port status requests, and endpoint
+    responses long enough for their EETH."""
     out = []
     for op in Opcode:
         for k in range(6):
@@ -60,8 +61,13 @@ def _frames(rng):
             pkt = pk.finalize(pkt)
             out.append((pk.encode(pkt), pkt))
     for _ in range(3):
+        pkt = pk.endpoint_packet(Opcode.EP_RESPONSE, rng.randbytes(36 + rng.randrange(8)))
+        pkt.udp["src_port"] = 0xC000 | rng.getrandbits(14)
+        pkt = pk.finalize(pkt)
+        out.append((pk.encode(pkt), pkt))
         pkt = pk.port_status_packet(rng.getrandbits(32), src_id=rng.getrandbits(16),
-                                    dst_id=rng.getrandbits(16), psn=rng.getrandbits(24))
+                                    dst_id=rng.getrandbits(16), timestamp=rng.getrandbits(16),
+                                    psn=rng.getrandbits(24))
         pkt.udp["src_port"] = 0xC000 | rng.getrandbits(14)
         pkt = pk.finalize(pkt)
         out.append((pk.encode(pkt), pkt))
@@ -79,14 +85,18 @@ def test_tshark_decodes_every_field_as_the_model(tmp_path):
                                  *[f"mrc.{n}.{f}" for n, f in columns]])
     assert len(rows) == len(frames)
     seen = set()
+    endpoint = {Opcode.EP_REQUEST: ("erth", proto.ERTH), Opcode.EP_RESPONSE: ("eeth", proto.EETH)}
     for (frame, pkt), row in zip(frames, rows):
         assert row[0] == "MRC", row
         assert _value(row[1], False) == pkt.icrc
-        status = pk.port_status(pkt)
-        payload = b"" if status else pkt.payload
+        # An endpoint packet's header is the packet model's payload.
+        ep, payload = {}, pkt.payload
+        name, header = endpoint.get(pkt.opcode, (None, None))
+        if name and len(payload) >= header.size:
+            ep[name], payload = header.unpack(payload), payload[header.size:]
         assert bytes.fromhex(row[2].replace(":", "")) == payload
         for (name, field), text in zip(columns, row[3:]):
-            values = status if name == "port_status" else getattr(pkt, name, None)
+            values = ep.get(name) if name in ("erth", "eeth") else getattr(pkt, name, None)
             want = None if values is None else values[field]
             assert _value(text, (name, field) in SIGNED) == want, (pkt.bth, name, field, text)
             if want is not None:

@@ -379,10 +379,10 @@ def broken_port_status(rng):
     f[69] ^= 0x01                                  # BTH dest QP 3, not the endpoint QP
     out.append((fix(f), "opcode"))
     f = bytearray(control_frame(rng, "port_status"))
-    f[74] = proto.EP_PORT_STATUS + 1               # another endpoint request type
+    f[75] = (f[75] & ~3) | proto.EP_EV_PROBE       # another endpoint operation (ERTH op)
     out.append((fix(f), "opcode"))
     f = bytearray(control_frame(rng, "port_status"))
-    f[-4:-4] = rng.randbytes(4)                    # a body longer than PORT_STATUS
+    f[-4:-4] = rng.randbytes(4)                    # a body longer than an ERTH
     f[18:20] = (len(f) - 54).to_bytes(2, "big")
     f[58:60] = (len(f) - 54).to_bytes(2, "big")
     out.append((fix(f), "length"))
@@ -395,7 +395,7 @@ def broken_port_status(rng):
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_port_status_updates_in_random_traffic(width):
-    """Port status updates (endpoint request 0xD8 to QP 0x2, PORT_STATUS body) mixed into
+    """Port status updates (endpoint request 0xD8 to QP 0x2, ERTH op 0) mixed into
     random traffic: each good one gives a ``peer`` record with the receiver's QP (dst_id)
     and the sender's port mask, read here off the frames with the packet codec; one to
     another QP, of another type, a byte too many, a bad ICRC or cut short is dropped under

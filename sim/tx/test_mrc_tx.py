@@ -239,7 +239,7 @@ def test_loss_a_port_down_and_a_plane_without_credit():
 
 def test_port_status_updates_both_ways():
     """Spec §4 "Ports", both ways. This NIC's port 1 goes down for good: one port status
-    update per QP leaves (endpoint request 0xD8 to QP 0x2, PORT_STATUS ports 0b1101, dst_id
+    update per QP leaves (endpoint request 0xD8 to QP 0x2, ERTH op 0, ports 0b1101, dst_id
     the QP's remote QP) on a live plane. The peer reports its port 2 down (a ``peer``
     record for QP 0; both QPs share the one profile): no request decided after it gets
     plane 2. Every WR completes, intact."""
@@ -261,8 +261,9 @@ def test_port_status_updates_both_ways():
     loop.run_loop()
     check_delivery(loop)
     t, tp, ts = box["t"], loop.peer_taken, loop.peer_applied
-    assert sorted((f["dst_id"], f["ports"], f["type"]) for _, _, f in loop.status) == \
-        [(0, 0b1101, proto.EP_PORT_STATUS), (1, 0b1101, proto.EP_PORT_STATUS)]
+    assert sorted((f["dst_id"], f["ports"], f["op"], f["type"]) for _, _, f in loop.status) \
+        == [(0, 0b1101, proto.EP_PORT_STATUS, proto.TSETH_TYPE),
+            (1, 0b1101, proto.EP_PORT_STATUS, proto.TSETH_TYPE)]
     assert all(c > t and p != 1 for c, p, _ in loop.status)
     assert loop.counters["announcements"] == 2 and loop.counters["peer_ports"] == 1
     # The record is taken in cycle tp and reaches the selector's feedback port in ts, through

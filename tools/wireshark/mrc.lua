@@ -8,6 +8,7 @@ local mrc = Proto("mrc", "MRC (Multipath Reliable Connection)")
 local opcodes = { [0xc6] = "WRITE_FIRST", [0xc7] = "WRITE_MIDDLE", [0xc8] = "WRITE_LAST", [0xc9] = "WRITE_LAST_IMM", [0xca] = "WRITE_ONLY", [0xcb] = "WRITE_ONLY_IMM", [0xd1] = "ACK", [0xdc] = "SACK", [0xdd] = "NACK", [0xde] = "PROBE", [0xd8] = "EP_REQUEST", [0xd9] = "EP_RESPONSE" }
 local sack_modes = { [0x0] = "NONE", [0x1] = "SKIP_ONCE", [0x2] = "ALWAYS_SKIP" }
 local nack_codes = { [0x1] = "TRIMMED", [0x2] = "TRIMMED_LASTHOP", [0x6] = "NO_BITMAP", [0x7] = "NO_PKT_BUFFER", [0xa] = "NO_RESOURCE", [0xb] = "PSN_OUT_OF_WINDOW", [0x19] = "UNEXPECTED_EVENT" }
+local ep_ops = { [0x0] = "PORT_STATUS_UPDATE", [0x1] = "EV_PROBE" }
 
 -- name -> { title, size, the header's own field (mrc.<name>, for filters),
 --           { { ProtoField, byte offset, byte length }, ... } }
@@ -89,11 +90,19 @@ H.peth = { title = "PETH", size = 16, self = ProtoField.none("mrc.peth", "PETH")
   { ProtoField.uint8("mrc.peth.tsr", "PETH tsr", base.DEC, nil, 0x80), 14, 1 },
   { ProtoField.uint8("mrc.peth.type", "PETH type", base.HEX, nil, 0xf), 15, 1 },
 } }
-H.port_status = { title = "PORT_STATUS", size = 16, self = ProtoField.none("mrc.port_status", "PORT_STATUS"), fields = {
-  { ProtoField.uint8("mrc.port_status.type", "PORT_STATUS type", base.HEX, nil, nil), 0, 1 },
-  { ProtoField.uint32("mrc.port_status.ports", "PORT_STATUS ports", base.HEX, nil, nil), 4, 4 },
-  { ProtoField.uint16("mrc.port_status.src_id", "PORT_STATUS src id", base.HEX, nil, nil), 8, 2 },
-  { ProtoField.uint16("mrc.port_status.dst_id", "PORT_STATUS dst id", base.HEX, nil, nil), 10, 2 },
+H.erth = { title = "ERTH", size = 16, self = ProtoField.none("mrc.erth", "ERTH"), fields = {
+  { ProtoField.uint8("mrc.erth.op", "ERTH op", base.DEC, ep_ops, 0x3), 1, 1 },
+  { ProtoField.uint8("mrc.erth.vendor", "ERTH vendor", base.HEX, nil, nil), 3, 1 },
+  { ProtoField.uint32("mrc.erth.ports", "ERTH ports", base.HEX, nil, nil), 4, 4 },
+  { ProtoField.uint16("mrc.erth.src_id", "ERTH src id", base.HEX, nil, nil), 8, 2 },
+  { ProtoField.uint16("mrc.erth.dst_id", "ERTH dst id", base.HEX, nil, nil), 10, 2 },
+  { ProtoField.uint16("mrc.erth.timestamp", "ERTH timestamp", base.DEC, nil, nil), 12, 2 },
+  { ProtoField.uint8("mrc.erth.tsr", "ERTH tsr", base.DEC, nil, 0x80), 14, 1 },
+  { ProtoField.uint8("mrc.erth.type", "ERTH type", base.HEX, nil, 0xf), 15, 1 },
+} }
+H.eeth = { title = "EETH", size = 36, self = ProtoField.none("mrc.eeth", "EETH"), fields = {
+  { ProtoField.uint8("mrc.eeth.op", "EETH op", base.DEC, ep_ops, 0x30), 1, 1 },
+  { ProtoField.uint16("mrc.eeth.timestamp", "EETH timestamp", base.DEC, nil, nil), 28, 2 },
 } }
 local f_payload = ProtoField.bytes("mrc.payload", "Payload")
 local f_icrc = ProtoField.uint32("mrc.icrc", "ICRC", base.HEX)
@@ -119,7 +128,7 @@ local CONTROL = {
 local WRITES = { [0xc6] = true, [0xc7] = true, [0xc8] = true, [0xc9] = true, [0xca] = true, [0xcb] = true }
 local IMM = { [0xc9] = true, [0xcb] = true }
 local PAYLOAD = { [0xc6] = true, [0xc7] = true, [0xc8] = true, [0xc9] = true, [0xca] = true, [0xcb] = true, [0xd8] = true, [0xd9] = true }
-local EP_REQUEST, EP_PORT_STATUS = 0xd8, 1
+local EP = { [0xd8] = "erth", [0xd9] = "eeth" }
 
 local function layout(tvb, op)
   if WRITES[op] then
@@ -171,11 +180,12 @@ function mrc.dissector(tvb, pinfo, tree)
   local rest = tvb:len() - off
   if PAYLOAD[op] and rest >= 4 then
     local n = rest - 4 - math.floor(tvb(1, 1):uint() / 16) % 4
-    if op == EP_REQUEST and n >= 16 and tvb(off, 1):uint() == EP_PORT_STATUS then
-      add(root, tvb, off, "port_status")
-    elseif n > 0 then
-      root:add(f_payload, tvb(off, n))
+    -- An endpoint packet's header is the packet model's payload.
+    if EP[op] ~= nil and n >= H[EP[op]].size then
+      add(root, tvb, off, EP[op])
+      off, n = off + H[EP[op]].size, n - H[EP[op]].size
     end
+    if n > 0 then root:add(f_payload, tvb(off, n)) end
     off, rest = tvb:len() - 4, 4
   end
   -- The ICRC goes on the wire least significant byte first (as RoCEv2's).

@@ -21,7 +21,8 @@ from amaranth.lib import data
 __all__ = [
     "Header", "HEADERS",
     "ETH", "IPV6", "SRH", "UDP", "BTH", "METH", "TSETH", "RETH", "IMMDT", "AETH",
-    "SETH", "CC_STATE", "NETH", "PETH", "PORT_STATUS", "EP_PORT_STATUS", "ICRC_LEN",
+    "SETH", "CC_STATE", "NETH", "PETH", "ERTH", "EETH", "EP_PORT_STATUS", "EP_EV_PROBE",
+    "ICRC_LEN",
     "Opcode", "NackCode", "SackMode", "EvMode", "EvState",
 ]
 
@@ -343,24 +344,35 @@ PETH = Header("PETH", [
     ("dst_id", 16), ("timestamp", 16), ("tsr", 1), ("_rsvd14", 11), ("type", 4),
 ])
 
-# Decision: the port status update (§4 "Ports": the peers are told with a 32-bit port mask)
-# is an endpoint request (0xD8, BTH dest QP ENDPOINT_QP) whose body is PORT_STATUS: type
-# EP_PORT_STATUS, the sender's port mask (bit p = its port p up), and QP ids as in SETH:
-# src_id the sender's QP, dst_id the receiver's QP the update is for. No public format
-# exists; it has PETH's size so that every control frame of the NIC is at most a SACK long.
-PORT_STATUS = Header("PORT_STATUS", [
-    ("type", 8), ("_rsvd1", 24), ("ports", 32), ("src_id", 16), ("dst_id", 16),
-    ("_rsvd12", 32),
+# ERTH, the endpoint request's header (0xD8 to BTH dest QP ENDPOINT_QP): the operation in
+# byte 1 bits 1:0 (EP_PORT_STATUS, EP_EV_PROBE), vendor info at byte 3, the sender's port
+# mask at 4-7 (bit p = its port p up), bytes 8-11 reserved, a timestamp word laid out as
+# TSETH at 12-15; EETH, the endpoint response's (0xD9), its operation in byte 1 bits 5:4 and
+# the request's timestamp echoed at 28-29, the rest reserved (MRC-Client core/mrc_headers.py
+# ERTH, EETH; the ns-3 model has no endpoint operations).
+# Decision: a port status update names the QP it is for: bytes 8-11, reserved in the public
+# layout, carry QP ids as in SETH (src_id the sender's QP, dst_id the receiver's), so that
+# a peer that leaves them 0 updates the receiver's QP 0.
+ERTH = Header("ERTH", [
+    ("_rsvd0", 8), ("_rsvd1", 6), ("op", 2), ("_rsvd2", 8), ("vendor", 8), ("ports", 32),
+    ("src_id", 16), ("dst_id", 16), ("timestamp", 16), ("tsr", 1), ("_rsvd14", 11),
+    ("type", 4),
 ])
-EP_PORT_STATUS = 1
+EETH = Header("EETH", [
+    ("_rsvd0", 8), ("_rsvd1a", 2), ("op", 2), ("_rsvd1b", 4), ("_rsvd2", 16),
+    ("_rsvd4", 192), ("timestamp", 16), ("_rsvd30", 16), ("_rsvd32", 32),
+])
+EP_PORT_STATUS = 0             # ERTH/EETH op: port status update
+EP_EV_PROBE = 1                # ... EV probe
 
 HEADERS = {h.name: h for h in
            (ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
-            PORT_STATUS)}
+            ERTH, EETH)}
 
 assert (ETH.size, IPV6.size, SRH.size, UDP.size, BTH.size) == (14, 40, 24, 8, 12)
 assert (METH.size, TSETH.size, RETH.size, IMMDT.size, AETH.size) == (4, 4, 16, 4, 4)
-assert (SETH.size, CC_STATE.size, NETH.size, PETH.size, PORT_STATUS.size) == (28, 8, 20, 16, 16)
+assert (SETH.size, CC_STATE.size, NETH.size, PETH.size) == (28, 8, 20, 16)
+assert (ERTH.size, EETH.size) == (16, 36)
 
 OUTER_IPV6_LEN = IPV6.size                 # bytes an SRv6 encapsulation inserts
 OUTER_SRH_LEN = IPV6.size + SRH.size       # ... and with the one-segment SRH

@@ -249,7 +249,7 @@ EV_FEEDBACK = data.StructLayout({
 })
 
 # A peer's port status update as the receive parser finds it (RoceRx ``peer``): the local
-# QP it is for (PORT_STATUS dst_id) and the peer's port mask. The transmit half turns it
+# QP it is for (ERTH dst_id) and the peer's port mask. The transmit half turns it
 # into a PEER_PORTS record for the selector.
 PEER_STATUS = data.StructLayout({"qp": QP_INDEX_BITS, "ports": 32})
 

@@ -23,7 +23,7 @@ from mrcnic.base.crc import CrcStream
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters, ipv6_registers, mac_registers)
-from mrcnic.base.proto import (BTH, ETH, IMMDT, IPV6, METH, PETH, PORT_STATUS, RETH, TSETH,
+from mrcnic.base.proto import (BTH, ERTH, ETH, IMMDT, IPV6, METH, PETH, RETH, TSETH,
                                UDP, Opcode)
 from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, keep_count, meta_stream)
@@ -105,7 +105,8 @@ class RoceTx(wiring.Component):
     P_Key, DSCP of first transmissions and of retransmissions, ECN, hop limit). A PROBE
     (0xDE) descriptor becomes a 94-byte probe frame, Eth | IPv6 | UDP | BTH | PETH | ICRC,
     and an EP_REQUEST (0xD8) one a port status update of the same shape
-    (:data:`~mrcnic.base.proto.PORT_STATUS`); neither takes a payload. A bad descriptor or
+    (:data:`~mrcnic.base.proto.ERTH`, op EP_PORT_STATUS, the descriptor's ``timestamp``);
+    neither takes a payload. A bad descriptor or
     payload (QP not below ``qps``, unknown opcode, too long, payload shorter or longer than
     ``length``) still gives its frame, marked with ``tuser[0]`` on its last beat and
     counted; the frames after it are not affected.
@@ -298,9 +299,10 @@ class RoceTx(wiring.Component):
                           "rtx": rtx, "ts": ts, "psn": s1.psn}),
             Mux(probe,
                 Cat(Mux(s1_ep,
-                        PORT_STATUS.assemble({
-                            "type": proto.EP_PORT_STATUS, "ports": s1.imm, "src_id": s1.qp,
-                            "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PORT_STATUS.width("dst_id")]}),
+                        ERTH.assemble({
+                            "op": proto.EP_PORT_STATUS, "ports": s1.imm, "src_id": s1.qp,
+                            "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:ERTH.width("dst_id")],
+                            "timestamp": s1.timestamp, "type": proto.TSETH_TYPE}),
                         PETH.assemble({
                             "probe_id": s1.msn, "src_id": s1.qp,
                             "dst_id": Mux(ctx_ok, c.remote_qp, 0)[:PETH.width("dst_id")],

@@ -173,22 +173,23 @@ def endpoint_packet(opcode, body=b"", *, psn=0, **net):
     return finalize(pkt)
 
 
-def port_status_packet(ports, *, src_id=0, dst_id=0, psn=0, **net):
-    """A port status update (spec §4 "Ports"): an endpoint request whose body is
-    :data:`~mrcnic.base.proto.PORT_STATUS` with the sender's port mask ``ports`` (bit p = port p
-    up), for the receiver's QP ``dst_id``. ``net`` as for :func:`write_packet`."""
-    body = proto.PORT_STATUS.pack(type=proto.EP_PORT_STATUS, ports=ports, src_id=src_id,
-                                  dst_id=dst_id)
+def port_status_packet(ports, *, src_id=0, dst_id=0, timestamp=0, psn=0, **net):
+    """A port status update (spec §4 "Ports"): an endpoint request whose body is an
+    :data:`~mrcnic.base.proto.ERTH` with op EP_PORT_STATUS, the sender's port mask ``ports``
+    (bit p = port p up), for the receiver's QP ``dst_id``, and ``timestamp``. ``net`` as for
+    :func:`write_packet`."""
+    body = proto.ERTH.pack(op=proto.EP_PORT_STATUS, ports=ports, src_id=src_id,
+                           dst_id=dst_id, timestamp=timestamp, type=proto.TSETH_TYPE)
     return endpoint_packet(Opcode.EP_REQUEST, body, psn=psn, **net)
 
 
 def port_status(pkt):
-    """The :data:`~mrcnic.base.proto.PORT_STATUS` fields of a decoded packet that is a port status
+    """The :data:`~mrcnic.base.proto.ERTH` fields of a decoded packet that is a port status
     update, else None."""
-    if (pkt.bth["opcode"] != Opcode.EP_REQUEST or len(pkt.payload) != proto.PORT_STATUS.size
-            or pkt.payload[0] != proto.EP_PORT_STATUS):
+    if (pkt.bth["opcode"] != Opcode.EP_REQUEST or len(pkt.payload) != proto.ERTH.size
+            or proto.ERTH.unpack(pkt.payload)["op"] != proto.EP_PORT_STATUS):
         return None
-    return proto.PORT_STATUS.unpack(pkt.payload)
+    return proto.ERTH.unpack(pkt.payload)
 
 
 # --- SACK helpers --------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 :func:`lua` returns the source of a Lua plugin (shipped as ``tools/wireshark/mrc.lua``,
 written by ``mrcnic packet dissector --out``) that decodes what follows the UDP header of an
 MRC frame: the BTH with its MRC flags (rtx, ts), then by opcode METH, TSETH, RETH and ImmDt
-(writes), AETH (ACK), SETH and CC_STATE (SACK), NETH (NACK), PETH (probe), and the endpoint
-requests' port status body (0xD8, type ``EP_PORT_STATUS``); the payload and the ICRC. Every
+(writes), AETH (ACK), SETH and CC_STATE (SACK), NETH (NACK), PETH (probe), ERTH (endpoint
+request, 0xD8) and EETH (endpoint response, 0xD9); the payload and the ICRC. Every
 field offset, width and bit position comes from the :class:`~mrcnic.base.proto.Header`
 tables, so the plugin cannot disagree with the gateware and the packet model; the layout by
 opcode is the packet model's (:func:`mrcnic.model.packet.codec._layout`).
@@ -18,17 +18,17 @@ only, for frames whose source port is a well-known one that Wireshark would try 
 """
 
 from mrcnic.base import proto
-from mrcnic.base.proto import (AETH, BTH, CC_STATE, IMMDT, METH, NETH, PETH, PORT_STATUS, RETH,
+from mrcnic.base.proto import (AETH, BTH, CC_STATE, EETH, ERTH, IMMDT, METH, NETH, PETH, RETH,
                                SETH, TSETH, NackCode, Opcode, SackMode)
 from mrcnic.model.packet.codec import _CONTROL_LAYOUT, _carries_payload, _layout
 
 __all__ = ["HEADERS", "SIGNED", "lua", "field_names"]
 
-# The headers the plugin decodes, by the packet model's names (``Packet`` attributes), and the
-# port status body of an endpoint request under its own.
+# The headers the plugin decodes, by the packet model's names (``Packet`` attributes); an
+# endpoint request's or response's header (the packet model's payload) by its own.
 HEADERS = {"bth": BTH, "meth": METH, "tseth": TSETH, "reth": RETH, "immdt": IMMDT,
            "aeth": AETH, "seth": SETH, "cc_state": CC_STATE, "neth": NETH, "peth": PETH,
-           "port_status": PORT_STATUS}
+           "erth": ERTH, "eeth": EETH}
 
 # Fields carried as two's complement (the packet model's ``_signed16`` of a SACK).
 SIGNED = {("seth", "sack_offset"), ("seth", "ack_psn_offset")}
@@ -41,6 +41,8 @@ _VALUE_STRINGS = {
     ("bth", "opcode"): "opcodes",
     ("seth", "m"): "sack_modes",
     ("neth", "reason"): "nack_codes",
+    ("erth", "op"): "ep_ops",
+    ("eeth", "op"): "ep_ops",
 }
 
 
@@ -97,6 +99,7 @@ def lua():
         f"local opcodes = {_lua_table({int(o): o.name for o in Opcode})}",
         f"local sack_modes = {_lua_table({int(m): m.name for m in SackMode})}",
         f"local nack_codes = {_lua_table({int(c): c.name for c in NackCode})}",
+        f"local ep_ops = {_lua_table({proto.EP_PORT_STATUS: 'PORT_STATUS_UPDATE', proto.EP_EV_PROBE: 'EV_PROBE'})}",
         "",
         "-- name -> { title, size, the header's own field (mrc.<name>, for filters),",
         "--           { { ProtoField, byte offset, byte length }, ... } }",
@@ -143,7 +146,7 @@ def lua():
         f"local WRITES = {{ {', '.join(f'[{o:#x}] = true' for o in writes)} }}",
         f"local IMM = {{ {', '.join(f'[{o:#x}] = true' for o in imm)} }}",
         f"local PAYLOAD = {{ {', '.join(f'[{o:#x}] = true' for o in payload)} }}",
-        f"local EP_REQUEST, EP_PORT_STATUS = {int(Opcode.EP_REQUEST):#x}, {proto.EP_PORT_STATUS}",
+        f"local EP = {{ [{int(Opcode.EP_REQUEST):#x}] = \"erth\", [{int(Opcode.EP_RESPONSE):#x}] = \"eeth\" }}",
         "",
         "local function layout(tvb, op)",
         "  if WRITES[op] then",
@@ -198,12 +201,12 @@ def lua():
         "  local rest = tvb:len() - off",
         "  if PAYLOAD[op] and rest >= 4 then",
         f"    local n = rest - 4 - math.floor(tvb({pad_byte}, 1):uint() / {pad_div}) % {1 << pad_width}",
-        f"    if op == EP_REQUEST and n >= {PORT_STATUS.size} and tvb(off, 1):uint() == "
-        "EP_PORT_STATUS then",
-        '      add(root, tvb, off, "port_status")',
-        "    elseif n > 0 then",
-        "      root:add(f_payload, tvb(off, n))",
+        "    -- An endpoint packet's header is the packet model's payload.",
+        "    if EP[op] ~= nil and n >= H[EP[op]].size then",
+        "      add(root, tvb, off, EP[op])",
+        "      off, n = off + H[EP[op]].size, n - H[EP[op]].size",
         "    end",
+        "    if n > 0 then root:add(f_payload, tvb(off, n)) end",
         "    off, rest = tvb:len() - 4, 4",
         "  end",
         "  -- The ICRC goes on the wire least significant byte first (as RoCEv2's).",

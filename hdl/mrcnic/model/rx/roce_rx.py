@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from mrcnic.base import proto
 from mrcnic.base.proto import (
-    BTH, CC_STATE, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH, TSETH, UDP, AETH, EvMode,
+    BTH, CC_STATE, IPV6, NETH, PETH, ERTH, RETH, SETH, TSETH, UDP, AETH, EvMode,
     NackCode, Opcode)
 from mrcnic.model import packet as pk
 
@@ -55,7 +55,7 @@ IP, UDP_AT, BTH_AT, EXT_AT = 14, 54, 62, 74
 WRITES = tuple(range(Opcode.WRITE_FIRST, Opcode.WRITE_ONLY_IMM + 1))
 CONTROL_HEADERS = {Opcode.ACK: AETH.size, Opcode.SACK: SETH.size + CC_STATE.size,
                    Opcode.NACK: NETH.size, Opcode.PROBE: PETH.size,
-                   Opcode.EP_REQUEST: PORT_STATUS.size}
+                   Opcode.EP_REQUEST: ERTH.size}
 
 
 class ModelDomainError(ValueError):
@@ -150,7 +150,7 @@ def receive(frame, meta, regs=None, *, tuser=0, pmtu_max=4096):
     if n < hdr + proto.ICRC_LEN:
         return RxResult(cause="truncated")
     if op == Opcode.EP_REQUEST and (bth["dest_qp"] != proto.ENDPOINT_QP
-                                    or frame[EXT_AT] != proto.EP_PORT_STATUS):
+                                    or ERTH.unpack(frame[EXT_AT:])["op"] != proto.EP_PORT_STATUS):
         return RxResult(cause="opcode")
     rest = n - proto.ICRC_LEN - hdr
     pad = bth["pad"]
@@ -361,11 +361,11 @@ def bad_frame(rng, kind):
     elif kind == "opcode":
         # Never the frame's own opcode. EP_REQUEST only where it is dropped for its opcode:
         # a frame too short for its header is "truncated" first, and one to the endpoint
-        # QP with a PORT_STATUS body is a good request.
+        # QP with a port status ERTH is a good request.
         own = BTH.unpack(f[BTH_AT:])
         ep = (len(f) >= header_length(Opcode.EP_REQUEST, 0) + proto.ICRC_LEN
               and not (own["dest_qp"] == proto.ENDPOINT_QP
-                       and f[EXT_AT] == proto.EP_PORT_STATUS))
+                       and ERTH.unpack(f[EXT_AT:])["op"] == proto.EP_PORT_STATUS))
         f[62] = rng.choice([o for o in (0x04, 0x0A, 0xFF, 0xD0) if o != f[62]]
                            + ([Opcode.EP_REQUEST] if ep else []))
     elif kind == "ethertype":

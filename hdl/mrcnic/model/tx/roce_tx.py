@@ -10,7 +10,7 @@ bits, timestamp = ``timestamp``; no payload, and a ``length`` other than 0 is
 ``too_long``. A write with ``ts`` carries a TSETH after its METH (BTH ts = 1) with
 ``timestamp`` (tsr 0, format type 1); without, none.
 A port status update (EP_REQUEST): the same, with ``port_status_packet`` (ports = ``imm``,
-src_id = ``qp``, dst_id = the remote QP number's low 16 bits).
+src_id = ``qp``, dst_id = the remote QP number's low 16 bits, timestamp = ``timestamp``).
 """
 
 from mrcnic.base import proto
@@ -63,7 +63,7 @@ class RoceTxModel:
                                       dscp=r["dscp_data"], ack_req=0, rtx=0, **net)
             else:
                 pkt = pk.port_status_packet(desc["imm"], src_id=qp, dst_id=rqp & 0xFFFF,
-                                            psn=desc["psn"], dscp=r["dscp_data"], ack_req=0,
+                                            timestamp=desc["timestamp"], psn=desc["psn"], dscp=r["dscp_data"], ack_req=0,
                                             rtx=0, **net)
             return pk.encode(pkt), causes
         if op not in _WRITES:

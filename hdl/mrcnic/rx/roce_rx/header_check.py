@@ -12,7 +12,7 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import ACK_DESC, NAK, RX_PKT, PEER_STATUS, DECAP_META
 from mrcnic.base.proto import (
-    AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, PORT_STATUS, RETH, SETH, TSETH, UDP,
+    AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, ERTH, RETH, SETH, TSETH, UDP,
     EvMode, Opcode)
 
 
@@ -27,7 +27,7 @@ KEPT = [*range(12, IP_AT + 8), *range(UDP_AT, HDR_BYTES)]   # bytes stage B read
 PAYLOAD_AT = [EXT_AT + 4 + RETH.size + 4 * k for k in range(3)]  # 94, 98, 102
 CONTROL_END = {Opcode.ACK: EXT_AT + AETH.size, Opcode.SACK: HDR_BYTES,
                Opcode.NACK: EXT_AT + NETH.size, Opcode.PROBE: EXT_AT + PETH.size,
-               Opcode.EP_REQUEST: EXT_AT + PORT_STATUS.size}
+               Opcode.EP_REQUEST: EXT_AT + ERTH.size}
 
 # Record kinds (stage B -> stage D).
 K_DATA, K_TRIM, K_PROBE, K_SACK, K_NACK, K_ACK, K_NAK, K_PEER = range(8)
@@ -165,7 +165,7 @@ class HeaderCheck(wiring.Component):
         truncated = short | Mux(trimmed, is_write & reth_left[-1], known & rest[-1])
         ep_bad = (op == Opcode.EP_REQUEST) & (
             (get(BTH, "dest_qp", BTH_AT) != proto.ENDPOINT_QP) |
-            (get(PORT_STATUS, "type", EXT_AT) != proto.EP_PORT_STATUS))
+            (get(ERTH, "op", EXT_AT) != proto.EP_PORT_STATUS))
         opcode_bad = ~short & Mux(trimmed, ~is_write, ~known | ep_bad)
         plen = get(IPV6, "payload_length", IP_AT)
         length_bad = ((plen != n_minus(UDP_AT)) | (get(UDP, "length", UDP_AT) != plen) |
@@ -218,8 +218,8 @@ class HeaderCheck(wiring.Component):
                     a.timestamp.eq(get(NETH, "timestamp", EXT_AT)),
                 ]
         with m.Elif(kind == K_PEER):
-            m.d.comb += [body.peer.qp.eq(get(PORT_STATUS, "dst_id", EXT_AT)),
-                         body.peer.ports.eq(get(PORT_STATUS, "ports", EXT_AT))]
+            m.d.comb += [body.peer.qp.eq(get(ERTH, "dst_id", EXT_AT)),
+                         body.peer.ports.eq(get(ERTH, "ports", EXT_AT))]
         with m.Elif(kind == K_NAK):
             m.d.comb += [body.nak.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]),
                          body.nak.psn.eq(get(BTH, "psn", BTH_AT)),
