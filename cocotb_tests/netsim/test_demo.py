@@ -37,11 +37,18 @@ def test_a_short_transfer_on_icarus_with_a_frame_lost(tmp_path):
     SACK hole (a reorder guard of 1 PSN and no time guard: each QP sends 2 frames, so the
     hole has one PSN past it, sent less than the time guard's three frame times after it;
     at the guard of 2 planes, 3, or with the time guard, the timeout would resend it, 65 us
-    later); every byte placed once, intact, both WRITEs completed (about 30 s of Icarus)."""
+    later); every byte placed once, intact, both WRITEs completed (about 30 s of Icarus).
+    TSETH is on: every SACK gives an RTT sample, and so does the probe's answer."""
     cfg = dict(SMALL, planes=2, size=16 << 10, msg_bytes=8 << 10, ev_count=8,
-               max_cycles=40_000, reorder_guard=1, reorder_time=0, **SHORT_LOSS)
+               max_cycles=40_000, reorder_guard=1, reorder_time=0, tseth=True, **SHORT_LOSS)
     m = demo.run_demo(cfg, out_dir=str(tmp_path), simulator="icarus")
     print(demo.summary(m))
+    # With TSETH on, RTT samples at a: a probe's answer among them; none shorter than the
+    # fabric's propagation alone (4 links each way).
+    rtts = demo.rtt_report(m)
+    print("RTT samples (ns):", sorted(rtts["all"]), "probe answers:", rtts["probe"])
+    assert rtts["probe"] and len(rtts["all"]) > len(rtts["probe"])
+    assert min(rtts["all"]) >= 8 * m["config"]["link_delay_ns"]
     assert demo.fabric_drops(m) == {"loss": 1}
     rtx = demo.retransmissions(m)
     assert rtx["frames"] >= 1 and rtx["hole"] >= 1 and rtx["timeout"] == 0, rtx

@@ -275,6 +275,8 @@ def _add_demo(sub):
                         "separated: icrc, truncated, unknown_qp, psn_far, bad_rkey, outside, "
                         "or all")
     p.add_argument("--pcap", action="store_true", help="write the wire traffic to wire.pcap")
+    p.add_argument("--tseth", action="store_true",
+                   help="a TSETH with a timestamp on every data packet: an RTT sample per SACK")
     p.add_argument("--waves", action="store_true", help="write an FST waveform")
     p.add_argument("--out", default="build/demo", help="output folder")
     p.add_argument("--verbose", action="store_true",
@@ -373,6 +375,7 @@ def _run_demo(args):
 def _demo_config(args, demo):
     """The run's configuration (what differs from ``demo.DEFAULTS``) from the options."""
     cfg = {"planes": args.planes, "loss": args.loss, "seed": args.seed, "pcap": args.pcap,
+           "tseth": args.tseth,
            "failures": [demo.parse_failure(f) for f in args.fail]
            + [demo.parse_gray(g) for g in args.gray], "incast": args.incast}
     if args.size is not None:

@@ -74,7 +74,7 @@ from mrcnic.base import proto
 from mrcnic.base.proto import NackCode, SackMode
 
 __all__ = [
-    "QP_INDEX_BITS", "EV_INDEX_BITS", "TIME_BITS", "TICK_NS", "MAX_PAYLOAD",
+    "QP_INDEX_BITS", "EV_INDEX_BITS", "TIME_BITS", "TICK_NS", "TS_UNIT_NS", "MAX_PAYLOAD",
     # transmit
     "WR", "WR_DONE", "SEG_PKT", "REQUEST", "response_layout", "probe_layout", "TX_DESC",
     "PAYLOAD_REQ", "sent_layout", "rtx_layout", "release_layout", "RtxCause", "ErrorCause",
@@ -94,6 +94,7 @@ QP_INDEX_BITS = 16      # local QP index in descriptors and records (a block has
 EV_INDEX_BITS = 8       # an EV's index in its QP's set; ev_count <= 256
 TIME_BITS = 32          # time base and send times, in ticks
 TICK_NS = 1024          # decision: one tick of ``now`` is 1.024 us, the unit of §4
+TS_UNIT_NS = 128        # the unit of the 16-bit timestamps (TSETH, PETH, CC_STATE, NETH)
 MAX_PAYLOAD = 9216      # the largest payload a descriptor may ask for (a jumbo frame)
 
 

@@ -121,6 +121,8 @@ class TxConfig:
     min_active: int = 0
     active: int = None              # EVs below this index active, the rest backups
     probe_interval: int = 0         # cycles between the selector's probes (0: no probes)
+    ts_cycles: int = 32             # clock cycles per 128 ns timestamp unit
+    tseth: bool = False             # a TSETH on every data packet, an RTT sample per SACK
 
     def tracker_reorder_time(self):
         """The ``reorder_time`` register the bring-up writes: ``reorder_time`` when given,
@@ -190,6 +192,7 @@ async def bring_up_tx(read, write, cfg, base=0, blocks=None):
     await wait_clear(trk)
     await tx.write_ipv6("outer_src", cfg.outer_src)
     await tx.write_fields("tick", cycles=cfg.tick_cycles)
+    await tx.write_fields("timestamp", tseth=int(cfg.tseth), cycles=cfg.ts_cycles)
     await seg.write_fields("config", pmtu_log2=cfg.pmtu_log2)
     await trk.write_fields("config", pmtu_log2=cfg.pmtu_log2, timeout_exp=cfg.timeout_exp,
                            reorder_guard=cfg.reorder_guard)

@@ -36,6 +36,7 @@ DEFAULTS = {
     "timeout_exp": None, "reorder_guard": None, "sack_every": 8,
     "reorder_time": None,       # the tracker's time guard in ticks (0: off)
     "max_cycles": 4_000_000, "failures": [], "pcap": False, "probe_us": 20.0,
+    "tseth": False,             # a TSETH on every data packet (RTT samples from every SACK)
     "inject": [], "inject_after_ns": 20_000.0, "inject_every_ns": 5_000.0,
     # incast: extra hosts, each sending cross traffic to b on every plane at incast_share of
     # a plane link's rate from incast_start_ns on (b's leaf egress is then oversubscribed)
@@ -59,6 +60,21 @@ def base_rtt_ns(cfg):
     def hop(nbytes):
         return nbytes * 8 / rate + cfg["link_delay_ns"]
     return 4 * hop((1 << cfg["pmtu_log2"]) + FRAME_HEADROOM) + 4 * hop(FRAME_HEADROOM)
+
+
+def control_rtt_ns(cfg):
+    """Round trip of a frame with no payload (a probe) and its SACK over an idle plane: four
+    store-and-forward hops each way, each at most FRAME_HEADROOM bytes."""
+    hop = FRAME_HEADROOM * 8 / plane_link_gbps(cfg) + cfg["link_delay_ns"]
+    return 8 * hop
+
+
+def rtt_report(metrics):
+    """a's RTT samples (MrcTx ``rtt``) in ns: ``{"all": [...], "probe": [...]}``."""
+    unit = metrics.get("ts_unit_ns", 128)
+    samples = metrics.get("rtts", [])
+    return {"all": [s[4] * unit for s in samples],
+            "probe": [s[4] * unit for s in samples if s[2]]}
 
 
 def tracker_registers(cfg):
@@ -479,6 +495,14 @@ def summary(metrics):
     changes = ", ".join(f"to {EvState(k).name}: {v}" for k, v in sorted(states.items()))
     lines.append(f"EV state changes: {len(metrics['events'])}"
                  + (f" ({changes})" if changes else ""))
+    rtts = rtt_report(metrics)
+    if rtts["all"]:
+        r = sorted(rtts["all"])
+        lines.append(f"RTT samples at a: {len(r)} ({len(rtts['probe'])} probe answers"
+                     + (", TSETH on" if cfg.get("tseth") else "") + f"), min "
+                     f"{r[0] / 1000:.2f} us, median {r[len(r) // 2] / 1000:.2f} us, max "
+                     f"{r[-1] / 1000:.2f} us; an idle plane's round trip of a probe and "
+                     f"its SACK {control_rtt_ns(cfg) / 1000:.2f} us")
     if cfg["incast"]:
         fab = metrics["fabric"]
         nak = metrics["counters"]["b.psn-tracker"]

@@ -30,7 +30,7 @@ from mrcnic.host.bringup import RxConfig, TxConfig, bring_up_rx, bring_up_tx, fi
 from mrcnic.netsim.fabric import Fabric, FabricConfig, Failure
 from mrcnic.model import packet as pk
 from mrcnic.base.proto import Opcode
-from mrcnic.base.records import TICK_NS
+from mrcnic.base.records import TICK_NS, TS_UNIT_NS
 
 __all__ = ["CREDIT_FRAMES", "INJECT_KINDS", "PROGRESS_PREFIX", "Progress", "bad_frame",
            "pattern"]
@@ -197,6 +197,7 @@ class _Bench:
         self.sent_frames = []       # a's frames: [first beat cycle, plane, EV, psn, rtx]
         self.placements = []        # [ns, plane, payload bytes] placed at b
         self.events, self.done, self.preqs = [], [], []
+        self.rtts = []              # a's RTT samples: [ns, qp, probe, nack, rtt in units]
         self.wr_i = 0
         self.injected, self.next_inject = 0, cfg.get("inject_after_ns", 0.0)
         self.captures = [] if cfg.get("pcap") else None
@@ -252,7 +253,9 @@ class _Bench:
                           timeout_exp=cfg["timeout_exp"], reorder_guard=cfg["reorder_guard"],
                           reorder_time=cfg.get("reorder_time"),
                           link_gbps=cfg["data_width"] / self.clock_ns / P,
-                          probe_interval=round(cfg["probe_us"] * 1000 / self.clock_ns))
+                          probe_interval=round(cfg["probe_us"] * 1000 / self.clock_ns),
+                          ts_cycles=max(1, round(TS_UNIT_NS / self.clock_ns)),
+                          tseth=bool(cfg.get("tseth")))
             rx = RxConfig(**addresses, regions=[(RKEY, 0, 1 << 48, 1, 0)],
                           sack_every=cfg["sack_every"])
             await bring_up_tx(rd, wr, tx, blocks=blocks)
@@ -295,6 +298,9 @@ class _Bench:
         self.payload.drive()
         if int(dut.a_done_valid.value):
             self.done.append((self.cycles, _fields(dut, "a_done", ("qp", "wr_id"))))
+        if int(dut.a_rtt_valid.value):
+            self.rtts.append([t, *(_fields(dut, "a_rtt", ("qp", "probe", "nack", "rtt"))
+                                   .values())])
         if int(dut.a_event_valid.value):
             self.events.append((t, _fields(dut, "a_event",
                                            ("profile", "ev", "state", "dropped"))))
@@ -411,6 +417,7 @@ class _Bench:
             "line_gbps": self.line_gbps, "placements": self.placements,
             "frames": self.sent_frames,
             "events": [[t, e["ev"], e["state"]] for t, e in self.events],
+            "rtts": self.rtts, "ts_unit_ns": TS_UNIT_NS,
             "counters": counters,
             "fabric": {"drops": {str(p): dict(fab.stats.planes[p].drops) for p in range(P)},
                        "trims": fab.stats.total("trims"),
