@@ -4,10 +4,14 @@ NICs takes minutes) 4 planes, a plane failing mid-transfer, 1% loss, a gray link
 with trimming, heavy reordering; every byte placed once, intact, every work request
 completed; and bad frames of every kind dropped and counted."""
 
+import shutil
+import subprocess
+
 import pytest
 
 from mrcnic.netsim import demo
 from mrcnic.netsim.demo_bench import INJECT_KINDS
+from testkit import ROOT
 
 SMALL = {"planes": 4, "size": 256 << 10, "msg_bytes": 32 << 10, "pmtu_log2": 12,
          "qps": 2, "ev_count": 16, "max_cycles": 600_000}
@@ -40,7 +44,8 @@ def test_a_short_transfer_on_icarus_with_a_frame_lost(tmp_path):
     later); every byte placed once, intact, both WRITEs completed (about 30 s of Icarus).
     TSETH is on: every SACK gives an RTT sample, and so does the probe's answer."""
     cfg = dict(SMALL, planes=2, size=16 << 10, msg_bytes=8 << 10, ev_count=8,
-               max_cycles=40_000, reorder_guard=1, reorder_time=0, tseth=True, **SHORT_LOSS)
+               max_cycles=40_000, reorder_guard=1, reorder_time=0, tseth=True, pcap=True,
+               **SHORT_LOSS)
     m = demo.run_demo(cfg, out_dir=str(tmp_path), simulator="icarus")
     print(demo.summary(m))
     # With TSETH on, RTT samples at a: a probe's answer among them; none shorter than the
@@ -49,6 +54,20 @@ def test_a_short_transfer_on_icarus_with_a_frame_lost(tmp_path):
     print("RTT samples (ns):", sorted(rtts["all"]), "probe answers:", rtts["probe"])
     assert rtts["probe"] and len(rtts["all"]) > len(rtts["probe"])
     assert min(rtts["all"]) >= 8 * m["config"]["link_delay_ns"]
+    # The run's wire.pcap through tshark and the MRC dissector: every SACK with its M, CACK
+    # and bitmap, and the probe with its PETH timestamp, as the bench saw them.
+    if shutil.which("tshark"):
+        out = subprocess.run(
+            ["tshark", "-X", f"lua_script:{ROOT / 'tools' / 'wireshark' / 'mrc.lua'}", "-r",
+             str(tmp_path / "wire.pcap"), "-Y", "mrc.seth or mrc.peth", "-T", "fields",
+             "-E", "separator=,", "-e", "mrc.bth.opcode", "-e", "mrc.seth.m", "-e",
+             "mrc.seth.cack_psn", "-e", "mrc.seth.bitmap", "-e", "mrc.peth.timestamp"],
+            capture_output=True, text=True, check=True).stdout.splitlines()
+        sacks = [r.split(",") for r in out if r.startswith("0xdc")]
+        probes = [r.split(",") for r in out if r.startswith("0xde")]
+        assert len(sacks) >= len(rtts["all"]) - len(rtts["probe"]) and probes
+        assert all(r[1] != "" and r[2] != "" and r[3].startswith("0x") for r in sacks)
+        assert all(r[4] != "" for r in probes)
     assert demo.fabric_drops(m) == {"loss": 1}
     rtx = demo.retransmissions(m)
     assert rtx["frames"] >= 1 and rtx["hole"] >= 1 and rtx["timeout"] == 0, rtx
