@@ -11,6 +11,7 @@ import pytest
 
 from mrcnic.netsim import demo
 from mrcnic.netsim.demo_bench import INJECT_KINDS
+from mrcnic.base.records import TICK_NS
 from testkit import ROOT
 
 SMALL = {"planes": 4, "size": 256 << 10, "msg_bytes": 32 << 10, "pmtu_log2": 12,
@@ -54,6 +55,11 @@ def test_a_short_transfer_on_icarus_with_a_frame_lost(tmp_path):
     print("RTT samples (ns):", sorted(rtts["all"]), "probe answers:", rtts["probe"])
     assert rtts["probe"] and len(rtts["all"]) > len(rtts["probe"])
     assert min(rtts["all"]) >= 8 * m["config"]["link_delay_ns"]
+    # The probe's sample against its round on the wire, from a's port to a's port: longer
+    # by a's own transmit and receive pipelines only, well within one 1.024 us tick.
+    assert rtts["wire"]
+    for wire_ns, ns in rtts["wire"]:
+        assert 0 <= ns - wire_ns <= TICK_NS, (wire_ns, ns)
     # The run's wire.pcap through tshark and the MRC dissector: every SACK with its M, CACK
     # and bitmap, and the probe with its PETH timestamp, as the bench saw them.
     if shutil.which("tshark"):

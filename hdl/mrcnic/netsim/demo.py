@@ -70,11 +70,20 @@ def control_rtt_ns(cfg):
 
 
 def rtt_report(metrics):
-    """a's RTT samples (MrcTx ``rtt``) in ns: ``{"all": [...], "probe": [...]}``."""
+    """a's RTT samples (MrcTx ``rtt``) in ns: ``{"all": [...], "probe": [...], "wire":
+    [...]}``; ``wire`` pairs each probe's round on the wire (from a's port sending it to
+    a's port receiving b's answer, ns) with the first probe sample a gave after it:
+    ``(wire_ns, sample_ns)``."""
     unit = metrics.get("ts_unit_ns", 128)
     samples = metrics.get("rtts", [])
-    return {"all": [s[4] * unit for s in samples],
-            "probe": [s[4] * unit for s in samples if s[2]]}
+    probes = sorted((s[0], s[4] * unit) for s in samples if s[2])
+    wire = []
+    for _, a_tx, _, _, a_rx in sorted(metrics.get("probe_rounds", []), key=lambda r: r[4]):
+        later = [ns for t, ns in probes if t >= a_rx]
+        if later:
+            wire.append((a_rx - a_tx, later[0]))
+    return {"all": [s[4] * unit for s in samples], "probe": [ns for _, ns in probes],
+            "wire": wire}
 
 
 def tracker_registers(cfg):
@@ -503,6 +512,9 @@ def summary(metrics):
                      f"{r[0] / 1000:.2f} us, median {r[len(r) // 2] / 1000:.2f} us, max "
                      f"{r[-1] / 1000:.2f} us; an idle plane's round trip of a probe and "
                      f"its SACK {control_rtt_ns(cfg) / 1000:.2f} us")
+        for wire_ns, ns in rtts["wire"]:
+            lines.append(f"  a probe's round on the wire (a's port to a's port) "
+                         f"{wire_ns / 1000:.3f} us, its RTT sample {ns / 1000:.3f} us")
     if cfg["incast"]:
         fab = metrics["fabric"]
         nak = metrics["counters"]["b.psn-tracker"]

@@ -198,6 +198,9 @@ class _Bench:
         self.placements = []        # [ns, plane, payload bytes] placed at b
         self.events, self.done, self.preqs = [], [], []
         self.rtts = []              # a's RTT samples: [ns, qp, probe, nack, rtt in units]
+        # a's probes on the wire, by PETH timestamp: [a sends, b has it, b sends the
+        # answer, a has it] (ns; the fabric's host ports)
+        self.probe_rounds = {}
         self.wr_i = 0
         self.injected, self.next_inject = 0, cfg.get("inject_after_ns", 0.0)
         self.captures = [] if cfg.get("pcap") else None
@@ -318,6 +321,7 @@ class _Bench:
                         if s == "a":
                             self.sent_frames.append(_frame_record(self.out[s][p].first, p,
                                                                   frame))
+                        self._probe_round(s == "b", 2 if s == "b" else 0, t, frame)
                         if self.captures is not None:
                             self.captures.append((t, frame))
                 valid >>= 1
@@ -330,6 +334,7 @@ class _Bench:
         if fab.next_event_ns() is not None and fab.next_event_ns() <= t:
             for d in fab.run_until(t):
                 self.inp["a" if d.host == 0 else "b"][d.plane].load(d.frame)
+                self._probe_round(d.host == 0, 3 if d.host == 0 else 1, d.t_ns, d.frame)
                 if (d.host == 1 and self.injected < len(self.inject)
                         and t >= self.next_inject and len(d.frame) > 200):
                     kind = self.inject[self.injected]
@@ -341,6 +346,21 @@ class _Bench:
             for port in self.inp[s]:
                 if port.beats or port.driving:
                     port.drive()
+
+    def _probe_round(self, answer, k, t, frame):
+        """A probe of a's (``answer`` False) or b's answer to one (a SACK with pr = 1) at
+        a host port: its time as item ``k`` of the probe's round, the first time only."""
+        if len(frame) > 256:                 # neither is longer; data frames are
+            return
+        pkt = pk.decode(frame, check_icrc=False, udp_dport=None)
+        if answer and pkt.opcode == Opcode.SACK and pkt.seth["pr"]:
+            r = self.probe_rounds.get(pkt.cc_state["timestamp"])
+        elif not answer and pkt.opcode == Opcode.PROBE:
+            r = self.probe_rounds.setdefault(pkt.peth["timestamp"], [None] * 4)
+        else:
+            return
+        if r is not None and r[k] is None:
+            r[k] = t
 
     def _placement_b(self):
         """b's placements: each place record matched with its payload and checked."""
@@ -418,6 +438,8 @@ class _Bench:
             "frames": self.sent_frames,
             "events": [[t, e["ev"], e["state"]] for t, e in self.events],
             "rtts": self.rtts, "ts_unit_ns": TS_UNIT_NS,
+            "probe_rounds": [[ts, *r] for ts, r in self.probe_rounds.items()
+                             if None not in r],
             "counters": counters,
             "fabric": {"drops": {str(p): dict(fab.stats.planes[p].drops) for p in range(P)},
                        "trims": fab.stats.total("trims"),
