@@ -133,7 +133,9 @@ local EP = { [0xd8] = "erth", [0xd9] = "eeth" }
 local function layout(tvb, op)
   if WRITES[op] then
     local l = { "meth" }
-    if math.floor(tvb(8, 1):uint() / 16) % 2 == 1 then l[#l + 1] = "tseth" end
+    if math.floor(tvb(8, 1):uint() / 16) % 2 == 1 then
+      l[#l + 1] = "tseth"
+    end
     l[#l + 1] = "reth"
     if IMM[op] then l[#l + 1] = "immdt" end
     return l
@@ -158,7 +160,8 @@ function mrc.dissector(tvb, pinfo, tree)
   local root = tree:add(mrc, tvb(), "MRC")
   local op = tvb(0, 1):uint()
   local qp, psn = tvb(5, 3):uint(), tvb(9, 3):uint()
-  local info = string.format("%s QP %#x PSN %d", opcodes[op] or string.format("%#04x", op), qp, psn)
+  local name = opcodes[op] or string.format("%#04x", op)
+  local info = string.format("%s QP %#x PSN %d", name, qp, psn)
   local off = add(root, tvb, 0, "bth")
   local l = layout(tvb, op)
   if l == nil then
@@ -179,7 +182,8 @@ function mrc.dissector(tvb, pinfo, tree)
   end
   local rest = tvb:len() - off
   if PAYLOAD[op] and rest >= 4 then
-    local n = rest - 4 - math.floor(tvb(1, 1):uint() / 16) % 4
+    local pad = math.floor(tvb(1, 1):uint() / 16) % 4
+    local n = rest - 4 - pad
     -- An endpoint packet's header is the packet model's payload.
     if EP[op] ~= nil and n >= H[EP[op]].size then
       add(root, tvb, off, EP[op])

@@ -22,7 +22,8 @@ from mrcnic.base import proto
 
 from mrcnic.base.records import (
     ACK_DESC, PAYLOAD_REQ, EV_FEEDBACK, EV_INDEX_BITS, PEER_STATUS, FeedbackKind, CWND_IN,
-    RtxCause, RTT_SAMPLE, TIME_BITS, TX_DESC, sent_layout, SEG_PKT, WR, WR_DONE)
+    RtxCause, RTT_SAMPLE, TICK_NS, TIME_BITS, TS_UNIT_NS, TX_DESC, sent_layout, SEG_PKT, WR,
+    WR_DONE)
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters, ipv6_registers, ipv6_value)
@@ -56,7 +57,7 @@ STALE_PORT = "a decision for a port that went down is requested again"
 DESC_LOOKAHEAD = 3             # RoceTx's descriptor skid buffer (2) and first stage (1)
 LOOP_PACKETS = 4               # packets in the selector's request loop (see Operation, 2)
 TICK_CYCLES_DEFAULT = 256      # cycles per timer tick (TICK_NS at a 4 ns clock)
-TS_CYCLES_DEFAULT = TICK_CYCLES_DEFAULT // 8   # cycles per 128 ns timestamp unit
+TS_CYCLES_DEFAULT = TICK_CYCLES_DEFAULT * TS_UNIT_NS // TICK_NS   # cycles per timestamp unit
 RTT_DEPTH = 4                  # RTT samples held for a slow reader; more are dropped
 MAX_QPS = 1024                 # error and in-flight bits are flip-flops
 PLANE_CHOICES = (1, 2, 4, 8)
@@ -324,8 +325,8 @@ class MrcTx(wiring.Component):
         return now
 
     def _timestamps(self, m, f):
-        """``ts_now``: the 16-bit timestamp, one unit every ``timestamp.cycles`` cycles
-        (128 ns at the default and a 250 MHz clock), that probes and data packets carry."""
+        """``ts_now``: the 16-bit timestamp that probes and data packets carry, one unit
+        (:data:`~mrcnic.base.records.TS_UNIT_NS`) every ``timestamp.cycles`` cycles."""
         ts_now = Signal(16)
         div = Signal(15)
         with m.If(div + 1 >= f["timestamp"]["cycles"]):

@@ -37,6 +37,9 @@ SIGNED = {("seth", "sack_offset"), ("seth", "ack_psn_offset")}
 _HEX = {"opcode", "pkey", "dest_qp", "entropy", "src_id", "dst_id", "va", "rkey", "imm",
         "bitmap", "vendor", "reason", "syndrome", "ports", "cc_type", "flags", "type"}
 
+# Names of the endpoint operations (MRC-Client's EndpointOp).
+EP_OPS = {proto.EP_PORT_STATUS: "PORT_STATUS_UPDATE", proto.EP_EV_PROBE: "EV_PROBE"}
+
 _VALUE_STRINGS = {
     ("bth", "opcode"): "opcodes",
     ("seth", "m"): "sack_modes",
@@ -99,7 +102,7 @@ def lua():
         f"local opcodes = {_lua_table({int(o): o.name for o in Opcode})}",
         f"local sack_modes = {_lua_table({int(m): m.name for m in SackMode})}",
         f"local nack_codes = {_lua_table({int(c): c.name for c in NackCode})}",
-        f"local ep_ops = {_lua_table({proto.EP_PORT_STATUS: 'PORT_STATUS_UPDATE', proto.EP_EV_PROBE: 'EV_PROBE'})}",
+        f"local ep_ops = {_lua_table(EP_OPS)}",
         "",
         "-- name -> { title, size, the header's own field (mrc.<name>, for filters),",
         "--           { { ProtoField, byte offset, byte length }, ... } }",
@@ -146,12 +149,15 @@ def lua():
         f"local WRITES = {{ {', '.join(f'[{o:#x}] = true' for o in writes)} }}",
         f"local IMM = {{ {', '.join(f'[{o:#x}] = true' for o in imm)} }}",
         f"local PAYLOAD = {{ {', '.join(f'[{o:#x}] = true' for o in payload)} }}",
-        f"local EP = {{ [{int(Opcode.EP_REQUEST):#x}] = \"erth\", [{int(Opcode.EP_RESPONSE):#x}] = \"eeth\" }}",
+        f"local EP = {{ [{int(Opcode.EP_REQUEST):#x}] = \"erth\", "
+        f"[{int(Opcode.EP_RESPONSE):#x}] = \"eeth\" }}",
         "",
         "local function layout(tvb, op)",
         "  if WRITES[op] then",
         '    local l = { "meth" }',
-        f'    if math.floor(tvb({ts_byte}, 1):uint() / {ts_mask}) % 2 == 1 then l[#l + 1] = "tseth" end',
+        f"    if math.floor(tvb({ts_byte}, 1):uint() / {ts_mask}) % 2 == 1 then",
+        '      l[#l + 1] = "tseth"',
+        "    end",
         '    l[#l + 1] = "reth"',
         '    if IMM[op] then l[#l + 1] = "immdt" end',
         "    return l",
@@ -177,8 +183,8 @@ def lua():
         "  local op = tvb(0, 1):uint()",
         f'  local qp, psn = tvb({BTH.offset("dest_qp")[0]}, 3):uint(), '
         f'tvb({BTH.offset("psn")[0]}, 3):uint()',
-        '  local info = string.format("%s QP %#x PSN %d", opcodes[op] or string.format("%#04x", op), '
-        "qp, psn)",
+        '  local name = opcodes[op] or string.format("%#04x", op)',
+        '  local info = string.format("%s QP %#x PSN %d", name, qp, psn)',
         '  local off = add(root, tvb, 0, "bth")',
         "  local l = layout(tvb, op)",
         "  if l == nil then",
@@ -200,7 +206,8 @@ def lua():
         "  end",
         "  local rest = tvb:len() - off",
         "  if PAYLOAD[op] and rest >= 4 then",
-        f"    local n = rest - 4 - math.floor(tvb({pad_byte}, 1):uint() / {pad_div}) % {1 << pad_width}",
+        f"    local pad = math.floor(tvb({pad_byte}, 1):uint() / {pad_div}) % {1 << pad_width}",
+        "    local n = rest - 4 - pad",
         "    -- An endpoint packet's header is the packet model's payload.",
         "    if EP[op] ~= nil and n >= H[EP[op]].size then",
         "      add(root, tvb, off, EP[op])",
