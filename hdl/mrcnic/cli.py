@@ -68,6 +68,10 @@ def _add_build(sub):
     p.add_argument("--router", choices=["router1", "router2"], default=None,
                    help="a --block: nextpnr's router (default router1, the better for "
                         "timing; router2 for designs router1 does not route)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="a --block: place and route the same netlist N times (nextpnr's "
+                        "default placement, then seeds 1 .. N-1) and print fmax's min, "
+                        "mean and max: the placement noise a change must beat (default 1)")
     p.add_argument("--rebuild", action="store_true",
                    help="build the self-test again even when the design is unchanged since "
                         "the last build in the build directory (which is otherwise reused; "
@@ -106,6 +110,8 @@ def _run_build(args):
         return _plan_only(args)
     if args.router and args.block is None:
         raise ValueError("--router is for a --block (the self-test routes with router2)")
+    if args.block is None and args.seeds != 1:
+        raise ValueError("--seeds is for a --block")
     if args.cable and not (args.program or args.flash):
         raise ValueError("--cable is for --program or --flash")
     if args.block is None:
@@ -139,7 +145,8 @@ def _run_build(args):
     params = registry.parse_params(args.block, args.param, args.data_width)
     from mrcnic.flow.ecp5 import build_block
     result = build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
-                         build_dir=args.build_dir, router=args.router or "router1")
+                         build_dir=args.build_dir, router=args.router or "router1",
+                         seeds=args.seeds)
     print(result.summary())
     return 0 if result.met else 1
 
@@ -429,7 +436,7 @@ def _add_report(sub):
     p.add_argument("--table-only", action="store_true",
                    help="rewrite the page from the kept measurements; measure nothing")
     p.add_argument("--out", default="docs/performance.md")
-    p.add_argument("--list", action="store_true", help="list the cases and what is kept")
+    p.add_argument("--list", action="store_true", help="list the cases, what is kept, and which kept figures were measured on other gateware (elaborates every case)")
     p.set_defaults(func=_run_report)
 
 
@@ -443,6 +450,8 @@ def _run_report(args):
                 r = report.kept(c, kind)
                 state = ("missing" if not r else f"kept {r['date']}"
                          + ("" if r.get("gateware") else " (carried over, no digest)"))
+                if r and r.get("gateware") and r["gateware"] != report.gateware_digest(c):
+                    state += ", the gateware changed since: measure again"
                 print(f"{kind:7} {c.block:19} {c.label():55} {state}")
         return 0
     report.run(only=args.only, kinds=kinds, rerun=args.rerun, out=args.out,

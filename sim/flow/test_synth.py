@@ -236,6 +236,31 @@ def test_unknown_block_or_parameter():
         ecp5.build_block("ulx3s-85f", "skid-buffer", {}, router="router3")
 
 
+def test_seeds_out_of_range_refused():
+    for seeds in (0, 17, 2.0):
+        with pytest.raises(ValueError, match="an integer 1 .. 16"):
+            ecp5.build_block("ulx3s-85f", "skid-buffer", {}, seeds=seeds)
+
+
+def test_seed_command_places_the_same_netlist_again():
+    script = ('set -e\n"$YOSYS" -q -l top.rpt top.ys\n'
+              '"$NEXTPNR_ECP5" --quiet --report report.json --timing-allow-fail --router '
+              'router1 --log top.tim --85k --package CABGA381 --speed 6 --json top.json '
+              '--lpf top.lpf --textcfg top.config\n'
+              '"$ECPPACK" --compress --input top.config --bit top.bit --svf top.svf\n')
+    assert ecp5.seed_command(script, 3) == [
+        "--quiet", "--timing-allow-fail", "--router", "router1", "--85k", "--package",
+        "CABGA381", "--speed", "6", "--json", "top.json", "--lpf", "top.lpf",
+        "--report", "seed3.json", "--log", "seed3.tim", "--seed", "3"]
+    with pytest.raises(tools.SynthError, match="0 nextpnr command lines"):
+        ecp5.seed_command("set -e\n", 2)
+
+
+def test_fmax_spread():
+    spread = ecp5.fmax_spread({"default": 100.0, 1: 110.0, 2: None, 3: 90.0})
+    assert spread == {"placements": 3, "min": 90.0, "mean": 100.0, "max": 110.0}
+
+
 def test_unreachable_frequency_fails_fast():
     with pytest.raises(ValueError, match="EHXPLLL"):
         ecp5.build_block("ulx3s-85f", "skid-buffer", {}, freq_mhz=900)
@@ -253,7 +278,7 @@ def test_missing_yowasp_names_the_pip_command(monkeypatch):
 def test_skid_buffer_64_on_ulx3s_85f_meets_100_mhz(tmp_path):
     t0 = time.monotonic()
     result = ecp5.build_block("ulx3s-85f", "skid-buffer", {"data_width": 64},
-                               freq_mhz=100.0, build_dir=tmp_path / "build")
+                               freq_mhz=100.0, build_dir=tmp_path / "build", seeds=2)
     print(result.summary())
     print(f"build took {time.monotonic() - t0:.1f} s")
 
@@ -279,3 +304,8 @@ def test_skid_buffer_64_on_ulx3s_85f_meets_100_mhz(tmp_path):
     assert summary["fmax_mhz"] == result.fmax_mhz
     assert summary["fmax"]["$glbnet$clk_block"]["constraint"] == 100
     assert "PASS" in result.summary()
+    # The same netlist placed again with nextpnr's seed 1.
+    assert set(result.fmax_seeds) == {"default", 1}
+    assert result.fmax_seeds["default"] == result.fmax_mhz
+    assert result.fmax_seeds[1] >= 100.0
+    assert "fmax over 2 placements of the same netlist" in result.summary()

@@ -13,6 +13,8 @@ Yosys (:func:`parse_yosys_stat`) and nextpnr (:func:`parse_nextpnr_report`,
 """
 
 import json
+import shlex
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,7 +24,8 @@ from mrcnic.boards.table import TABLE
 from mrcnic.flow import registry
 from mrcnic.flow.harness import BLOCK_INSTANCE, BlockHarness
 from mrcnic.flow.synth import XILINX_BOARDS, get_board
-from mrcnic.flow.tools import _run, lut_depth, tool_versions, yosys_alone, yowasp_env
+from mrcnic.flow.tools import (
+    SynthError, _run, lut_depth, tool_versions, yosys_alone, yowasp_env)
 
 __all__ = ["ROUTERS", "BuildResult", "build_block", "synth_block_alone",
            "parse_nextpnr_report", "parse_yosys_stat"]
@@ -174,6 +177,9 @@ class BuildResult:
     utilisation: dict = field(default_factory=dict)
     available: dict = field(default_factory=dict)
     router: str = "router1"
+    # With ``seeds`` > 1: {"default": fmax_mhz, 1: fmax, ...}: the same netlist placed
+    # again with nextpnr seeds 1 .. seeds - 1 (the first placement is nextpnr's default).
+    fmax_seeds: dict = field(default_factory=dict)
 
     def summary(self):
         params = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -199,6 +205,14 @@ class BuildResult:
             where = "" if cp["through_block"] else " (harness only: the harness limits fmax!)"
             lines.append(f"critical {cp['from']} -> {cp['to']}: {cp['logic_levels']} LUT, "
                          f"{cp['delay_ns']:.2f} ns{where}")
+        spread = fmax_spread(self.fmax_seeds)
+        if spread["placements"]:
+            lines.append(f"seeds    fmax over {spread['placements']} placements of the same "
+                         f"netlist: min {spread['min']:.1f}, mean {spread['mean']:.1f}, "
+                         f"max {spread['max']:.1f} MHz ("
+                         + ", ".join(f"{'' if k == 'default' else 'seed '}{k}: {_mhz(v)}"
+                                     for k, v in
+                                     self.fmax_seeds.items()) + ")")
         lines.append(f"output   {self.bitstream} ({self.seconds:.0f} s)")
         return "\n".join(lines)
 
@@ -209,8 +223,66 @@ class BuildResult:
 ROUTERS = ("router1", "router2")
 
 
+def fmax_spread(fmax_seeds):
+    """``{"placements", "min", "mean", "max"}`` of ``{seed: fmax}`` (the placements that
+    timed a path; None where none did)."""
+    got = [f for f in fmax_seeds.values() if f is not None]
+    return {"placements": len(got), "min": min(got, default=None),
+            "mean": sum(got) / len(got) if got else None, "max": max(got, default=None)}
+
+
+def seed_command(script, seed):
+    """The nextpnr command line of an Amaranth ECP5 build script (``build_top.sh``'s text),
+    rewritten to place and route the same netlist again with ``--seed seed``: its report and
+    log to ``seed<seed>.json`` and ``seed<seed>.tim``, no bitstream configuration."""
+    lines = [line for line in script.splitlines() if line.startswith('"$NEXTPNR_ECP5"')]
+    if len(lines) != 1:
+        raise SynthError(f"the build script has {len(lines)} nextpnr command lines, not 1")
+    args = shlex.split(lines[0])[1:]
+    out, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg in ("--report", "--log", "--textcfg", "--seed"):
+            skip = True
+        else:
+            out.append(arg)
+    return [*out, "--report", f"seed{seed}.json", "--log", f"seed{seed}.tim",
+            "--seed", str(seed)]
+
+
+def _mhz(fmax):
+    return "none" if fmax is None else f"{fmax:.1f}"
+
+
+def _place_seeds(build_dir, env, seeds):
+    """``{seed: fmax}`` for seeds 1 .. ``seeds`` - 1: the build's netlist placed and routed
+    again with each (two at a time), as :func:`seed_command` writes it."""
+    script = Path(build_dir, "build_top.sh").read_text()
+    pending = list(range(1, seeds))
+    running, fmax = [], {}
+    while pending or running:
+        while pending and len(running) < 2:
+            seed = pending.pop(0)
+            log = open(Path(build_dir, f"seed{seed}.log"), "w")
+            running.append((seed, log, subprocess.Popen(
+                [env["NEXTPNR_ECP5"], *seed_command(script, seed)], cwd=build_dir, env=env,
+                stdout=log, stderr=subprocess.STDOUT)))
+        seed, log, proc = running.pop(0)
+        proc.wait()
+        log.close()
+        if proc.returncode != 0:
+            raise SynthError(f"nextpnr with --seed {seed} failed (exit {proc.returncode}): "
+                             f"{Path(build_dir, f'seed{seed}.log')}")
+        report = json.loads(Path(build_dir, f"seed{seed}.json").read_text())
+        clocks, _ = parse_nextpnr_report(report)
+        clock = _block_clock(clocks)
+        fmax[seed] = clocks[clock]["achieved"] if clock else None
+    return dict(sorted(fmax.items()))
+
+
 def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=None,
-                router="router1"):
+                router="router1", seeds=1):
     """Place and route block ``block_name`` with ``params`` in a :class:`BlockHarness` for
     ``board`` at ``freq_mhz`` with nextpnr's ``router`` (:data:`ROUTERS`); returns a
     :class:`BuildResult`, also written as ``summary.json`` in ``build_dir`` (default
@@ -221,8 +293,15 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
     or an unreachable frequency, :class:`~mrcnic.flow.tools.ToolchainNotFound` without
     YoWASP, and :class:`~mrcnic.flow.tools.SynthError` if a tool fails (the design does not
     fit, ...).
+
+    ``seeds`` > 1 places and routes the same netlist again with nextpnr seeds 1 ..
+    ``seeds`` - 1 (``fmax_seeds``; the first placement is nextpnr's default): the spread of
+    fmax between placements of one netlist, against which a change in the gateware is
+    judged.
     """
     _refuse_xilinx(board)
+    if not isinstance(seeds, int) or not 1 <= seeds <= 16:
+        raise ValueError(f"seeds {seeds!r}: an integer 1 .. 16")
     platform_cls = get_board(board)
     block = registry.get(block_name)
     params = dict(params or {})
@@ -260,6 +339,8 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
     fmax, util = parse_nextpnr_report(report)
     clock = _block_clock(fmax)
     achieved = fmax[clock]["achieved"] if clock else None
+    fmax_seeds = ({"default": achieved, **_place_seeds(build_dir, env, seeds)} if seeds > 1
+                  else {})
     pll = harness.pll
     used = lambda kind: util.get(kind, {}).get("used", 0)
     result = BuildResult(
@@ -279,7 +360,7 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
         seconds=time.monotonic() - t0,
         utilisation={k: v["used"] for k, v in util.items() if v["used"]},
         available={k: v["available"] for k, v in util.items()},
-        router=router,
+        router=router, fmax_seeds=fmax_seeds,
     )
     summary = {**asdict(result), "fmax": fmax, "block_cells": alone["cells"]}
     (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

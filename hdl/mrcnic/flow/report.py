@@ -150,6 +150,9 @@ def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
     if path.exists() and not rerun:
         return json.loads(path.read_text())
     t0 = time.monotonic()
+    # The digest of the gateware as it is when the build starts (the sources may change
+    # while a long build runs).
+    digest = gateware_digest(case)
     work = Path(work_root, kind, case.module)
     if kind == "ecp5" and case.selftest:
         result = _measure_in_selftest(case, work)
@@ -168,7 +171,7 @@ def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
         result["device"] = f"Xilinx 7-series (synth_xilinx -family {XILINX_FAMILY})"
     else:
         raise ValueError(f"kind {kind!r}: 'ecp5' or 'xilinx'")
-    result.update(block=case.block, params=dict(case.params), gateware=gateware_digest(case),
+    result.update(block=case.block, params=dict(case.params), gateware=digest,
                   date=date.today().isoformat(),
                   seconds=round(time.monotonic() - t0), tools=tool_versions())
     path.parent.mkdir(parents=True, exist_ok=True)
