@@ -48,10 +48,10 @@ def distinctive(rng, name):
             for f, w in WIDTHS[name].items()}
 
 
-def their_frame(rng, op, ts=0, payload=b"", body=None):
-    """``(frame, {header: fields})``: Ethernet, IPv6 and UDP from our model (RoCEv2's, not
-    MRC's), then the BTH and the MRC headers of ``op`` in their layout, the payload and the
-    RoCEv2 ICRC."""
+def their_frame(rng, op, ts=0, payload=b"", body=None, ipv4=False):
+    """``(frame, {header: fields})``: Ethernet, IPv6 (``ipv4``: IPv4, as the ns-3 model
+    sends) and UDP from our model (RoCEv2's, not MRC's), then the BTH and the MRC headers of
+    ``op`` in their layout, the payload and the RoCEv2 ICRC."""
     if op.is_write:
         names = ("meth",) + (("tseth",) if ts else ()) + ("reth",) + \
                 (("immdt",) if op.has_immdt else ())
@@ -65,12 +65,22 @@ def their_frame(rng, op, ts=0, payload=b"", body=None):
         fields["bth"]["dest_qp"] = proto.ENDPOINT_QP
     body = (interop.bth_encode(fields["bth"])
             + b"".join(interop.encode(n, fields[n]) for n in names) + payload + bytes(pad))
-    outer = pk.encode(pk.write_packet(Opcode.WRITE_ONLY, 0, 0, 0, 0, 0, ev=rng.getrandbits(32)))
-    eth, ip, udp = bytearray(outer[:14]), bytearray(outer[14:54]), bytearray(outer[54:62])
     length = 8 + len(body) + proto.ICRC_LEN
-    ip[4:6] = udp[4:6] = length.to_bytes(2, "big")
+    if ipv4:
+        outer = pk.encode(pk.write_packet(Opcode.WRITE_ONLY, 0, 0, 0, 0, 0, ipv4=True,
+                                          ev=rng.getrandbits(16)))
+        eth, ip, udp = bytearray(outer[:14]), bytearray(outer[14:34]), bytearray(outer[34:42])
+        ip[2:4] = (20 + length).to_bytes(2, "big")
+        ip[10:12] = bytes(2)
+        ip[10:12] = proto.ipv4_checksum(ip).to_bytes(2, "big")
+        udp[4:6] = length.to_bytes(2, "big")
+    else:
+        outer = pk.encode(pk.write_packet(Opcode.WRITE_ONLY, 0, 0, 0, 0, 0,
+                                          ev=rng.getrandbits(32)))
+        eth, ip, udp = bytearray(outer[:14]), bytearray(outer[14:54]), bytearray(outer[54:62])
+        ip[4:6] = udp[4:6] = length.to_bytes(2, "big")
     inner = bytes(ip + udp) + body
-    return bytes(eth) + inner + pk.icrc(inner).to_bytes(4, "little"), fields
+    return bytes(eth) + inner + pk.icrc(inner, ipv4=ipv4).to_bytes(4, "little"), fields
 
 
 def gateware_parse(frames):
@@ -143,6 +153,21 @@ def test_their_data_frames_read_by_our_model_and_gateware():
         assert p.timestamp == (want["tseth"]["timestamp"] if "tseth" in want else 0)
         if "immdt" in want:
             assert p.imm == want["immdt"]["imm"]
+
+
+def test_their_frames_over_ipv4_read_by_our_model():
+    """The ns-3 model runs RoCEv2 over IPv4 only: its SACK, NACK, probe and write frames over
+    IPv4 (UDP mode) read by our packet model, every field as sent."""
+    rng = seeded()
+    cases = [their_frame(rng, op, ipv4=True) for op in (Opcode.SACK, Opcode.NACK, Opcode.PROBE)
+             for _ in range(4)]
+    cases += [their_frame(rng, op, ts=k % 2, payload=rng.randbytes(rng.randrange(1, 24)),
+                          ipv4=True) for op in Opcode if op.is_write for k in range(2)]
+    for frame, want in cases:
+        pkt = pk.decode(frame)
+        assert pkt.ip is None and pkt.ipv4["protocol"] == 17
+        for name, fields in want.items():
+            assert getattr(pkt, name) == fields, name
 
 
 def our_frames(rng):

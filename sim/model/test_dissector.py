@@ -45,14 +45,14 @@ def _value(text, signed):
 def _frames(rng):
     """``(frame, packet)`` of every opcode, several times each: random fields (UDP source port
     in the dynamic range, which Wireshark tries after the MRC port), with and without TSETH,
-    bare, in IPv6-in-IPv6 and behind a one-segment SRH; port status requests, and endpoint
-    responses long enough for their EETH."""
+    bare, in IPv6-in-IPv6, behind a one-segment SRH and over IPv4 (UDP mode); port status
+    requests, and endpoint responses long enough for their EETH."""
     out = []
     for op in Opcode:
-        for k in range(6):
-            pkt = pk.rng_packet(rng, opcode=op, encap=("none", "outer")[k % 2])
+        for k in range(7):
+            pkt = pk.rng_packet(rng, opcode=op, encap=(("none", "outer") * 3 + ("ipv4",))[k])
             pkt.udp["src_port"] |= 0xC000
-            if k >= 4:
+            if k in (4, 5):
                 pkt = pk.encapsulate(
                     pk.decapsulate(pkt) if pkt.outer else pkt,
                     outer_src=rng.getrandbits(128),

@@ -14,7 +14,7 @@ import struct
 import pytest
 from scapy.compat import raw
 from scapy.contrib.roce import AETH as ScapyAETH, BTH as ScapyBTH
-from scapy.layers.inet import UDP as ScapyUDP
+from scapy.layers.inet import IP as ScapyIP, UDP as ScapyUDP
 from scapy.layers.inet6 import IPv6 as ScapyIPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -48,11 +48,21 @@ def ip(text):
 
 
 def scapy_stack(pkt):
-    """Ether / IPv6 / UDP / BTH of ``pkt`` (a plain, non-encapsulated packet) in scapy."""
-    e, i, u, b = pkt.eth, pkt.ip, pkt.udp, pkt.bth
+    """Ether / IPv6 (or IPv4) / UDP / BTH of ``pkt`` (a plain, non-encapsulated packet) in
+    scapy, which fills in the lengths, the IPv4 header checksum and the ICRC."""
+    e, u, b = pkt.eth, pkt.udp, pkt.bth
+    if pkt.ipv4 is not None:
+        i = pkt.ipv4
+        ip_layer = ScapyIP(tos=i["dscp"] << 2 | i["ecn"], id=i["identification"],
+                           flags=i["flags"], ttl=i["ttl"],
+                           src=str(ipaddress.IPv4Address(i["src"])),
+                           dst=str(ipaddress.IPv4Address(i["dst"])))
+    else:
+        i = pkt.ip
+        ip_layer = ScapyIPv6(tc=i["dscp"] << 2 | i["ecn"], fl=i["flow_label"],
+                             hlim=i["hop_limit"], src=ip_str(i["src"]), dst=ip_str(i["dst"]))
     return (Ether(dst=mac_str(e["dst"]), src=mac_str(e["src"]))
-            / ScapyIPv6(tc=i["dscp"] << 2 | i["ecn"], fl=i["flow_label"], hlim=i["hop_limit"],
-                        src=ip_str(i["src"]), dst=ip_str(i["dst"]))
+            / ip_layer
             / ScapyUDP(sport=u["src_port"], dport=u["dst_port"], chksum=u["checksum"])
             / ScapyBTH(opcode=b["opcode"], solicited=b["se"], migreq=b["m"],
                        padcount=b["pad"], version=b["tver"], pkey=b["pkey"], fecn=b["fecn"],
@@ -81,15 +91,21 @@ def frame_with(pkt, change):
 
 # --- scapy cross-checks --------------------------------------------------------------------
 
-def test_builders_match_scapy_bytes():
+@pytest.mark.parametrize("ipv4", [False, True], ids=["ipv6", "ipv4"])
+def test_builders_match_scapy_bytes(ipv4):
+    """Every builder over IPv6 and, in UDP mode, over IPv4 (scapy's header checksum and its
+    RoCEv2 ICRC over IPv4: type of service, TTL and checksum as ones)."""
     rng = seeded()
+    ip_bits, ev_bits = (32, 16) if ipv4 else (128, 32)
     for n in range(120):
         op = [*WRITES, *CONTROL, *ENDPOINT][n % 12]
         net = dict(src_mac=rng.getrandbits(48), dst_mac=rng.getrandbits(48),
-                   src_ip=rng.getrandbits(128), dst_ip=rng.getrandbits(128),
-                   ev=rng.getrandbits(32), dscp=rng.getrandbits(6), ecn=rng.getrandbits(2),
+                   src_ip=rng.getrandbits(ip_bits), dst_ip=rng.getrandbits(ip_bits),
+                   ev=rng.getrandbits(ev_bits), dscp=rng.getrandbits(6), ecn=rng.getrandbits(2),
                    hop_limit=rng.getrandbits(8), ack_req=rng.getrandbits(1),
                    rtx=rng.getrandbits(1), fecn=rng.getrandbits(1), becn=rng.getrandbits(1))
+        if ipv4:
+            net.update(ipv4=True, identification=rng.getrandbits(16))
         payload = rng.randbytes(rng.randrange(40))
         if op.is_write:
             pkt = pk.write_packet(op, rng.getrandbits(24), rng.getrandbits(24),
@@ -131,6 +147,7 @@ def test_builders_match_scapy_bytes():
         body = ext_bytes(pkt) + (b"" if op in CONTROL else payload) + bytes(pad)
         ref = scapy_stack(pkt) / Raw(body)       # scapy fills lengths and computes the ICRC
         assert pk.encode(pkt) == raw(ref), (op, n)
+        assert ScapyBTH in Ether(raw(ref)) and pk.decode(raw(ref)) == pkt
         assert pkt.bth["pad"] == pad
         if op == Opcode.ACK:                     # scapy also knows the AETH
             aeth = ScapyAETH(syndrome=pkt.aeth["syndrome"], msn=pkt.aeth["msn"])
@@ -361,16 +378,19 @@ def test_finalize_fills_defaults_and_derived_fields():
 def test_random_round_trips():
     rng = seeded()
     seen = set()
-    for n in range(600):
+    for n in range(800):
         op = list(Opcode)[n % len(Opcode)]
-        encap = ["none", "outer", "srh"][n // len(Opcode) % 3]
+        encap = ["none", "outer", "srh", "ipv4"][n // len(Opcode) % 4]
         pkt = pk.rng_packet(rng, opcode=op, encap=encap)
         frame = pk.encode(pkt)
         got = pk.decode(frame)
         assert got == pkt
         assert pk.encode(got) == frame
         # Exactness without the model: lengths, pad and ICRC on the wire.
-        assert len(frame) == ETH_LEN + IP6_LEN + (pkt.outer or pkt.ip)["payload_length"]
+        if pkt.ipv4 is not None:
+            assert len(frame) == ETH_LEN + pkt.ipv4["total_length"]
+        else:
+            assert len(frame) == ETH_LEN + IP6_LEN + (pkt.outer or pkt.ip)["payload_length"]
         assert struct.unpack("<I", frame[-4:])[0] == pkt.icrc
         if pkt.outer is not None:
             plain = pk.decapsulate(frame)
@@ -500,7 +520,7 @@ def decode_or_error(frame, **kw):
 def sample_frames(rng):
     out = []
     for op in Opcode:
-        for encap in ("none", "outer", "srh"):
+        for encap in ("none", "outer", "srh", "ipv4"):
             out.append(pk.encode(pk.rng_packet(rng, opcode=op, encap=encap, max_payload=24)))
     return out
 
@@ -540,9 +560,13 @@ def test_every_bit_flip():
     for frame in sample_frames(rng):
         pkt = pk.decode(frame)
         inner = ETH_LEN if pkt.outer is None else len(frame) - IP6_LEN - pkt.ip["payload_length"]
-        # Bits the ICRC does not protect: Ethernet, outer IPv6, SRH, and its masked fields.
+        # Bits the ICRC does not protect: Ethernet, outer IPv6, SRH, and its masked fields
+        # (over IPv4 the UDP checksum and BTH byte 4: the header checksum catches a flip in
+        # the type of service, TTL or itself).
         unprotected = set(range(8 * inner))
-        for lo, hi in ((4, 32), (56, 64), (368, 384), (416, 424)):
+        masked = ((208, 224), (256, 264)) if pkt.ipv4 is not None else \
+            ((4, 32), (56, 64), (368, 384), (416, 424))
+        for lo, hi in masked:
             unprotected |= set(range(8 * inner + lo, 8 * inner + hi))
         accepted = 0
         for bit in range(8 * len(frame)):
@@ -591,8 +615,28 @@ def _lengths(p, udp_length):
 DECODE_ERRORS = {
     "short frame": (lambda: bytes(10),
                     "truncated Ethernet header: needs 14 bytes at offset 0, 10 left"),
-    "ethertype": (lambda: frame_with(_write(), _set("eth", ethertype=0x0800)),
-                  "ethertype 0x0800 is not IPv6 (0x86dd)"),
+    "ethertype": (lambda: frame_with(_write(), _set("eth", ethertype=0x8100)),
+                  "ethertype 0x8100 is not IPv6 (0x86dd) or IPv4 (0x0800)"),
+    # IPv4 (UDP mode): IPv4 at 14, UDP at 34; _write4() is 86 bytes, UDP length 52.
+    "ipv4 as ipv6": (lambda: frame_with(_write(), _set("eth", ethertype=0x0800)),
+                     "IPv4 header version 6 is not 4"),
+    "ipv4 truncated": (lambda: pk.encode(_write4())[:30],
+                       "truncated IPv4 header: needs 20 bytes at offset 14, 16 left"),
+    "ipv4 options": (lambda: _ipv4_frame(ihl=6),
+                     "IPv4 IHL 6: options are not supported (IHL 5)"),
+    "ipv4 checksum": (lambda: _poke(pk.encode(_write4()), b24=0),
+                      "bad IPv4 header checksum 0x00a3"),
+    "ipv4 fragment": (lambda: _ipv4_frame(flags=0b001),
+                      "a fragment of an IPv4 packet (MF set or a fragment offset)"),
+    "ipv4 fragment offset": (lambda: _ipv4_frame(fragment_offset=8),
+                             "a fragment of an IPv4 packet (MF set or a fragment offset)"),
+    "ipv4 reserved flag": (lambda: _ipv4_frame(flags=0b110),
+                           "IPv4 reserved flag bit is not zero"),
+    "ipv4 length": (lambda: _ipv4_frame(total_length=71),
+                    "IPv4 total_length 71 disagrees with the 72 bytes from its header on"),
+    "ipv4 protocol": (lambda: _ipv4_frame(protocol=6), "IPv4 protocol 6 is not UDP (17)"),
+    "ipv4 udp length": (lambda: frame_with(_write4(), _set("udp", length=51)),
+                        "UDP length 51 disagrees with IPv4 total_length 72 less its header"),
     "ipv6 truncated": (lambda: pk.encode(_write())[:40],
                        "truncated IPv6 header: needs 40 bytes at offset 14, 26 left"),
     "ipv6 version": (lambda: frame_with(_write(), _set("ip", version=4)),
@@ -664,6 +708,20 @@ DECODE_ERRORS = {
     "pad bytes": (lambda: _poke(pk.encode(_write(b"12345")), b101=1),
                   "pad bytes 000001 are not zero"),
 }
+
+
+def _write4():
+    return pk.write_packet(Opcode.WRITE_ONLY, 1, 2, 0, 0, 8, b"12345678", ipv4=True)
+
+
+def _ipv4_frame(**fields):
+    """Frame of _write4() with ``fields`` of its IPv4 header changed, the header checksum
+    made valid again (so that the decoder reaches the check under test)."""
+    p = _write4()
+    p.ipv4.update(fields, checksum=0)
+    p.ipv4["checksum"] = proto.ipv4_checksum(proto.IPV4.pack(**p.ipv4))
+    p.icrc = None
+    return pk.encode(p, check=False)
 
 
 @pytest.mark.parametrize("case", DECODE_ERRORS)
@@ -775,7 +833,7 @@ OTHER_ERRORS = {
                                                     {"segments_left": 2, "segments": [5]}),
                           "SRH segments_left 2 exceeds its 1 segments"),
     "rng encap": (lambda: pk.rng_packet(random.Random(1), encap="gre"),
-                  "encap 'gre' is not 'none', 'outer' or 'srh'"),
+                  "encap 'gre' is not 'none', 'outer', 'srh' or 'ipv4'"),
 }
 
 
@@ -785,3 +843,83 @@ def test_encoder_and_builder_error_messages(case):
     with pytest.raises(PacketError) as info:
         make()
     assert str(info.value).startswith(message), str(info.value)
+
+
+# --- IPv4 (UDP mode) -----------------------------------------------------------------------
+
+def test_ipv4_round_trip_and_derived_fields():
+    rng = seeded()
+    for _ in range(100):
+        op = rng.choice([*WRITES, *CONTROL, *ENDPOINT])
+        pkt = pk.finalize(pk.rng_packet(rng, opcode=op, encap="none"))
+        four = pkt.copy()
+        four.ip = None
+        four.ipv4 = {"dscp": rng.getrandbits(6), "ecn": rng.getrandbits(2),
+                     "identification": rng.getrandbits(16), "ttl": rng.getrandbits(8),
+                     "src": rng.getrandbits(32), "dst": rng.getrandbits(32)}
+        four = pk.finalize(four)
+        frame = pk.encode(four)
+        assert pk.decode(frame) == four
+        # 20 bytes shorter than over IPv6, the same from the UDP header on but for the ICRC.
+        six = pk.encode(pkt)
+        assert len(frame) == len(six) - 20
+        assert frame[34:-4] == six[54:-4]
+        assert frame[12:14] == b"\x08\x00" and frame[14] == 0x45
+        assert four.ipv4["total_length"] == len(frame) - 14
+        assert four.ipv4["flags"] == proto.IPV4_FLAGS_DF
+        assert proto.ipv4_checksum(frame[14:34]) == 0
+        # scapy's RoCEv2 ICRC over IPv4 agrees.
+        assert Ether(frame)[ScapyBTH].compute_icrc(b"") == frame[-4:]
+
+
+def test_ipv4_icrc_covers_what_rocev2_says():
+    """The ICRC over IPv4 covers every bit but the type of service, TTL and header checksum
+    (and the UDP checksum and BTH byte 4, as over IPv6)."""
+    inner = pk.encode(_write4())[ETH_LEN:-4]
+    base = pk.icrc(inner, ipv4=True)
+    # Bits replaced by ones: type of service (IPv4 byte 1), TTL (byte 8), header checksum
+    # (bytes 10-11), UDP checksum (bytes 26-27), BTH byte 4 (byte 32).
+    masked = set(range(8, 16)) | set(range(64, 72)) | set(range(80, 96)) | \
+        set(range(208, 224)) | set(range(256, 264))
+    for bit in range(8 * len(inner)):
+        flipped = bytearray(inner)
+        flipped[bit // 8] ^= 0x80 >> (bit % 8)
+        assert (pk.icrc(bytes(flipped), ipv4=True) == base) == (bit in masked), bit
+    with pytest.raises(PacketError, match="shorter than IPv4\\+UDP\\+BTH \\(40 bytes\\)"):
+        pk.icrc(bytes(39), ipv4=True)
+
+
+def test_ipv4_builder_and_packet_rules():
+    pkt = pk.write_packet(Opcode.WRITE_ONLY, 1, 2, 0, 0, 4, b"abcd", ipv4=True, ev=0xBEEF,
+                          src_ip="192.0.2.1", dst_ip="192.0.2.9", hop_limit=9)
+    assert pkt.ip is None and pkt.headers[:3] == ["eth", "ipv4", "udp"]
+    assert pkt.ipv4["src"] == ip4("192.0.2.1") and pkt.ipv4["ttl"] == 9
+    assert pk.stev_ev(pkt) == 0xBEEF            # the EV is the UDP source port alone
+    assert pkt.udp["src_port"] == 0xBEEF
+    default = pk.write_packet(Opcode.WRITE_ONLY, 1, 2, 0, 0, 0, ipv4=True)
+    assert (default.ipv4["src"], default.ipv4["dst"]) == (pk.DEFAULT_SRC_IP4,
+                                                          pk.DEFAULT_DST_IP4)
+    with pytest.raises(PacketError, match="the EV is the UDP source port alone"):
+        pk.write_packet(Opcode.WRITE_ONLY, 1, 2, 0, 0, 0, ipv4=True, ev=0x10000)
+    with pytest.raises(PacketError, match="IPv4 has no flow label"):
+        pk.write_packet(Opcode.WRITE_ONLY, 1, 2, 0, 0, 0, ipv4=True, flow_label=1)
+    with pytest.raises(PacketError, match="bad IPv4 address"):
+        pk.write_packet(Opcode.WRITE_ONLY, 1, 2, 0, 0, 0, ipv4=True, src_ip="fd00::1")
+    with pytest.raises(PacketError, match="the SRv6 modes carry IPv6"):
+        pk.encapsulate(pkt, outer_src=ip("fd00::1"), outer_dst=ip("fd00::2"))
+    both = pkt.copy()
+    both.ip = {}
+    with pytest.raises(PacketError, match="ip \\(IPv6\\) or ipv4, not both"):
+        pk.finalize(both)
+    neither = pkt.copy()
+    neither.ipv4 = None
+    with pytest.raises(PacketError, match="not neither"):
+        pk.finalize(neither)
+    outer = pkt.copy()
+    outer.outer = {}
+    with pytest.raises(PacketError, match="IPv4 is UDP mode only"):
+        pk.finalize(outer)
+
+
+def ip4(text):
+    return int(ipaddress.IPv4Address(text))

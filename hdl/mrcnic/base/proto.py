@@ -20,9 +20,9 @@ from amaranth.lib import data
 
 __all__ = [
     "Header", "HEADERS",
-    "ETH", "IPV6", "SRH", "UDP", "BTH", "METH", "TSETH", "RETH", "IMMDT", "AETH",
+    "ETH", "IPV6", "IPV4", "SRH", "UDP", "BTH", "METH", "TSETH", "RETH", "IMMDT", "AETH",
     "SETH", "CC_STATE", "NETH", "PETH", "ERTH", "EETH", "EP_PORT_STATUS", "EP_EV_PROBE",
-    "ICRC_LEN",
+    "ICRC_LEN", "ipv4_checksum",
     "Opcode", "NackCode", "SackMode", "EvMode", "EvState",
 ]
 
@@ -157,12 +157,16 @@ class Header:
 # register in each block that writes or checks it.
 UDP_DPORT_DEFAULT   = 4971
 ETHERTYPE_IPV6      = 0x86DD
+ETHERTYPE_IPV4      = 0x0800   # UDP mode only (RoCEv2 over IPv4); the SRv6 modes are IPv6
 IPPROTO_UDP         = 17
 IPPROTO_IPV6        = 41       # outer Next Header without SRH (IPv6-in-IPv6)
 IPPROTO_ROUTING     = 43       # outer Next Header with SRH
 IPPROTO_NONE        = 59
 SRH_ROUTING_TYPE    = 4
 IPV6_VERSION        = 6
+IPV4_VERSION        = 4
+IPV4_IHL            = 5        # 32-bit words: no options (a frame with options is refused)
+IPV4_FLAGS_DF       = 0b010    # RoCEv2 over IPv4 sends unfragmented, Don't Fragment set
 BTH_TVER            = 0
 PKEY_DEFAULT        = 0xFFFF
 BTH_RTX_BIT         = 5        # bit of BTH byte 8 that marks a retransmission
@@ -290,6 +294,13 @@ IPV6 = Header("IPv6", [
     ("src", 128), ("dst", 128),
 ])
 
+# RFC 791, without options (IPV4_IHL): RoCEv2 over IPv4, MRC's UDP mode.
+IPV4 = Header("IPv4", [
+    ("version", 4), ("ihl", 4), ("dscp", 6), ("ecn", 2), ("total_length", 16),
+    ("identification", 16), ("flags", 3), ("fragment_offset", 13), ("ttl", 8),
+    ("protocol", 8), ("checksum", 16), ("src", 32), ("dst", 32),
+])
+
 # RFC 8754 Segment Routing Header with the single segment MRC uses (n = 1, hdr_ext_len = 2).
 SRH = Header("SRH", [
     ("next_header", 8), ("hdr_ext_len", 8), ("routing_type", 8), ("segments_left", 8),
@@ -366,10 +377,11 @@ EP_PORT_STATUS = 0             # ERTH/EETH op: port status update
 EP_EV_PROBE = 1                # ... EV probe
 
 HEADERS = {h.name: h for h in
-           (ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
+           (ETH, IPV6, IPV4, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
             ERTH, EETH)}
 
 assert (ETH.size, IPV6.size, SRH.size, UDP.size, BTH.size) == (14, 40, 24, 8, 12)
+assert IPV4.size == 4 * IPV4_IHL == 20
 assert (METH.size, TSETH.size, RETH.size, IMMDT.size, AETH.size) == (4, 4, 16, 4, 4)
 assert (SETH.size, CC_STATE.size, NETH.size, PETH.size) == (28, 8, 20, 16)
 assert (ERTH.size, EETH.size) == (16, 36)
@@ -434,6 +446,15 @@ def stev_join(udp_src_port, flow_label, swap=False):
 # --- PSN arithmetic (spec §5): modulo 2^24 -------------------------------------------------
 
 PSN_MASK = (1 << PSN_BITS) - 1
+
+
+def ipv4_checksum(header):
+    """The RFC 791 header checksum of ``header`` (the IPv4 header's bytes, its checksum field
+    as it stands: pass it zeroed to compute one; a valid header gives 0)."""
+    total = sum(int.from_bytes(header[i:i + 2], "big") for i in range(0, len(header), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
 
 
 def psn_add(a, b):

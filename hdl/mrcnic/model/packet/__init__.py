@@ -44,6 +44,12 @@ Decisions of this model (the spec's decisions live in :mod:`mrcnic.base.proto`):
   says (an MRC frame is at least 78 bytes, so Ethernet padding never occurs). A frame that
   breaks any rule raises :class:`PacketError`; otherwise decoding loses no bit.
 * UDP checksum: carried verbatim and never checked (the ICRC protects the packet).
+* IPv4 (UDP mode, ``ipv4=True`` in the builders; ``Packet.ipv4`` in place of ``ip``): RFC
+  791 without options (IHL 5), never a fragment (MF clear, offset 0; Don't Fragment set by
+  default), the header checksum derived by :func:`finalize` and checked by :func:`decode`;
+  the ICRC replaces the type of service, TTL and header checksum by ones (RoCEv2 over IPv4).
+  No flow label: the EV is the UDP source port. The SRv6 modes stay IPv6
+  (:func:`encapsulate` refuses an IPv4 packet).
 * SRH: RFC 8754 with hdr_ext_len = 2n (no TLVs), n >= 0 segments, last_entry = n - 1
   (0 when n = 0), segments_left <= n. ``srh["segments"]`` is the segment list in wire order:
   ``segments[0]`` is the *last* segment of the path.
@@ -56,7 +62,8 @@ Decisions of this model (the spec's decisions live in :mod:`mrcnic.base.proto`):
 """
 
 from mrcnic.model.packet.codec import (DEFAULT_DST_IP, DEFAULT_DST_MAC, DEFAULT_HOP_LIMIT,
-                                       DEFAULT_MPR, DEFAULT_SRC_IP, DEFAULT_SRC_MAC,
+                                       DEFAULT_MPR, DEFAULT_SRC_IP, DEFAULT_SRC_IP4,
+                                       DEFAULT_DST_IP4, DEFAULT_SRC_MAC,
                                        DEFAULT_UDP_SPORT, Packet, PacketError, decode, encode,
                                        finalize, icrc)
 from mrcnic.model.packet.build import (ack_packet, ack_psn, endpoint_packet, nack_packet,
@@ -70,7 +77,7 @@ from mrcnic.model.packet.usid import (DROP, END, LOCAL, SHIFT, decapsulate, enca
 
 __all__ = [
     "Packet", "PacketError", "DEFAULT_SRC_MAC", "DEFAULT_DST_MAC", "DEFAULT_SRC_IP",
-    "DEFAULT_DST_IP", "DEFAULT_HOP_LIMIT", "DEFAULT_UDP_SPORT", "DEFAULT_MPR",
+    "DEFAULT_DST_IP", "DEFAULT_SRC_IP4", "DEFAULT_DST_IP4", "DEFAULT_HOP_LIMIT", "DEFAULT_UDP_SPORT", "DEFAULT_MPR",
     "encode", "decode", "finalize", "icrc",
     "write_packet", "ack_packet", "sack_packet", "nack_packet", "probe_packet",
     "endpoint_packet", "port_status_packet", "port_status", "rng_packet",

@@ -8,8 +8,8 @@ import ipaddress
 from mrcnic.base import proto
 from mrcnic.base.proto import SETH, NackCode, Opcode, SackMode
 from mrcnic.model.packet.codec import (
-    DEFAULT_DST_IP, DEFAULT_DST_MAC, DEFAULT_HOP_LIMIT, DEFAULT_MPR, DEFAULT_SRC_IP,
-    DEFAULT_SRC_MAC, DEFAULT_UDP_SPORT, Packet, PacketError, _FIELDS, _HEADER_OF,
+    DEFAULT_DST_IP, DEFAULT_DST_IP4, DEFAULT_DST_MAC, DEFAULT_HOP_LIMIT, DEFAULT_MPR,
+    DEFAULT_SRC_IP, DEFAULT_SRC_IP4, DEFAULT_SRC_MAC, DEFAULT_UDP_SPORT, Packet, PacketError, _FIELDS, _HEADER_OF,
     _carries_payload, _layout, _opcode, finalize)
 
 
@@ -37,6 +37,15 @@ def _ip6(value):
     return int(value)
 
 
+def _ip4(value):
+    if isinstance(value, (str, ipaddress.IPv4Address)):
+        try:
+            return int(ipaddress.IPv4Address(value))
+        except ValueError:
+            raise PacketError(f"bad IPv4 address {value!r}") from None
+    return int(value)
+
+
 def _s16(value, what):
     """Two's-complement 16-bit field value of a signed offset."""
     if not -0x8000 <= value <= 0x7FFF:
@@ -59,8 +68,9 @@ def stev_split(ev, swap=False):
 
 def stev_ev(pkt, swap=False):
     """The 32-bit STEV a packet carries in its (inner) flow label and UDP source port (the
-    halves swapped with ``swap``)."""
-    return proto.stev_join(pkt.udp["src_port"], pkt.ip["flow_label"], swap)
+    halves swapped with ``swap``). Over IPv4 there is no flow label: that half reads 0."""
+    flow = 0 if pkt.ipv4 is not None else pkt.ip["flow_label"]
+    return proto.stev_join(pkt.udp["src_port"], flow, swap)
 
 
 def srv6_ev_index(pkt):
@@ -69,21 +79,37 @@ def srv6_ev_index(pkt):
 
 
 def _base(opcode, qp, psn, *, src_mac=DEFAULT_SRC_MAC, dst_mac=DEFAULT_DST_MAC,
-          src_ip=DEFAULT_SRC_IP, dst_ip=DEFAULT_DST_IP, ev=None, udp_sport=None,
+          src_ip=None, dst_ip=None, ev=None, udp_sport=None,
           flow_label=None, dscp=0, ecn=0, hop_limit=DEFAULT_HOP_LIMIT,
           udp_dport=proto.UDP_DPORT_DEFAULT, pkey=proto.PKEY_DEFAULT, se=0, migreq=0,
-          fecn=0, becn=0, ack_req=0, rtx=0):
-    """The Ethernet, IPv6, UDP and BTH headers every builder shares (keyword arguments
-    of every builder: the list above)."""
+          fecn=0, becn=0, ack_req=0, rtx=0, ipv4=False, identification=0):
+    """The Ethernet, IP, UDP and BTH headers every builder shares (keyword arguments of
+    every builder: the list above). ``ipv4``: UDP mode over IPv4 (``src_ip``/``dst_ip``
+    then IPv4 addresses, default 10.0.0.1 and 10.0.0.2; ``hop_limit`` the TTL; no flow
+    label, so an ``ev`` must fit the UDP source port)."""
     if ev is not None:
         if udp_sport is not None or flow_label is not None:
             raise PacketError("give either ev or udp_sport/flow_label, not both")
         udp_sport, flow_label = stev_split(ev)
+        if ipv4 and flow_label:
+            raise PacketError(f"ev {ev:#x}: over IPv4 the EV is the UDP source port alone "
+                              f"(16 bits)")
+    if ipv4:
+        if flow_label:
+            raise PacketError("IPv4 has no flow label")
+        ip = {"ip": None, "ipv4": {
+            "dscp": dscp, "ecn": ecn, "ttl": hop_limit, "identification": identification,
+            "src": _ip4(DEFAULT_SRC_IP4 if src_ip is None else src_ip),
+            "dst": _ip4(DEFAULT_DST_IP4 if dst_ip is None else dst_ip)}}
+    else:
+        ip = {"ip": {"dscp": dscp, "ecn": ecn,
+                     "flow_label": 0 if flow_label is None else flow_label,
+                     "hop_limit": hop_limit,
+                     "src": _ip6(DEFAULT_SRC_IP if src_ip is None else src_ip),
+                     "dst": _ip6(DEFAULT_DST_IP if dst_ip is None else dst_ip)}}
     return Packet(
         eth={"dst": _mac(dst_mac), "src": _mac(src_mac)},
-        ip={"dscp": dscp, "ecn": ecn,
-            "flow_label": 0 if flow_label is None else flow_label,
-            "hop_limit": hop_limit, "src": _ip6(src_ip), "dst": _ip6(dst_ip)},
+        **ip,
         udp={"src_port": DEFAULT_UDP_SPORT if udp_sport is None else udp_sport,
              "dst_port": udp_dport, "checksum": 0},
         bth={"opcode": int(opcode), "se": se, "m": migreq, "pkey": pkey, "fecn": fecn,
@@ -231,8 +257,9 @@ def rng_packet(rng, *, opcode=None, encap=None, max_payload=300,
     """A random valid, finalized packet; every field not fixed by the format is random.
 
     ``opcode``: one opcode, or ``None`` for a random one. ``encap``: ``"none"``, ``"outer"``
-    (IPv6-in-IPv6), ``"srh"`` (outer + SRH; one segment, sometimes 0, 2 or 3) or ``None``
-    for a random choice. Payloads (writes, endpoint) are 0..``max_payload`` bytes, every
+    (IPv6-in-IPv6), ``"srh"`` (outer + SRH; one segment, sometimes 0, 2 or 3), ``"ipv4"``
+    (UDP mode over IPv4: no outer header, Don't Fragment set or not) or ``None`` for a random
+    choice among the IPv6 ones. Payloads (writes, endpoint) are 0..``max_payload`` bytes, every
     length modulo 4 equally likely.
     """
     op = _opcode(int(opcode)) if opcode is not None else rng.choice(list(Opcode))
@@ -253,15 +280,19 @@ def rng_packet(rng, *, opcode=None, encap=None, max_payload=300,
         pkt.payload = rng.randbytes(n)
 
     encap = encap or rng.choice(("none", "outer", "srh"))
-    if encap != "none":
+    if encap == "ipv4":
+        pkt.ip = None
+        pkt.ipv4 = _random_fields(rng, "ipv4")
+        pkt.ipv4.update(flags=rng.choice((0, proto.IPV4_FLAGS_DF)), fragment_offset=0)
+    elif encap != "none":
         pkt.outer = _random_fields(rng, "outer")
     if encap == "srh":
         n = rng.choice((1, 1, 1, 1, 0, 2, 3))
         pkt.srh = {"segments_left": rng.randrange(n + 1), "flags": rng.getrandbits(8),
                    "tag": rng.getrandbits(16),
                    "segments": [rng.getrandbits(128) for _ in range(n)]}
-    elif encap not in ("none", "outer"):
-        raise PacketError(f"encap {encap!r} is not 'none', 'outer' or 'srh'")
+    elif encap not in ("none", "outer", "ipv4"):
+        raise PacketError(f"encap {encap!r} is not 'none', 'outer', 'srh' or 'ipv4'")
     return finalize(pkt)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from mrcnic.base import proto
 from mrcnic.base.proto import (
-    ETH, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
+    ETH, IPV4, IPV6, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
     ICRC_LEN, SRH_FIXED_LEN, SRH_SEGMENT_LEN, Opcode)
 
 
@@ -26,6 +26,8 @@ DEFAULT_SRC_MAC = 0x02_00_00_00_00_01
 DEFAULT_DST_MAC = 0x02_00_00_00_00_02
 DEFAULT_SRC_IP = int(ipaddress.IPv6Address("fd00::1"))
 DEFAULT_DST_IP = int(ipaddress.IPv6Address("fd00::2"))
+DEFAULT_SRC_IP4 = int(ipaddress.IPv4Address("10.0.0.1"))      # UDP mode over IPv4
+DEFAULT_DST_IP4 = int(ipaddress.IPv4Address("10.0.0.2"))
 DEFAULT_HOP_LIMIT = 64
 DEFAULT_UDP_SPORT = 0xC000
 DEFAULT_MPR = 8                  # the public MRC example's window: 8 x 128 = 1024 PSNs
@@ -38,7 +40,7 @@ _EXT = (("meth", METH), ("tseth", TSETH), ("reth", RETH), ("immdt", IMMDT), ("ae
         ("seth", SETH), ("cc_state", CC_STATE), ("neth", NETH), ("peth", PETH))
 _EXT_NAMES = tuple(name for name, _ in _EXT)
 
-_HEADER_OF = {"eth": ETH, "outer": IPV6, "ip": IPV6, "udp": UDP, "bth": BTH, **dict(_EXT)}
+_HEADER_OF = {"eth": ETH, "outer": IPV6, "ip": IPV6, "ipv4": IPV4, "udp": UDP, "bth": BTH, **dict(_EXT)}
 
 
 def _public_fields(header):
@@ -55,15 +57,17 @@ _FIELDS["srh"] = _SRH_FIXED_FIELDS + ("segments",)
 class Packet:
     """One MRC packet. Attributes in wire order; absent headers are ``None``.
 
-    ``eth``, ``outer`` (SRv6 outer IPv6), ``srh``, ``ip`` (the RoCEv2 IPv6 header), ``udp``,
-    ``bth`` and the extension headers are dicts of field values (ints); ``srh`` has
-    ``segments``, a list of 128-bit ints. ``payload`` excludes the pad bytes. ``icrc`` is the
+    ``eth``, ``outer`` (SRv6 outer IPv6), ``srh``, ``ip`` (the RoCEv2 IPv6 header), ``ipv4``
+    (in its place in UDP mode over IPv4: then ``ip`` is None, and there is no ``outer`` or
+    ``srh``), ``udp``, ``bth`` and the extension headers are dicts of field values (ints);
+    ``srh`` has ``segments``, a list of 128-bit ints. ``payload`` excludes the pad bytes. ``icrc`` is the
     int whose little-endian bytes end the frame; ``None`` means "compute it when encoding".
     """
     eth: dict = field(default_factory=dict)
     outer: dict | None = None
     srh: dict | None = None
-    ip: dict = field(default_factory=dict)
+    ip: dict | None = field(default_factory=dict)
+    ipv4: dict | None = None
     udp: dict = field(default_factory=dict)
     bth: dict = field(default_factory=dict)
     meth: dict | None = None
@@ -142,22 +146,28 @@ def _ones(header, *fields):
 _ICRC_MASK_BYTES = (_ones(IPV6, "dscp", "ecn", "flow_label", "hop_limit")
                     + _ones(UDP, "checksum")
                     + _ones(BTH, "fecn", "becn", "_rsvd4"))
-_ICRC_MASK = int.from_bytes(_ICRC_MASK_BYTES, "big")
-_ICRC_HEAD = len(_ICRC_MASK_BYTES)
+# Over IPv4 (RoCEv2 Annex A17): the type of service (DSCP and ECN), the TTL and the header
+# checksum are the IPv4 header's fields replaced by ones.
+_ICRC_MASK4_BYTES = (_ones(IPV4, "dscp", "ecn", "ttl", "checksum")
+                     + _ones(UDP, "checksum")
+                     + _ones(BTH, "fecn", "becn", "_rsvd4"))
 _ICRC_SEED = zlib.crc32(b"\xff" * 8)      # the 8 bytes standing in for the IB LRH
 
 
-def icrc(inner):
-    """RoCEv2 ICRC of ``inner``: the inner IPv6 header through the last byte before the ICRC.
+def icrc(inner, *, ipv4=False):
+    """RoCEv2 ICRC of ``inner``: the inner IPv6 header (with ``ipv4``, in UDP mode, the IPv4
+    header) through the last byte before the ICRC.
 
     The frame carries ``struct.pack('<I', icrc(inner))``. Outer IPv6 and SRH are never part of
     ``inner`` (spec 2.1 decision).
     """
-    if len(inner) < _ICRC_HEAD:
-        raise PacketError(f"ICRC input of {len(inner)} bytes is shorter than IPv6+UDP+BTH "
-                          f"({_ICRC_HEAD} bytes)")
-    head = (int.from_bytes(inner[:_ICRC_HEAD], "big") | _ICRC_MASK).to_bytes(_ICRC_HEAD, "big")
-    return zlib.crc32(inner[_ICRC_HEAD:], zlib.crc32(head, _ICRC_SEED))
+    mask, name = (_ICRC_MASK4_BYTES, "IPv4") if ipv4 else (_ICRC_MASK_BYTES, "IPv6")
+    if len(inner) < len(mask):
+        raise PacketError(f"ICRC input of {len(inner)} bytes is shorter than {name}+UDP+BTH "
+                          f"({len(mask)} bytes)")
+    n = len(mask)
+    head = (int.from_bytes(inner[:n], "big") | int.from_bytes(mask, "big")).to_bytes(n, "big")
+    return zlib.crc32(inner[n:], zlib.crc32(head, _ICRC_SEED))
 
 
 # --- Encoding ------------------------------------------------------------------------------
@@ -184,8 +194,9 @@ def _pack_srh(srh):
 
 
 def _inner_bytes(pkt):
-    """Inner IPv6 header through the pad bytes: exactly what the ICRC covers."""
-    parts = [_pack("ip", pkt.ip), _pack("udp", pkt.udp), _pack("bth", pkt.bth)]
+    """Inner IPv6 (or IPv4) header through the pad bytes: exactly what the ICRC covers."""
+    ip = _pack("ip", pkt.ip) if pkt.ipv4 is None else _pack("ipv4", pkt.ipv4)
+    parts = [ip, _pack("udp", pkt.udp), _pack("bth", pkt.bth)]
     for name in _EXT_NAMES:
         values = getattr(pkt, name)
         if values is not None:
@@ -209,7 +220,7 @@ def encode(pkt, *, check=True):
     if pkt.srh is not None:
         parts.append(_pack_srh(pkt.srh))
     inner = _inner_bytes(pkt)
-    crc = icrc(inner) if pkt.icrc is None else pkt.icrc
+    crc = icrc(inner, ipv4=pkt.ipv4 is not None) if pkt.icrc is None else pkt.icrc
     try:
         parts += [inner, struct.pack("<I", crc)]
     except struct.error as e:
@@ -251,6 +262,8 @@ _DEFAULTS = {
     "eth": {"dst": DEFAULT_DST_MAC, "src": DEFAULT_SRC_MAC},
     "outer": {"hop_limit": DEFAULT_HOP_LIMIT},
     "ip": {"hop_limit": DEFAULT_HOP_LIMIT, "src": DEFAULT_SRC_IP, "dst": DEFAULT_DST_IP},
+    "ipv4": {"ttl": DEFAULT_HOP_LIMIT, "flags": proto.IPV4_FLAGS_DF, "src": DEFAULT_SRC_IP4,
+             "dst": DEFAULT_DST_IP4},
     "udp": {"src_port": DEFAULT_UDP_SPORT, "dst_port": proto.UDP_DPORT_DEFAULT},
     "bth": {"pkey": proto.PKEY_DEFAULT, "tver": proto.BTH_TVER},
     "tseth": {"type": proto.TSETH_TYPE},
@@ -270,16 +283,23 @@ def _normalized(name, values):
 def finalize(pkt):
     """A copy of ``pkt`` with every dict complete and every derived field computed.
 
-    Missing fields get defaults (addresses, hop limit 64, P_Key 0xFFFF, UDP ports, TSETH
-    type 1, else 0). Derived: ethertype, versions, next headers, IPv6 payload lengths, UDP
-    length, BTH pad and (on writes) ts bit, SRH hdr_ext_len / routing_type / last_entry
-    (segments_left defaults to the segment count), and the ICRC. Raises :class:`PacketError`
-    if the opcode is unknown, the headers present are not the opcode's, or a value does not
-    fit its field.
+    Missing fields get defaults (addresses, hop limit or TTL 64, IPv4 Don't Fragment, P_Key
+    0xFFFF, UDP ports, TSETH type 1, else 0). Derived: ethertype, versions, next headers, IPv6
+    payload lengths, IPv4 IHL, protocol, total length and header checksum, UDP length, BTH
+    pad and (on writes) ts bit, SRH hdr_ext_len / routing_type / last_entry (segments_left
+    defaults to the segment count), and the ICRC. Raises :class:`PacketError` if the opcode
+    is unknown, the headers present are not the opcode's, a value does not fit its field,
+    or the packet has both or neither of ``ip`` and ``ipv4``, or ``ipv4`` with an outer
+    header.
     """
     p = pkt.copy()
-    for name in ("eth", "outer", "ip", "udp", "bth", *_EXT_NAMES):
+    for name in ("eth", "outer", "ip", "ipv4", "udp", "bth", *_EXT_NAMES):
         setattr(p, name, _normalized(name, getattr(p, name)))
+    if (p.ip is None) == (p.ipv4 is None):
+        raise PacketError("a packet has one RoCEv2 IP header: ip (IPv6) or ipv4, not "
+                          + ("both" if p.ip is not None else "neither"))
+    if p.ipv4 is not None and (p.outer is not None or p.srh is not None):
+        raise PacketError("IPv4 is UDP mode only: no outer IPv6 header or SRH")
     p.payload = bytes(p.payload)
 
     op = _opcode(p.bth["opcode"])
@@ -296,10 +316,17 @@ def finalize(pkt):
 
     udp_length = (UDP.size + BTH.size + sum(_HEADER_OF[n].size for n in present)
                   + len(p.payload) + p.bth["pad"] + ICRC_LEN)
-    p.eth["ethertype"] = proto.ETHERTYPE_IPV6
-    p.ip.update(version=proto.IPV6_VERSION, next_header=proto.IPPROTO_UDP,
-                payload_length=udp_length)
     p.udp["length"] = udp_length
+    if p.ipv4 is not None:
+        p.eth["ethertype"] = proto.ETHERTYPE_IPV4
+        p.ipv4.update(version=proto.IPV4_VERSION, ihl=proto.IPV4_IHL,
+                      protocol=proto.IPPROTO_UDP, total_length=IPV4.size + udp_length,
+                      checksum=0)
+        p.ipv4["checksum"] = proto.ipv4_checksum(_pack("ipv4", p.ipv4))
+    else:
+        p.eth["ethertype"] = proto.ETHERTYPE_IPV6
+        p.ip.update(version=proto.IPV6_VERSION, next_header=proto.IPPROTO_UDP,
+                    payload_length=udp_length)
 
     if p.srh is not None:
         if p.outer is None:
@@ -319,7 +346,7 @@ def finalize(pkt):
                        next_header=proto.IPPROTO_IPV6 if p.srh is None
                        else proto.IPPROTO_ROUTING,
                        payload_length=srh_len + IPV6.size + udp_length)
-    p.icrc = icrc(_inner_bytes(p))
+    p.icrc = icrc(_inner_bytes(p), ipv4=p.ipv4 is not None)
     return p
 
 
@@ -361,6 +388,30 @@ class _Reader:
                               f"the {left} bytes after its header")
         return ip
 
+    def ipv4(self):
+        start = self.pos
+        ip = self.header("ipv4", "IPv4 header")
+        if ip["version"] != proto.IPV4_VERSION:
+            raise PacketError(f"IPv4 header version {ip['version']} is not "
+                              f"{proto.IPV4_VERSION}")
+        if ip["ihl"] != proto.IPV4_IHL:
+            raise PacketError(f"IPv4 IHL {ip['ihl']}: options are not supported (IHL "
+                              f"{proto.IPV4_IHL})")
+        if proto.ipv4_checksum(self.buf[start:self.pos]):
+            raise PacketError(f"bad IPv4 header checksum {ip['checksum']:#06x}")
+        if ip["flags"] & 0b001 or ip["fragment_offset"]:
+            raise PacketError("a fragment of an IPv4 packet (MF set or a fragment offset)")
+        if ip["flags"] & 0b100:
+            raise PacketError("IPv4 reserved flag bit is not zero")
+        left = self.end - self.pos
+        if ip["total_length"] != IPV4.size + left:
+            raise PacketError(f"IPv4 total_length {ip['total_length']} disagrees with the "
+                              f"{IPV4.size + left} bytes from its header on")
+        if ip["protocol"] != proto.IPPROTO_UDP:
+            raise PacketError(f"IPv4 protocol {ip['protocol']} is not UDP "
+                              f"({proto.IPPROTO_UDP})")
+        return ip
+
     def srh(self):
         self.need(SRH_FIXED_LEN, "SRH")
         # proto's SRH is the fixed part plus one segment: unpack the fixed part alone.
@@ -391,24 +442,9 @@ class _Reader:
         return srh
 
 
-def decode(frame, *, check_icrc=True, udp_dport=proto.UDP_DPORT_DEFAULT):
-    """The :class:`Packet` of ``frame`` (bytes-like, no FCS, ICRC at the end).
-
-    ``udp_dport`` is the RoCEv2 port register (``None`` accepts any port). Raises
-    :class:`PacketError`, and only that, for any bytes that are not a valid MRC frame; with
-    ``check_icrc=False`` a wrong ICRC is kept in ``icrc`` instead. A non-bytes argument is a
-    ``TypeError``.
-    """
-    if not isinstance(frame, (bytes, bytearray, memoryview)):
-        raise TypeError(f"decode takes a bytes-like frame, not {type(frame).__name__}")
-    buf = bytes(frame)
-    r = _Reader(buf)
-    eth = r.header("eth", "Ethernet header")
-    if eth["ethertype"] != proto.ETHERTYPE_IPV6:
-        raise PacketError(f"ethertype {eth['ethertype']:#06x} is not IPv6 "
-                          f"({proto.ETHERTYPE_IPV6:#06x})")
-    pkt = Packet(eth=eth)
-
+def _ipv6_headers(r, pkt):
+    """The IPv6 headers of a frame (the RoCEv2 one, behind an outer header and SRH in the
+    SRv6 modes) into ``pkt``; returns where the ICRC's input starts (the inner header)."""
     first = r.ipv6("ip", "IPv6 header")
     nh = first["next_header"]
     if nh == proto.IPPROTO_UDP:
@@ -424,12 +460,41 @@ def decode(frame, *, check_icrc=True, udp_dport=proto.UDP_DPORT_DEFAULT):
     else:
         raise PacketError(f"IPv6 next header {nh} is not UDP ({proto.IPPROTO_UDP}), IPv6 "
                           f"({proto.IPPROTO_IPV6}) or Routing ({proto.IPPROTO_ROUTING})")
-    inner_start = r.pos - IPV6.size
+    return r.pos - IPV6.size
+
+
+def decode(frame, *, check_icrc=True, udp_dport=proto.UDP_DPORT_DEFAULT):
+    """The :class:`Packet` of ``frame`` (bytes-like, no FCS, ICRC at the end).
+
+    ``udp_dport`` is the RoCEv2 port register (``None`` accepts any port). Raises
+    :class:`PacketError`, and only that, for any bytes that are not a valid MRC frame; with
+    ``check_icrc=False`` a wrong ICRC is kept in ``icrc`` instead. A non-bytes argument is a
+    ``TypeError``.
+    """
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise TypeError(f"decode takes a bytes-like frame, not {type(frame).__name__}")
+    buf = bytes(frame)
+    r = _Reader(buf)
+    eth = r.header("eth", "Ethernet header")
+    if eth["ethertype"] not in (proto.ETHERTYPE_IPV6, proto.ETHERTYPE_IPV4):
+        raise PacketError(f"ethertype {eth['ethertype']:#06x} is not IPv6 "
+                          f"({proto.ETHERTYPE_IPV6:#06x}) or IPv4 "
+                          f"({proto.ETHERTYPE_IPV4:#06x})")
+    pkt = Packet(eth=eth)
+
+    if eth["ethertype"] == proto.ETHERTYPE_IPV4:
+        pkt.ip, pkt.ipv4 = None, r.ipv4()
+        inner_start = r.pos - IPV4.size
+        udp_length = pkt.ipv4["total_length"] - IPV4.size
+        ip_length = f"IPv4 total_length {pkt.ipv4['total_length']} less its header"
+    else:
+        inner_start = _ipv6_headers(r, pkt)
+        udp_length = pkt.ip["payload_length"]
+        ip_length = f"IPv6 payload_length {udp_length}"
 
     pkt.udp = r.header("udp", "UDP header")
-    if pkt.udp["length"] != pkt.ip["payload_length"]:
-        raise PacketError(f"UDP length {pkt.udp['length']} disagrees with IPv6 "
-                          f"payload_length {pkt.ip['payload_length']}")
+    if pkt.udp["length"] != udp_length:
+        raise PacketError(f"UDP length {pkt.udp['length']} disagrees with {ip_length}")
     if udp_dport is not None and pkt.udp["dst_port"] != udp_dport:
         raise PacketError(f"UDP destination port {pkt.udp['dst_port']} is not {udp_dport}")
 
@@ -467,7 +532,7 @@ def decode(frame, *, check_icrc=True, udp_dport=proto.UDP_DPORT_DEFAULT):
 
     pkt.icrc = int.from_bytes(buf[r.end:], "little")
     if check_icrc:
-        want = icrc(buf[inner_start:r.end])
+        want = icrc(buf[inner_start:r.end], ipv4=pkt.ipv4 is not None)
         if pkt.icrc != want:
             raise PacketError(f"bad ICRC: frame carries {pkt.icrc:#010x}, "
                               f"computed {want:#010x}")

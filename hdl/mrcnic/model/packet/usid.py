@@ -118,6 +118,8 @@ def encapsulate(pkt_or_frame, *, outer_src, outer_dst, srh_segment=None, dscp=No
         else pkt_or_frame.copy()
     if pkt.outer is not None:
         raise PacketError("packet is already SRv6-encapsulated")
+    if pkt.ipv4 is not None:
+        raise PacketError("an IPv4 packet is UDP mode only: the SRv6 modes carry IPv6")
     outer_src, outer_dst = _ip6(outer_src), _ip6(outer_dst)
     _check_addr(outer_src, "outer source")
     _check_addr(outer_dst, "outer destination")
