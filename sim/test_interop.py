@@ -10,6 +10,7 @@ directions, every header the three of us share:
 
 Moving a field in ``proto`` fails both directions."""
 
+import pytest
 from amaranth.sim import Simulator
 
 from mrcnic.base import proto
@@ -256,3 +257,33 @@ def test_endpoint_requests_and_responses_both_ways():
     frame, _ = their_frame(rng, Opcode.EP_RESPONSE, body=interop.eeth_encode(eeth))
     got = proto.EETH.unpack(pk.decode(frame).payload)
     assert got == eeth
+
+
+def test_ev_probe_builders_in_their_layouts():
+    """Our EV probe request reads as their ERTH with op 1 and our timestamp; their request
+    (MRC-Client's ERTH, op 1) answered by our response builder reads as their EETH, op 1,
+    with the request's timestamp echoed, on the request's entropy."""
+    rng = seeded()
+    ev = rng.getrandbits(32)
+    ours = pk.ev_probe_packet(0x4321, src_id=0x11, dst_id=0x22, ev=ev)
+    frame = pk.encode(ours)
+    assert interop.erth_decode(frame[ETH_IP_UDP + 12:]) == {
+        "op": 1, "vendor": 0, "ports": 0, "src_id": 0x11, "dst_id": 0x22, "timestamp": 0x4321,
+        "tsr": 0, "type": 1}
+    f = {"op": proto.EP_EV_PROBE, "vendor": 7, "ports": 0, "src_id": 0, "dst_id": 0,
+         "timestamp": rng.randrange(1, 1 << 16), "tsr": 1, "type": 1}
+    request = pk.decode(their_frame(rng, Opcode.EP_REQUEST, body=interop.erth_encode(f))[0])
+    answer = pk.encode(pk.ev_probe_response_packet(request))
+    assert interop.bth_decode(answer[ETH_IP_UDP:])["opcode"] == Opcode.EP_RESPONSE
+    assert interop.eeth_decode(answer[ETH_IP_UDP + 12:]) == {"op": 1,
+                                                             "timestamp": f["timestamp"]}
+    got = pk.decode(answer)
+    assert pk.stev_ev(got) == pk.stev_ev(request)
+    assert pk.endpoint_response(got) == {"op": 1, "timestamp": f["timestamp"]}
+    assert pk.endpoint_request(got) is None and pk.port_status(request) is None
+    with pytest.raises(pk.PacketError, match="not an EV probe request"):
+        pk.ev_probe_response_packet(pk.port_status_packet(1))
+    # Over IPv4 (UDP mode) the answer takes the request's UDP source port.
+    four = pk.ev_probe_packet(5, ipv4=True, ev=0xC123)
+    answer4 = pk.ev_probe_response_packet(four)
+    assert answer4.ipv4 is not None and answer4.udp["src_port"] == 0xC123

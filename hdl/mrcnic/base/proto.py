@@ -377,8 +377,8 @@ EP_PORT_STATUS = 0             # ERTH/EETH op: port status update
 EP_EV_PROBE = 1                # ... EV probe
 
 HEADERS = {h.name: h for h in
-           (ETH, IPV6, IPV4, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE, NETH, PETH,
-            ERTH, EETH)}
+           (ETH, IPV6, IPV4, SRH, UDP, BTH, METH, TSETH, RETH, IMMDT, AETH, SETH, CC_STATE,
+            NETH, PETH, ERTH, EETH)}
 
 assert (ETH.size, IPV6.size, SRH.size, UDP.size, BTH.size) == (14, 40, 24, 8, 12)
 assert IPV4.size == 4 * IPV4_IHL == 20

@@ -19,7 +19,10 @@ Public API (see each docstring):
   for bad input; a ``ValueError``);
 * codec: :func:`encode`, :func:`decode`, :func:`finalize`, :func:`icrc`;
 * builders: :func:`write_packet`, :func:`ack_packet`, :func:`sack_packet`,
-  :func:`nack_packet`, :func:`probe_packet`, :func:`endpoint_packet`, :func:`rng_packet`;
+  :func:`nack_packet`, :func:`probe_packet`, :func:`endpoint_packet`,
+  :func:`port_status_packet`, :func:`ev_probe_packet`, :func:`ev_probe_response_packet`,
+  :func:`rng_packet`; endpoint bodies: :func:`endpoint_request`, :func:`endpoint_response`,
+  :func:`port_status`;
 * EV and SACK helpers: :func:`stev_split`, :func:`stev_ev`, :func:`srv6_ev_index`,
   :func:`sack_bitmap`, :func:`sack_psns`, :func:`sack_base`, :func:`ack_psn`;
 * SRv6: :func:`encapsulate`, :func:`decapsulate`, :func:`make_usid_address`,
@@ -66,7 +69,9 @@ from mrcnic.model.packet.codec import (DEFAULT_DST_IP, DEFAULT_DST_MAC, DEFAULT_
                                        DEFAULT_DST_IP4, DEFAULT_SRC_MAC,
                                        DEFAULT_UDP_SPORT, Packet, PacketError, decode, encode,
                                        finalize, icrc)
-from mrcnic.model.packet.build import (ack_packet, ack_psn, endpoint_packet, nack_packet,
+from mrcnic.model.packet.build import (ack_packet, ack_psn, endpoint_packet, endpoint_request,
+                                       endpoint_response, ev_probe_packet,
+                                       ev_probe_response_packet, nack_packet,
                                        port_status, port_status_packet, probe_packet,
                                        rng_packet, sack_base, sack_bitmap, sack_packet,
                                        sack_psns, srv6_ev_index, stev_ev, stev_split,
@@ -80,7 +85,8 @@ __all__ = [
     "DEFAULT_DST_IP", "DEFAULT_SRC_IP4", "DEFAULT_DST_IP4", "DEFAULT_HOP_LIMIT", "DEFAULT_UDP_SPORT", "DEFAULT_MPR",
     "encode", "decode", "finalize", "icrc",
     "write_packet", "ack_packet", "sack_packet", "nack_packet", "probe_packet",
-    "endpoint_packet", "port_status_packet", "port_status", "rng_packet",
+    "endpoint_packet", "port_status_packet", "port_status", "ev_probe_packet",
+    "ev_probe_response_packet", "endpoint_request", "endpoint_response", "rng_packet",
     "stev_split", "stev_ev", "srv6_ev_index", "sack_bitmap", "sack_psns", "sack_base", "ack_psn",
     "encapsulate", "decapsulate", "make_usid_address", "split_usid_address", "usid_shift",
     "switch_forward", "SHIFT", "END", "LOCAL", "DROP",

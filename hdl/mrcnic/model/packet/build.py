@@ -209,13 +209,53 @@ def port_status_packet(ports, *, src_id=0, dst_id=0, timestamp=0, psn=0, **net):
     return endpoint_packet(Opcode.EP_REQUEST, body, psn=psn, **net)
 
 
+def ev_probe_packet(timestamp, *, src_id=0, dst_id=0, psn=0, **net):
+    """An EV probe request: an endpoint request whose :data:`~mrcnic.base.proto.ERTH` has op
+    EP_EV_PROBE and the sender's ``timestamp`` (TSETH units), sent on the EV under test
+    (``ev`` in ``net``, as for :func:`write_packet`); the ids as in a port status update."""
+    body = proto.ERTH.pack(op=proto.EP_EV_PROBE, src_id=src_id, dst_id=dst_id,
+                           timestamp=timestamp, type=proto.TSETH_TYPE)
+    return endpoint_packet(Opcode.EP_REQUEST, body, psn=psn, **net)
+
+
+def ev_probe_response_packet(request, **net):
+    """The answer to the EV probe request ``request`` (a decoded packet): an endpoint response
+    whose :data:`~mrcnic.base.proto.EETH` has op EP_EV_PROBE and echoes the request's
+    timestamp, on the request's entropy (its UDP source port and flow label) and IP version
+    unless ``net`` says otherwise."""
+    erth = endpoint_request(request)
+    if erth is None or erth["op"] != proto.EP_EV_PROBE:
+        raise PacketError("not an EV probe request")
+    body = proto.EETH.pack(op=proto.EP_EV_PROBE, timestamp=erth["timestamp"])
+    net.setdefault("ipv4", request.ipv4 is not None)
+    if "ev" not in net and "udp_sport" not in net and "flow_label" not in net:
+        net["udp_sport"] = request.udp["src_port"]
+        if request.ipv4 is None and not net.get("ipv4"):
+            net["flow_label"] = request.ip["flow_label"]
+    return endpoint_packet(Opcode.EP_RESPONSE, body, **net)
+
+
+def endpoint_request(pkt):
+    """The :data:`~mrcnic.base.proto.ERTH` fields of a decoded endpoint request (any op),
+    else None."""
+    if pkt.bth["opcode"] != Opcode.EP_REQUEST or len(pkt.payload) != proto.ERTH.size:
+        return None
+    return proto.ERTH.unpack(pkt.payload)
+
+
+def endpoint_response(pkt):
+    """The :data:`~mrcnic.base.proto.EETH` fields of a decoded endpoint response (any op),
+    else None."""
+    if pkt.bth["opcode"] != Opcode.EP_RESPONSE or len(pkt.payload) != proto.EETH.size:
+        return None
+    return proto.EETH.unpack(pkt.payload)
+
+
 def port_status(pkt):
     """The :data:`~mrcnic.base.proto.ERTH` fields of a decoded packet that is a port status
     update, else None."""
-    if (pkt.bth["opcode"] != Opcode.EP_REQUEST or len(pkt.payload) != proto.ERTH.size
-            or proto.ERTH.unpack(pkt.payload)["op"] != proto.EP_PORT_STATUS):
-        return None
-    return proto.ERTH.unpack(pkt.payload)
+    erth = endpoint_request(pkt)
+    return erth if erth is not None and erth["op"] == proto.EP_PORT_STATUS else None
 
 
 # --- SACK helpers --------------------------------------------------------------------------
