@@ -230,7 +230,7 @@ class DataChecker(wiring.Component):
     bytes : Signal(32), out
         Bytes of placed data, all planes, wrapping.
     bad_data : Signal(32), out
-        Beats of placed data not the pattern.
+        Beats of placed data not the pattern (counted 3 cycles after the beat).
     duplicates : Signal(32), out
         Chunks placed twice in a run.
     strays : Signal(32), out
@@ -300,11 +300,10 @@ class DataChecker(wiring.Component):
                          place.ready.eq(rec.w_rdy & ci.ready),
                          rec.w_en.eq(place.valid & place.ready & (r.length != 0)),
                          ci.valid.eq(place.valid & rec.w_rdy)]
-            # data against the pattern, lane by lane (whole lanes: lengths are chunks)
+            # data against the pattern, lane by lane (whole lanes: lengths are chunks), in two
+            # stages so that the check never sets the clock of the NIC it tests: the beat and
+            # its pattern (with this beat's run parity) into registers, then the compare.
             pos = Signal(32, name=f"pos{p}")
-            want = _pattern_beat(rec.r_data + pos, self.odd, W // 64)
-            lanes_ok = Cat(*((pl.tdata[64 * j:64 * j + 64] == want[64 * j:64 * j + 64])
-                             | ~pl.tkeep[8 * j] for j in range(W // 64)))
             m.d.comb += pl.tready.eq(rec.r_rdy)
             waiting.append(rec.r_rdy)
             beat = pl.tvalid & pl.tready
@@ -314,8 +313,17 @@ class DataChecker(wiring.Component):
                     m.d.comb += rec.r_en.eq(1)
                 with m.Else():
                     m.d.sync += pos.eq(pos + B)
-            bad = Signal(name=f"bad{p}")
-            m.d.comb += bad.eq(beat & ~lanes_ok.all())
+            c1_beat = Signal(name=f"check1_beat{p}")
+            c1_data = Signal(W, name=f"check1_data{p}")
+            c1_want = Signal(W, name=f"check1_want{p}")
+            c1_keep = Signal(W // 64, name=f"check1_keep{p}")
+            m.d.sync += [c1_beat.eq(beat), c1_data.eq(pl.tdata),
+                         c1_want.eq(_pattern_beat(rec.r_data + pos, self.odd, W // 64)),
+                         c1_keep.eq(Cat(*(pl.tkeep[8 * j] for j in range(W // 64))))]
+            lanes_ok = Cat(*((c1_data[64 * j:64 * j + 64] == c1_want[64 * j:64 * j + 64])
+                             | ~c1_keep[j] for j in range(W // 64)))
+            bad = Signal(name=f"check2_bad{p}")
+            m.d.sync += bad.eq(c1_beat & ~lanes_ok.all())
             beat_events.append(bad)
             n = Signal(range(B + 1), name=f"n{p}")
             m.d.comb += n.eq(Mux(beat, _popcount(pl.tkeep), 0))
