@@ -28,22 +28,22 @@ def _mac(value):
     return int(value)
 
 
-def _ip6(value):
-    if isinstance(value, (str, ipaddress.IPv6Address)):
+def _address(value, kind, name):
+    """``value`` (an int, a string or an ``ipaddress`` ``kind``) as an int."""
+    if isinstance(value, (str, kind)):
         try:
-            return int(ipaddress.IPv6Address(value))
+            return int(kind(value))
         except ValueError:
-            raise PacketError(f"bad IPv6 address {value!r}") from None
+            raise PacketError(f"bad {name} address {value!r}") from None
     return int(value)
+
+
+def _ip6(value):
+    return _address(value, ipaddress.IPv6Address, "IPv6")
 
 
 def _ip4(value):
-    if isinstance(value, (str, ipaddress.IPv4Address)):
-        try:
-            return int(ipaddress.IPv4Address(value))
-        except ValueError:
-            raise PacketError(f"bad IPv4 address {value!r}") from None
-    return int(value)
+    return _address(value, ipaddress.IPv4Address, "IPv4")
 
 
 def _s16(value, what):
