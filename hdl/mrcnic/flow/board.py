@@ -179,8 +179,7 @@ def build_selftest(board, freq_mhz=None, build_dir=None, *, design=None, reuse=T
     build_dir = Path(build_dir or Path("build", "boards", where)).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    seed = top.pins.nic_seed if design == "nic" else 0
-    nextpnr_opts = NEXTPNR_OPTS + (f" --seed {seed}" if seed else "")
+    nextpnr_opts = _selftest_nextpnr_opts(top, design)
     plan = platform.build(top, name="top", do_build=False, do_program=False,
                           nextpnr_opts=nextpnr_opts)
     digest = design_digest(plan)
@@ -208,6 +207,22 @@ def build_selftest(board, freq_mhz=None, build_dir=None, *, design=None, reuse=T
         _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
     return selftest_result(board, build_dir, top.freq_mhz, top.pll.f_out_mhz,
                            time.monotonic() - t0, digest, design, synth_opts)
+
+
+def _selftest_nextpnr_opts(top, design):
+    seed = top.pins.nic_seed if design == "nic" else 0
+    return NEXTPNR_OPTS + (f" --seed {seed}" if seed else "")
+
+
+def selftest_digest(board, freq_mhz=None, design=None):
+    """:func:`design_digest` of the board's self-test build plan, as :func:`build_selftest`
+    makes it, without building: what a kept measurement of the self-test is checked against
+    (the NIC and everything around it, the traffic checker included)."""
+    design = design or default_design(board)
+    top = BoardSelfTest(board, freq_mhz, core=DESIGNS[design])
+    platform = _build_only(get_board(board))()
+    return design_digest(platform.build(top, name="top", do_build=False, do_program=False,
+                                        nextpnr_opts=_selftest_nextpnr_opts(top, design)))
 
 
 # Decision: Yosys 0.70's abc9 fails an internal assertion while reintegrating the mapped

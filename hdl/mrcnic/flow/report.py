@@ -136,11 +136,16 @@ def _result_path(root, kind, case):
 
 
 def gateware_digest(case):
-    """A digest of the case's gateware (its RTLIL without source locations): a kept
+    """A digest of the case's gateware (its RTLIL without source locations; for a case
+    measured in the board self-test, that of the self-test's whole build plan too): a kept
     measurement whose digest differs was made on other gateware and is measured again."""
     from amaranth.back import rtlil
-    return rtlil_digest(rtlil.convert(registry.get(case.block).build(dict(case.params)),
-                                      name=case.module))
+    digest = rtlil_digest(rtlil.convert(registry.get(case.block).build(dict(case.params)),
+                                        name=case.module))
+    if case.selftest:
+        from mrcnic.flow.board import selftest_digest
+        digest += "+" + selftest_digest(ECP5_BOARD, case.freq_mhz)
+    return digest
 
 
 def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
