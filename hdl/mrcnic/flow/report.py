@@ -155,6 +155,8 @@ def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
     if path.exists() and not rerun:
         return json.loads(path.read_text())
     t0 = time.monotonic()
+    if kind == "ecp5" and case.selftest:
+        _check_selftest_case(case)                  # refused before anything is elaborated
     # The digest of the gateware as it is when the build starts (the sources may change
     # while a long build runs).
     digest = gateware_digest(case)
@@ -184,15 +186,19 @@ def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
     return result
 
 
+def _check_selftest_case(case):
+    from mrcnic.boards.selftest import nic_params
+    if case.block != "mrc-nic" or case.full_params != {**case.full_params, **nic_params()}:
+        raise ValueError(f"{case.block} ({case.label()}) is not the self-test's NIC")
+
+
 def _measure_in_selftest(case, work):
     """An ECP5 measurement of the NIC from the board self-test on :data:`ECP5_BOARD` (built,
     or reused when built, in ``build/boards/<board>`` as ``mrcnic build --board`` does): the
     block's own figures from ``synth_ecp5`` of the NIC alone, fmax and the critical path
     from the routed self-test."""
     from mrcnic.flow.board import build_selftest
-    from mrcnic.boards.selftest import nic_params
-    if case.block != "mrc-nic" or case.full_params != {**case.full_params, **nic_params()}:
-        raise ValueError(f"{case.block} ({case.label()}) is not the self-test's NIC")
+    _check_selftest_case(case)
     alone = synth_block_alone(registry.get(case.block).build(dict(case.params)),
                               case.module, work / "block", env=yowasp_env())
     st = build_selftest(ECP5_BOARD, case.freq_mhz)
