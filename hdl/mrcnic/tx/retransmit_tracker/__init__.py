@@ -182,7 +182,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     ``sim/tx/test_retransmit_tracker.py``, with 4 QPs at random too). The ``ack`` input
     also pauses while the hole engine sends requests (one cycle per hole, requested or
     skipped as pending, after one to find the first: k + 2 cycles for a SACK that opens
-    k holes) or an output FIFO is full; a retransmission record waits while stage E
+    k holes, one for a SACK whose search is not empty but finds every PSN in it
+    acknowledged) or an output FIFO is full; a retransmission record waits while stage E
     holds a record or stage W one it does not apply in that cycle, or a SACK of its QP is
     in stage E, W or the hole engine. The pending table adds no cycle and no pause.
 
@@ -497,9 +498,10 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
 
     def _credit_query(self, m, v):
         """The credit query: may ``credit_qp`` send its next PSN."""
-        (qb, qidx, ctx_rc, nxt_rc, cwnd_rc, qps, err, cmd_busy, credit, s, qs, s1_valid,
-         s1_qp_ok) = _take(v, """
-            qb qidx ctx_rc nxt_rc cwnd_rc qps err cmd_busy credit s qs s1_valid s1_qp_ok""")
+        (qb, qidx, ctx_rc, nxt_rc, cwnd_rc, qps, err, cmd_busy, credit, credit_lt, s, qs,
+         s1_valid, s1_qp_ok) = _take(v, """
+            qb qidx ctx_rc nxt_rc cwnd_rc qps err cmd_busy credit credit_lt s qs s1_valid
+            s1_qp_ok""")
         # --- Credit query -----------------------------------------------------------------
         qc = Signal(qb)
         m.d.comb += [qc.eq(qidx(self.credit_qp)), ctx_rc.addr.eq(qc), nxt_rc.addr.eq(qc),
@@ -508,11 +510,15 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         # or not it will be accepted): the answer never lags the sent input.
         c_s1 = Signal(name="credit_s1")
         m.d.comb += c_s1.eq(s1_valid & s1_qp_ok & ~s.rtx & (qs == qc))
-        c_out = Signal(PSN)
-        m.d.comb += c_out.eq(nxt_rc.data - ctx_rc.data.cack + c_s1)
+        # PSNs outstanding, d, plus the one in stage S1: each test of d + 1 against a bound
+        # is d against the bound less one (the bounds' own decrements, from registers and
+        # reads, beside the subtraction that makes d), picked by c_s1 at the end.
+        c_out = Signal(PSN, name="credit_out")
+        m.d.comb += c_out.eq(nxt_rc.data - ctx_rc.data.cack)
+        mpr, cw = ctx_rc.data.mpr, cwnd_rc.data
         m.d.sync += self.credit_ready.eq(
             (self.credit_qp < qps) & ~err.bit_select(qc, 1) & ~cmd_busy &
-            credit(c_out, ctx_rc.data.mpr, cwnd_rc.data))
+            Mux(c_s1, credit_lt(c_out, mpr, cw), credit(c_out, mpr, cw)))
 
 
     def _error_and_retries(self, m, v):

@@ -20,7 +20,8 @@ Latency (cycles from the record taken): release 3 (``sack_latency``), feedback 4
 (``feedback_latency``), a NACK's retransmit request 4. Throughput: one record a cycle
 across QPs. Stall: a record of the QP stage W holds waits one cycle in E (E reads the
 context and words after W's write; nothing is forwarded from W into E), and the input waits
-while the hole engine works on a SACK's holes (k + 2 cycles for k holes)."""
+while the hole engine works on a SACK's holes (k + 2 cycles for k holes; one cycle for a
+search that is not empty and finds none)."""
 
 from types import SimpleNamespace
 
@@ -30,13 +31,53 @@ from mrcnic.base.records import ACK_DESC, ErrorCause, RtxCause, RESOURCE_NACKS, 
 from mrcnic.base.gates import assign, take as _take
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.tx.retransmit_tracker.common import (
-    EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_signed, ge_mask, highest_set, lt_mask)
+    EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_max, _clamp_signed, ge_mask, highest_set,
+    lt_mask)
 
 __all__ = ["AckStages"]
 
 
 class AckStages:
     """Stages A, E and W of the SACK/NACK path; mixed into the tracker."""
+
+    def _ack_stage_a_words(self, m, a, guard):
+        """Stage A's sums from the record's fields: the offset, the guard less one (a
+        register), the low bits of base and their carry, and the word numbers of the two
+        words the record straddles."""
+        # What does not depend on per-QP state is worked out here, from the input record,
+        # so that stage E starts from registers: where CACK + 1 falls in the two words
+        # (sack_e_lo), the highest PSN the SACK acknowledges (sack_a_hcand), and where the
+        # SACK's own evidence (CACK and that PSN) puts the end of the hole search
+        # (sack_e_ehx).
+        # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
+        # the first PSN of the two words (p0 = base - base[:6]) CACK + 1 is base[:6] -
+        # sack_offset + 1, the highest PSN acknowledged base[:6] + its bit, and that PSN is
+        # after CACK when sack_offset + its bit > 0. (A NACK uses none of them.)
+        # Each sum is one adder from the record's fields, registers and at most one sum
+        # before it (terms that do not depend on each other are added side by side):
+        # b6 and its carry c6 from the low bits; the guard less one from a register.
+        off = a.sack_offset.as_signed()
+        gm1 = Signal(signed(17), name="sack_a_guard_m1")   # follows reorder_guard a cycle late
+        m.d.sync += gm1.eq(guard - 1)
+        low = Signal(7, name="sack_a_low")
+        m.d.comb += low.eq(a.cack[:6] + a.sack_offset[:6])
+        b6, c6 = low[:6], low[6]
+        # base[6:] and base[6:] + 1, the first PSN's word number and the next: CACK's word
+        # number plus the offset's, plus 0, 1 or 2, each sum a carry chain of its own beside
+        # the low bits' (x + 1 as x - ~y: the subtraction's carry in), picked by c6.
+        cw, ow = a.cack[6:], Signal(PSN - 6, name="sack_a_off_word")
+        x0, x1, x2 = (Signal(PSN - 6, name=f"sack_a_wsum{i}") for i in range(3))
+        m.d.comb += [ow.eq(off >> 6),           # sign-extended
+                     x0.eq(cw + ow), x1.eq(cw - ~ow), x2.eq(x1 + 1)]
+        hi0, hi1 = Signal(PSN - 6, name="sack_a_word0"), Signal(PSN - 6, name="sack_a_word1")
+        m.d.comb += [hi0.eq(Mux(c6, x1, x0)), hi1.eq(Mux(c6, x2, x1))]
+        # The two words' numbers: for a SACK, base's word number and the next from the sums
+        # above (no adder after the one that makes base); for a NACK, its PSN's.
+        n_w1 = Signal(PSN - 6, name="sack_a_nack_w1")
+        m.d.comb += n_w1.eq(a.psn[6:] + 1)
+        w0, w1 = Signal(PSN - 6, name="sack_a_w0"), Signal(PSN - 6, name="sack_a_w1")
+        m.d.comb += [w0.eq(Mux(a.nack, a.psn[6:], hi0)), w1.eq(Mux(a.nack, n_w1, hi1))]
+        return off, gm1, b6, c6, x0, x1, w0, w1, hi0, hi1
 
     def _ack_stage_a(self, m, v):
         """SACK/NACK path, stage A: the bitmap words read, and what needs no per-QP state
@@ -58,8 +99,7 @@ class AckStages:
         m.d.comb += a_base.eq(Mux(a.nack, a.psn, a.cack + a.sack_offset.as_signed()))
         a_trig = Signal(PSN)
         m.d.comb += a_trig.eq(a.cack + a.ack_psn_offset.as_signed())
-        w0 = a_base[6:]
-        w1 = (w0 + 1)[:PSN - 6]
+        off, gm1, b6, c6, x0, x1, w0, w1, hi0, hi1 = self._ack_stage_a_words(m, a, guard)
         e_base = Signal(PSN, name="sack_e_base")
         even = Mux(w0[0], w1, w0)
         odd = Mux(w0[0], w0, w1)
@@ -76,41 +116,28 @@ class AckStages:
             banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_odd), bank_addr(qa, odd))),
             banks[0][1].en.eq(take_a | e_reread), banks[1][1].en.eq(take_a | e_reread),
         ]
-        # What does not depend on per-QP state is worked out here, from the input record,
-        # so that stage E starts from registers: where CACK + 1 falls in the two words
-        # (sack_e_lo), the highest PSN the SACK acknowledges (sack_a_hcand), and where the
-        # SACK's own evidence (CACK and that PSN) puts the end of the hole search
-        # (sack_e_ehx).
-        a_found, a_hidx = highest_set(m, a.bitmap, "sack_a_hi")
-        # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
-        # the first PSN of the two words (p0 = base - base[:6]) CACK + 1 is base[:6] -
-        # sack_offset + 1, the highest PSN acknowledged base[:6] + its bit, and that PSN is
-        # after CACK when sack_offset + its bit > 0. (A NACK uses none of them.)
-        # Each sum is one adder from the record's fields, registers and at most one sum
-        # before it (terms that do not depend on each other are added side by side):
-        # b6 and its carry c6 from the low bits; the guard less one from a register.
-        off = a.sack_offset.as_signed()
-        gm1 = Signal(signed(17), name="sack_a_guard_m1")   # follows reorder_guard a cycle late
-        m.d.sync += gm1.eq(guard - 1)
-        low = Signal(7, name="sack_a_low")
-        m.d.comb += low.eq(a.cack[:6] + a.sack_offset[:6])
-        b6, c6 = low[:6], low[6]
-        # base[6:] and base[6:] + 1, the first PSN's word number and the next, side by side.
-        hi0, hi1 = Signal(PSN - 6, name="sack_a_word0"), Signal(PSN - 6, name="sack_a_word1")
-        m.d.comb += [hi0.eq(a.cack[6:] + (off >> 6) + c6),
-                     hi1.eq(a.cack[6:] + (off >> 6) + c6 + 1)]
-        # The highest bit is after CACK when its index exceeds -sack_offset, worked out
-        # beside the search and saturated to 7 bits.
-        neg_off = Signal(signed(18), name="sack_a_neg_off")
-        neg_off7 = Signal(7, name="sack_a_neg_off7")
-        m.d.comb += [neg_off.eq(-off),
-                     neg_off7.eq(Mux(neg_off < 0, 0, Mux(neg_off > WORD, WORD, neg_off[:7])))]
-        a_after = Signal(name="sack_a_after")
-        m.d.comb += a_after.eq(a_found & (a_hidx > neg_off7))
+        # The highest bit counts as after CACK when its index exceeds -sack_offset
+        # saturated to 0 .. 64: for an offset of 0 or more, when the index is not 0; never
+        # for -64 or less; between, when the index plus the offset's low 6 bits passes 64.
+        # The offset's range from bit tests, the sum per byte of the bitmap, beside the
+        # search (no negation and saturation in front of a comparison).
+        off_near = Signal(name="sack_a_off_near")       # -64 .. -1
+        m.d.comb += off_near.eq(off[-1] & off[6:].all())
+
+        def idx_after(idx):
+            s = Signal(7, name="sack_a_idx_off")
+            m.d.comb += s.eq(idx + a.sack_offset[:6])
+            return (~off[-1] & idx.any()) | (off_near & s[6] & s[:6].any())
         # The highest PSN acknowledged, p0 + base[:6] + its bit (below 128: one carry into
-        # the word number, which picks base[6:] or base[6:] + 1).
+        # the word number, which picks base[6:] or base[6:] + 1). Both the sum and the test
+        # against -sack_offset are worked out per byte of the bitmap, beside the search.
+        a_found, a_hidx, (s7_sel, after_sel) = highest_set(
+            m, a.bitmap, "sack_a_hi",
+            derived=(lambda idx: (b6 + idx)[:7], idx_after))
+        a_after = Signal(name="sack_a_after")
+        m.d.comb += a_after.eq(a_found & after_sel)
         s7 = Signal(7, name="sack_a_bit_pos")
-        m.d.comb += s7.eq(b6 + a_hidx)
+        m.d.comb += s7.eq(s7_sel)
         # Where the end of the search falls, (the PSN hi) - (p0 + guard - 1), clamped:
         # from the SACK's highest bit, or from its CACK, the two worked out side by side.
         # (base[:6] - (guard - 1) beside the search for the highest bit, which it then meets
@@ -134,7 +161,7 @@ class AckStages:
             a_lo.eq(_clamp_signed(b6 - off_m1)),
             a_hx.eq(Mux(a_after, a_hcand, a.cack)),
             # p0 + guard - 1, p0 = base less its low 6 bits.
-            a_pg.eq(Cat(gm1[:6], (a.cack[6:] + (off >> 6) + c6 + (gm1 >> 6))[:PSN - 6])),
+            a_pg.eq(Cat(gm1[:6], Mux(c6, x1 + (gm1 >> 6), x0 + (gm1 >> 6))[:PSN - 6])),
         ]
         e = Signal(ACK_DESC)
         e_trig1 = Signal(PSN, name="sack_e_trig1")
@@ -155,7 +182,10 @@ class AckStages:
         # NACK's record, CACK's tag), made when the record leaves stage E.
         e_rec_lo = Signal(PSN, name="sack_e_rec_psn")
         e_tag_lo = Signal(PSN, name="sack_e_tag_psn")
-        with m.If(take_a):
+        # Stage E's fields load whenever the stage is free on this edge, whether or not a
+        # record is taken (e_valid says whether they hold one): their enable is then one
+        # gate after stage E's own state, not the whole of the input's readiness.
+        with m.If(~e_reread):
             m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
                          e_found.eq(a_found), e_hcand.eq(a_hcand),
@@ -245,14 +275,17 @@ class AckStages:
         # Holes: after CACK (lo), not before mark (mk), before n (hl), hi - psn >= guard
         # (before ehx or ehi: the end that the SACK's evidence or the stored hi gives), not
         # acknowledged: the search from max(lo, mk) to before min(max(ehx, ehi), hl).
-        mk, hl, ehi = (Signal(8, name="sack_e_mk"), Signal(8, name="sack_e_hl"),
-                       Signal(8, name="sack_e_ehi"))
-        m.d.comb += [mk.eq(_clamp(mark_re.data - p0)), hl.eq(_clamp(n - p0)),
-                     ehi.eq(_clamp(c.hi - e_pg))]
+        # Each bound is the larger of a position from the record and a clamped distance
+        # from the QP's state (_clamp_max: the comparison beside the clamp, not after it).
+        d_mk, d_hl, d_hi = (Signal(PSN, name="sack_e_dmark"), Signal(PSN, name="sack_e_dn0"),
+                            Signal(PSN, name="sack_e_dhi"))
+        m.d.comb += [d_mk.eq(mark_re.data - p0), d_hl.eq(n - p0), d_hi.eq(c.hi - e_pg)]
+        hl = Signal(8, name="sack_e_hl")
+        m.d.comb += hl.eq(_clamp(d_hl))
         end_raw = Signal(8, name="sack_e_end_raw")
-        m.d.comb += end_raw.eq(Mux(e_ehx > ehi, e_ehx, ehi))
+        m.d.comb += end_raw.eq(_clamp_max(d_hi, e_ehx))
         s_pos = Signal(8, name="sack_e_start")
-        m.d.comb += s_pos.eq(Mux(e_lo > mk, e_lo, mk))
+        m.d.comb += s_pos.eq(_clamp_max(d_mk, e_lo))
         trig_d = Signal(PSN)
         m.d.comb += trig_d.eq(n - e_trig1)
         # NACK: its PSN against CACK and n (for a NACK, e_base is its PSN).
@@ -348,12 +381,22 @@ class AckStages:
                              lt_mask(w.end_raw, 2 * WORD) & lt_mask(w.hl, 2 * WORD))
         # The hole mark moves to the end of a search that is not empty (stage E reads it;
         # a record of the QP waits there while this writes it).
+        # The end is the nearer of end_raw and hl: the three comparisons side by side, and
+        # the mark's word number picked from w0, w0 + 1 and w0 + 2 (the end is at most 128
+        # past p0) rather than added after the choice.
+        end_first = Signal(name="sack_w_end_first")
         k_end = Signal(8, name="sack_w_end")
-        m.d.comb += k_end.eq(Mux(w.end_raw < w.hl, w.end_raw, w.hl))
-        with m.If(sack_ok & (k_end > w.start)):
+        k_nonempty = Signal(name="sack_w_nonempty")
+        m.d.comb += [end_first.eq(w.end_raw < w.hl),
+                     k_end.eq(Mux(end_first, w.end_raw, w.hl)),
+                     k_nonempty.eq(Mux(end_first, w.end_raw > w.start, w.hl > w.start))]
+        w2 = Signal(PSN - 6, name="sack_w_w2")
+        m.d.comb += w2.eq(w.w1 + 1)
+        with m.If(sack_ok & k_nonempty):
             m.d.comb += [mark_w.addr.eq(w_q), mark_w.en.eq(1),
-                         mark_w.data.eq(Cat(Const(0, 6), ww0) + k_end)]
-        vars(v).update(changed=changed, holes=holes, live=live, p0=Cat(Const(0, 6), ww0),
+                         mark_w.data.eq(Cat(k_end[:6],
+                                            Mux(k_end[7], w2, Mux(k_end[6], w.w1, ww0))))]
+        vars(v).update(changed=changed, holes=holes, k_nonempty=k_nonempty, live=live, p0=Cat(Const(0, 6), ww0),
                        sack_ok=sack_ok)
 
     def _ack_stage_w_answer(self, m, v):

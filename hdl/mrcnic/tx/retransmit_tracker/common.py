@@ -46,11 +46,27 @@ COUNTERS = RETRANSMIT_COUNTERS
 COUNTER_NAMES = RETRANSMIT_COUNTER_NAMES
 
 
+def _over_window(diff):
+    """A non-negative PSN distance (mod 2^24) past the two-word window (over 128), from its
+    bits: any bit above 128's, or 128's with a lower one (no comparator after the adder)."""
+    return diff[8:-1].any() | (diff[7] & diff[:7].any())
+
+
 def _clamp(diff):
     """A PSN distance (mod 2^24) as a position 0 .. 128 in a two-word window: 0 when
     negative."""
     diff = Value.cast(diff)[:PSN]
-    return Mux(diff[-1], 0, Mux(diff > 2 * WORD, 2 * WORD, diff))
+    return Mux(diff[-1], 0, Mux(_over_window(diff), 2 * WORD, diff[:8]))
+
+
+def _clamp_max(diff, floor):
+    """``max(floor, _clamp(diff))`` for a position ``floor`` 0 .. 128: the comparison with
+    ``floor`` takes the distance's low 8 bits, which leave the adder's carry chain first,
+    beside the tests of its high bits (not after the clamp)."""
+    diff = Value.cast(diff)[:PSN]
+    low = diff[:8]
+    return Mux(diff[-1], floor,
+               Mux(_over_window(diff), 2 * WORD, Mux(low > floor, low, floor)))
 
 
 def _or_index(onehot):
@@ -70,10 +86,15 @@ def lowest_set(m, vec, name):
     return vec.any(), _or_index(iso), iso
 
 
-def highest_set(m, vec, name):
-    """``(found, index)`` of the highest set bit of ``vec`` (a multiple of 8 bits long), in
-    two levels: per byte whether any bit is set and the index of its highest, then the
-    highest byte with a bit set, whose index is taken (an AND-OR: the bytes' one-hot)."""
+def highest_set(m, vec, name, derived=()):
+    """``(found, index, values)`` of the highest set bit of ``vec`` (a multiple of 8 bits
+    long), in two levels: per byte whether any bit is set and the index of its highest,
+    then the highest byte with a bit set, whose index is taken (an AND-OR: the bytes'
+    one-hot).
+
+    ``derived`` lists functions of the index (an adder, a comparison): each is worked out
+    per byte from that byte's index, beside the search for the highest byte, and taken
+    by the same AND-OR (``values``), rather than worked out from the index after it."""
     n = len(vec)
     B = 8
     assert n % B == 0
@@ -89,9 +110,14 @@ def highest_set(m, vec, name):
     top_byte = Signal(nb, name=f"{name}_top_byte")
     m.d.comb += top_byte.eq(top(any_))
     low = Const(0, 3)
+    values = [Const(0, 1) for _ in derived]
     for k, o in enumerate(octets):
-        low = low | Mux(top_byte[k], _or_index(top(o)), 0)
-    return any_.any(), Cat(low, _or_index(top_byte))
+        idx = Signal(3, name=f"{name}_idx{k}")
+        m.d.comb += idx.eq(_or_index(top(o)))
+        low = low | Mux(top_byte[k], idx, 0)
+        full = Cat(idx, Const(k, max(1, ceil_log2(nb))))
+        values = [val | Mux(top_byte[k], fn(full), 0) for val, fn in zip(values, derived)]
+    return any_.any(), Cat(low, _or_index(top_byte)), values
 
 
 def _after(x, y):

@@ -41,9 +41,10 @@ class HoleEngine:
         registers."""
         (h_q, hole_busy, h_busy_qp, qs, s1_qp_ok, e_valid, e_q, fifos, w, w_valid, w_go, w_q,
          sack_ok,
-         holes, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w, ev) = _take(v, """
-            h_q hole_busy h_busy_qp qs s1_qp_ok e_valid e_q fifos w w_valid w_go w_q sack_ok holes p0
-            rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev""")
+         holes, k_nonempty, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w,
+         ev) = _take(v, """
+            h_q hole_busy h_busy_qp qs s1_qp_ok e_valid e_q fifos w w_valid w_go w_q sack_ok holes
+            k_nonempty p0 rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev""")
         G = HOLE_GROUP
         NG = 2 * WORD // G
         h_vec = Signal(2 * WORD, name="hole_vec")
@@ -93,7 +94,11 @@ class HoleEngine:
                          h_cur_v.eq(0),
                          h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(w.trig_ok),
                          h_young_seen.eq(0)]
-            m.d.sync += h_nz.eq(sack_ok & holes.any())
+            # Busy while the search was not empty (a comparison of its bounds), not
+            # whether it found a hole (an OR over 128 bits after the masks): a search
+            # whose PSNs were all acknowledged keeps the engine one cycle, as its empty
+            # groups are taken (refill) and h_nz falls.
+            m.d.sync += h_nz.eq(sack_ok & k_nonempty)
         with m.Elif(refill):
             m.d.sync += [h_cur.eq(h_vec.word_select(r_idx, G)), h_cur_g.eq(r_idx),
                          h_cur_v.eq(h_rest.any()), h_rest.eq(h_rest & ~r_iso),
@@ -103,17 +108,16 @@ class HoleEngine:
         m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
         # Stage J registers the hole's records as the block RAMs give them, and judges
         # them against the time guard from those registers: the hole is young when its age
-        # (the trigger's send time less its own, signed) is below reorder_time, that is
-        # negative, or below 2^16 with its low half below reorder_time (two carry chains
-        # side by side, not one after the other).
+        # (signed) is below reorder_time, that is negative, or below 2^16 with its low
+        # half below reorder_time.
         j_psn = Signal(PSN, name="hole_j_psn")
         j_ev = Signal.like(rec_rh.data.ev, name="hole_j_ev")
         j_tag = Signal.like(tag_rh.data, name="hole_j_tag")
-        j_time = Signal(TIME_BITS, name="hole_j_time")
-        m.d.sync += [j_valid.eq(h_emit), j_psn.eq(h_psn), j_ev.eq(rec_rh.data.ev),
-                     j_tag.eq(tag_rh.data), j_time.eq(rec_rh.data.time)]
+        # The hole's age (the trigger's send time less its own) is the subtraction in the
+        # cycle the block RAM gives the send time, registered: stage J compares it.
         h_age = Signal(TIME_BITS, name="hole_j_age")
-        m.d.comb += h_age.eq(h_ttime - j_time)
+        m.d.sync += [j_valid.eq(h_emit), j_psn.eq(h_psn), j_ev.eq(rec_rh.data.ev),
+                     j_tag.eq(tag_rh.data), h_age.eq(h_ttime - rec_rh.data.time)]
         rt_bits = len(r_time)
         h_young = Signal(name="hole_j_young")
         m.d.comb += h_young.eq((r_time != 0) & (~h_tok | h_age[-1] |

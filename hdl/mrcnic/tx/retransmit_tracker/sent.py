@@ -18,6 +18,7 @@ not forwarded, to keep it off this path); a retransmission also while stage E ho
 record, stage W one it does not apply this cycle, or the hole engine a SACK of its QP."""
 
 from amaranth.hdl import Mux, Signal
+from amaranth.utils import ceil_log2
 
 from mrcnic.base.gates import assign, take as _take
 from mrcnic.tx.retransmit_tracker.common import PSN, REC
@@ -91,6 +92,10 @@ class SentPath:
             return ((n_out <= (mpr << 7)) & (n_out <= O) &
                     (n_out <= (cw >> pmtu_log2)))
 
+        def credit_lt(n_out, mpr, cw):
+            # credit(n_out + 1, ...): each bound compared strictly.
+            return ((n_out < (mpr << 7)) & (n_out < O) & (n_out < (cw >> pmtu_log2)))
+
         cwnd_rs = cwnd.read_port(domain="comb")
         m.d.comb += cwnd_rs.addr.eq(qs)
 
@@ -98,7 +103,11 @@ class SentPath:
             out = Signal(PSN, name=f"sent_s1_out_{tag}")     # PSNs outstanding once n is sent
             dp = Signal(PSN, name=f"sent_s1_dp_{tag}")
             m.d.comb += [out.eq(s_n - cack), dp.eq(s.psn - cack)]
-            return (out > O, (dp != 0) & (dp < out), (dp == 0) | dp[-1],
+            # The ring is full for a new PSN (the record's PSN is n) when psn - CACK passes
+            # outstanding: from dp's bits (outstanding is a power of two), not from n's read.
+            ob = ceil_log2(O)
+            full = dp[ob + 1:].any() | (dp[ob] & dp[:ob].any())
+            return (full, (dp != 0) & (dp < out), (dp == 0) | dp[-1],
                     credit(out, ctx_rs.data.mpr, cwnd_rs.data))
 
         j_w, j_c = judge(w_fwd_cack, "w"), judge(ctx_rs.data.cack, "c")
@@ -127,7 +136,12 @@ class SentPath:
                      tag_w.data.eq(ring_tag)]
         # The next PSN's address and value do not wait for the decision (an open, while
         # no record is judged, overrides them below): only the write enable does.
-        m.d.comb += [nxt_w.addr.eq(qs), nxt_w.data.eq(s.psn + 1), nxt_w.en.eq(s_new_ok)]
+        # The enable leaves out the ring-full test (a carry chain after the next PSN's
+        # read): a new PSN refused as the ring is full writes its own PSN back, unchanged.
+        nxt_we = Signal(name="sent_s1_nxt_we")
+        m.d.comb += [nxt_we.eq(s_new),
+                     nxt_w.addr.eq(qs), nxt_w.data.eq(Mux(s_full, s.psn, s.psn + 1)),
+                     nxt_w.en.eq(nxt_we)]
         m.d.comb += [
             ev.sent_new.eq(s_new_ok),
             ev.sent_rtx.eq(s_rtx_ok),
@@ -138,7 +152,7 @@ class SentPath:
         ]
 
         vars(v).update(
-            credit=credit, e_go=e_go, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
+            credit=credit, credit_lt=credit_lt, e_go=e_go, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
             s_rtx_ok=s_rtx_ok, take_s=take_s, ring_we=ring_we, ring_addr=ring_addr,
             s1_valid=s1_valid, s1_qp_ok=s1_qp_ok, s_cond=s_cond, w_fwd_cack=w_fwd_cack,
             w_fwd_fatal=w_fwd_fatal,

@@ -2,10 +2,11 @@
 stages S1, S2 (``scan_s2_*``) and S3 (``scan_s3_*``), and what the scan writes.
 
 The scan visits each QP's unacknowledged PSNs in turn. **S1** reads the per-PSN rings, the
-bitmap words, the QP's retry count and epoch and works out its timeout exponent; **S2**
-tests what was read, places the PSN against the QP's CACK and next PSN and looks it up in
-the pending table; **S3** tests lateness from registers (the send time, the time S2 saw,
-the exponent) and decides: end the visit, go back to CACK + 1, try the PSN again, step, or
+bitmap words, the QP's retry count and epoch and works out how far the count is past
+``retry_linear``; **S2** tests what was read, works out the timeout exponent and the time
+elapsed since the PSN was sent, places the PSN against the QP's CACK and next PSN and looks
+it up in the pending table; **S3** tests lateness from registers (the elapsed time against
+2^k) and decides: end the visit, go back to CACK + 1, try the PSN again, step, or
 time it out (fired mark, retransmit request, feedback, error at the retry limit).
 
 Reads: the context and ring read ports ``ctx_rt``, ``nxt_rt``, ``rec_rh``; stage E's and
@@ -68,9 +69,14 @@ class TimerStages:
         # (scan_s2_kstale) makes stage S2 try the PSN again.
         m.d.comb += [retries.rs.addr.eq(sc_q), epoch.rs.addr.eq(sc_q)]
         r_s1 = retries.rs.data
+        # The retries past retry_linear here, the exponent from them in S2 (t_exp + excess,
+        # at most MAX_TIMEOUT_EXP): one carry chain a stage after the distributed RAM read.
+        t_excess = Signal(5, name="scan_s2_excess")
+        r_diff = Signal(6, name="scan_s1_rdiff")
+        m.d.comb += r_diff.eq(r_s1 - r_lin)
         k_sum = Signal(7)
-        m.d.comb += k_sum.eq(t_exp + Mux(r_s1 > r_lin, r_s1 - r_lin, 0))
-        t_k = Signal(5, name="scan_s2_k")
+        m.d.comb += k_sum.eq(t_exp + t_excess)
+        t_k = Signal(5, name="scan_s3_kexp")
         t_rmax = Signal(name="scan_s2_rmax")
         t_epoch = Signal(EPOCH_BITS, name="scan_s2_epoch")
         t_kstale = Signal(name="scan_s2_kstale")
@@ -78,7 +84,8 @@ class TimerStages:
         # Stage W writing the QP's bitmap words in the cycle S1 reads them (the read gives
         # the old words, while S2 reads the context after the write): the PSN is stale.
         t_wstale = Signal(name="scan_s2_wstale")
-        m.d.sync += [t_k.eq(Mux(k_sum > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, k_sum)),
+        m.d.comb += t_k.eq(Mux(k_sum > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, k_sum))
+        m.d.sync += [t_excess.eq(Mux(r_diff[-1], 0, r_diff[:5])),
                      t_rmax.eq(r_s1 == r_max), t_epoch.eq(epoch.rs.data),
                      t_kstale.eq(r_written), t_wstale.eq(w_valid & (w_q == sc_q))]
         # Stage S2 works out what the block RAMs read in S1 say about the PSN (acknowledged,
@@ -105,20 +112,18 @@ class TimerStages:
                      s3.in_win.eq(~t_behind & (t_dp < t_dn)), s3.head.eq(t_dp == 1)]
         s3_epoch = Signal(EPOCH_BITS, name="scan_s3_epoch")
         s3_rec = Signal(REC, name="scan_s3_rec")
-        # The record's send time leaves the block RAM into s3_rec; stage S3 tests it
-        # against the time S2 saw (s3_now) and the timeout 2^k.
-        s3_now = Signal(TIME_BITS, name="scan_s3_now")
+        # The record's send time leaves the block RAM in S2, where it is subtracted from
+        # the time S2 sees (into scan_s3_elapsed); stage S3 tests that against 2^k.
         s3_fired_parts = Signal((len(Value.cast(rq_d)) + 1) // 2, name="scan_s3_fired_parts")
         m.d.comb += s3.fired.eq(s3_fired_parts.all())
         s3_k = Signal.like(t_k, name="scan_s3_k")
         t_el = Signal(TIME_BITS, name="scan_s3_elapsed")
-        m.d.comb += [t_el.eq(s3_now - s3_rec.time),
-                     s3.late.eq((t_el & ge_mask(s3_k, TIME_BITS)).any())]   # t_el >= 2^k
+        m.d.comb += s3.late.eq((t_el & ge_mask(s3_k, TIME_BITS)).any())   # t_el >= 2^k
         s3_squash = Signal()                  # stage S3 sends the scan elsewhere
         r_written2 = Signal()                 # the retry count of s2_q written this cycle
         m.d.sync += [
             s3_valid.eq(s2_valid & ~cmd_busy & ~s3_squash), s3_q.eq(s2_q), s3_p.eq(s2_p),
-            s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data), s3_now.eq(self.now),
+            s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data), t_el.eq(self.now - rec_rh.data.time),
             s3_k.eq(t_k),
             s3.port.eq(s2_port & ~h_issue), s3.kstale.eq(t_kstale | r_written2),
             s3.rmax.eq(t_rmax),
