@@ -63,7 +63,11 @@ class HoleEngine:
         # write are decided from these registers the cycle after.
         j_valid = Signal(name="hole_j_valid")
         mk_we = Signal(name="hole_mark_we")     # the mark written back (stage J, below)
-        m.d.comb += [hole_busy.eq(h_nz | h_emit | j_valid | mk_we),
+        # The engine is busy (h_nz | h_emit | j_valid | mk_we) as a register of its own
+        # (hole_busy_r, from those four's next values, below): the ack input's readiness
+        # and stage E's and W's go start from one flip-flop.
+        busy_r = Signal(name="hole_busy_r")
+        m.d.comb += [hole_busy.eq(busy_r),
                      h_busy_qp.eq(s1_qp_ok & ((hole_busy & (qs == h_q)) |
                                               (e_valid & (qs == e_q)) | (w_valid & (qs == w_q))))]
         h_issue = h_cur_v & fifos["rtx"].room3
@@ -138,6 +142,9 @@ class HoleEngine:
         with m.If(mk_we):
             m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(mk_psn)]
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
+        h_nz_next = Signal(name="hole_nz_next")
+        m.d.comb += h_nz_next.eq(Mux(w_go, sack_ok & k_nonempty, Mux(refill, h_rest.any(), h_nz)))
+        m.d.sync += busy_r.eq(h_nz_next | h_issue | h_emit | (j_valid & h_young & ~h_young_seen))
 
         vars(v).update(
             h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, h_psn=h_psn,
