@@ -97,11 +97,12 @@ def parse_yosys_stat(stat):
     }
 
 
-def synth_block_alone(component, module, work_dir, *, env=None):
+def synth_block_alone(component, module, work_dir, *, platform, env=None):
     """Synthesise ``component`` on its own with ``synth_ecp5`` (no harness, no place and
-    route); returns :func:`parse_yosys_stat`'s figures plus ``"lut_depth"``."""
+    route), elaborated for ``platform`` (an ECP5 platform: the block RAM primitives are
+    those of the build); returns :func:`parse_yosys_stat`'s figures plus ``"lut_depth"``."""
     stat, netlist = yosys_alone(component, module, work_dir, f"synth_ecp5 -top {module}",
-                                env=env)
+                                platform=platform, env=env)
     figures = parse_yosys_stat(stat)
     figures["lut_depth"] = lut_depth(netlist, module)
     return figures
@@ -326,7 +327,8 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
 
     # The block alone, for its own resources (a fresh instance: a component can only be
     # elaborated into one design).
-    alone = synth_block_alone(block.build(params), module, build_dir / "block", env=env)
+    alone = synth_block_alone(block.build(params), module, build_dir / "block",
+                              platform=platform, env=env)
 
     harness = BlockHarness(block.build(params), freq_mhz)
     plan = platform.build(harness, name="top", do_build=False, do_program=False,

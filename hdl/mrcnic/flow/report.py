@@ -199,10 +199,11 @@ def _measure_in_selftest(case, work):
     from the routed self-test."""
     from mrcnic.flow.board import build_selftest
     _check_selftest_case(case)
-    alone = synth_block_alone(registry.get(case.block).build(dict(case.params)),
-                              case.module, work / "block", env=yowasp_env())
-    st = build_selftest(ECP5_BOARD, case.freq_mhz)
     platform = get_board(ECP5_BOARD)
+    alone = synth_block_alone(registry.get(case.block).build(dict(case.params)),
+                              case.module, work / "block", platform=platform(),
+                              env=yowasp_env())
+    st = build_selftest(ECP5_BOARD, case.freq_mhz)
     return {"luts": alone["luts"], "ffs": alone["ffs"], "brams": alone["brams"],
             "lut_depth": alone["lut_depth"], "fmax_mhz": st.fmax_mhz,
             "critical_path": st.critical_path,

@@ -103,13 +103,15 @@ def _run(cmd, *, cwd, env, log):
 
 # --- Yosys on one component ----------------------------------------------------------------
 
-def yosys_alone(component, module, work_dir, synth_cmd, *, env=None):
+def yosys_alone(component, module, work_dir, synth_cmd, *, platform=None, env=None):
     """Run Yosys ``synth_cmd`` (e.g. ``synth_ecp5 -top {module}``) on ``component`` alone in
-    ``work_dir``; returns ``(stat, netlist)``: ``stat -json`` and ``write_json`` output."""
+    ``work_dir``, elaborated for ``platform`` (device primitives, :mod:`mrcnic.base.bram`);
+    returns ``(stat, netlist)``: ``stat -json`` and ``write_json`` output."""
     env = yowasp_env() if env is None else env
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / f"{module}.il").write_text(rtlil.convert(component, name=module))
+    (work_dir / f"{module}.il").write_text(rtlil.convert(component, name=module,
+                                                         platform=platform))
     (work_dir / "synth.ys").write_text(
         f"read_rtlil {module}.il\n"
         f"{synth_cmd}\n"

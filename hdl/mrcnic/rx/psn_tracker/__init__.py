@@ -21,6 +21,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from mrcnic.base.bram import BlockRam
 from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, COMPLETION, PKT_IN, VERDICT, Verdict
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
@@ -271,15 +272,15 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         ctl = self._control_regs(m)
         # The input queue; stage I issues from it.
         q = self._queue(m, st, ctl)
-        self._stage_i_issue(m, q, st, ctl, room)
+        self._stage_i_issue(m, q, mem, st, ctl, room)
         self._stage_r_read(m, mem, st)
         self._stage_w_window(m, mem, st)
         self._stage_f_fetch(m, f, mem, st)
-        self._stage_d_decide(m, mem, st, ctl)
+        self._stage_d_decide(m, mem, st, ctl, q)
         self._stage_u_update(m, mem, fifos, st, ctl, q)
         self._stage_a_sack_read(m, mem, st)
         self._stage_b_sack_data(m, mem, st)
-        self._stage_c_bitmap(m, st)
+        self._stage_c_bitmap(m, mem, st)
         self._stage_t_tail(m, fifos, st)
         # Held completions released, oldest PSN first, into the cpl FIFO.
         self._completion_drain(m, mem, st, ctl, fifos["cpl"])
@@ -314,15 +315,15 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         stats_w = stats.write_port()
         stats_r = stats.read_port(domain="comb")
         banks = {}
+        C = self.window_chunks
         for name in ("lo", "hi"):
-            m.submodules[f"ring_{name}"] = ring = Memory(
-                shape=unsigned(HALF), depth=qps * mpr_max, init=[0] * (qps * mpr_max))
-            w = ring.write_port()
-            # Reads see the write of the same cycle: the window's, that of the record three
-            # ahead; the SACK's, its own record's.
-            win = [ring.read_port(transparent_for=(w,)) for _ in range(self.window_chunks)]
-            banks[name] = SimpleNamespace(w=w, win=win,
-                                          sack=ring.read_port(transparent_for=(w,)))
+            # Read ports 0 .. C - 1 the window (addressed in stage I, the words out in W:
+            # forwarded the two writes after the address, that is, up to the one in the
+            # cycle of stage R, as a read in R would see them); port C the SACK's (in A, out
+            # in C: nothing forwarded, as no write to its word can come before C, the next
+            # record of the QP being at least two behind).
+            m.submodules[f"ring_{name}"] = banks[name] = BlockRam(
+                HALF, max(2, qps * mpr_max), forward=(2,) * C + (0,))
         # Held completions: what is compared every cycle in registers, the rest (written
         # when one is admitted, read when it is released) in distributed RAM.
         pool = Signal(data.ArrayLayout(self._pool_layout, N), name="pool")
@@ -399,30 +400,46 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         m.submodules.queue = mq = Memory(shape=PKT_IN, depth=depth, init=[])
         qw = mq.write_port()
         qr, qu = mq.read_port(domain="comb"), mq.read_port(domain="comb")
+        # The payload length again, read in stage D (for U's byte count, from registers).
+        m.submodules.queue_len = ml = Memory(shape=16, depth=depth, init=[])
+        lw, ld = ml.write_port(), ml.read_port(domain="comb")
         pbits = ceil_log2(depth) + 1
         wr = Signal(pbits, name="queue_wr")
         iss = Signal(pbits, name="queue_issue")
         cmt = Signal(pbits, name="queue_commit")
         ready = Signal(name="queue_ready")
         take = Signal()
+        # The ring chunks of the window after the packet's own (its chunk plus 1, 2, mod
+        # mpr_max), worked out as it is accepted: stage I addresses the window's block RAM
+        # reads with no adder between this memory and them.
+        cb, later = self._cbits, range(1, self.window_chunks)
+        m.submodules.queue_chunks = mc = Memory(shape=max(1, cb * len(later)), depth=depth,
+                                                init=[])
+        cw, ci = mc.write_port(), mc.read_port(domain="comb")
+        psn_in = self.pkt.payload.psn
+        m.d.comb += [cw.addr.eq(wr[:pbits - 1]), cw.en.eq(take), ci.addr.eq(iss[:pbits - 1]),
+                     cw.data.eq(Cat(*((psn_in[7:7 + cb] + j)[:cb] for j in later)) if cb
+                                else 0)]
         m.d.comb += [
             self.pkt.ready.eq(ready),
             take.eq(self.pkt.valid & ready),
             qw.addr.eq(wr[:pbits - 1]), qw.data.eq(self.pkt.payload), qw.en.eq(take),
             qr.addr.eq(iss[:pbits - 1]), qu.addr.eq(st.u.op.idx),
+            lw.addr.eq(wr[:pbits - 1]), lw.data.eq(self.pkt.payload.length), lw.en.eq(take),
+            ld.addr.eq(st.d.op.idx),
         ]
         wr_next, cmt_next = Signal(pbits), Signal(pbits)
         m.d.comb += [wr_next.eq(wr + take), cmt_next.eq(cmt + st.commit)]
         # From registers only: room for this cycle's record and the next.
         m.d.sync += [wr.eq(wr_next), cmt.eq(cmt_next),
                      ready.eq(((wr - cmt)[:pbits] < depth - 2) & ~ctl.cmd_busy)]
-        return SimpleNamespace(rd=qr, at_u=qu, wr=wr, iss=iss, cmt=cmt, cmt_next=cmt_next,
+        return SimpleNamespace(rd=qr, at_u=qu, len_at_d=ld, chunks=ci.data, wr=wr, iss=iss, cmt=cmt, cmt_next=cmt_next,
                                take=take,
                                empty=(cmt == wr), pending=(iss != wr))
 
     # --- Stage I: issue --------------------------------------------------------------------
 
-    def _stage_i_issue(self, m, q, st, ctl, room):
+    def _stage_i_issue(self, m, q, mem, st, ctl, room):
         """Stage I: a continuation, else the queue's next record unless it is of the QP
         issued in the cycle before; nothing while the stages behind a deferral are flushed
         (``kill``), held completions drain, or an output FIFO lacks room. The opcode leaves
@@ -445,10 +462,23 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         m.d.comb += [issue_cont.eq(go & ctl.cont_valid & ~st.kill_held),
                      issue_q.eq(go & ~st.kill & ~ctl.cont_valid & q.pending & ~hazard)]
         op = Signal(OP, name="i_op")
-        m.d.comb += op.eq(Mux(ctl.cont_valid, ctl.cont_op, qop))
+        qpl = Signal(qbits, name="i_qpl")
+        m.d.comb += [op.eq(Mux(ctl.cont_valid, ctl.cont_op, qop)),
+                     qpl.eq(Mux(ctl.cont_valid, ctl.cont_qpi, rec.qp[:qbits]))]
+        # The window's read (its words leave the block RAM in stage W): the chunks of the
+        # continuation, or those the queue keeps for its record.
+        cb = self._cbits
+        if cb:
+            cont_c, rec_c = ctl.cont_op.psn[7:7 + cb], rec.psn[7:7 + cb]
+            chunks = [Mux(ctl.cont_valid, cont_c, rec_c)] + [
+                Mux(ctl.cont_valid, (cont_c + j)[:cb], q.chunks[(j - 1) * cb:j * cb])
+                for j in range(1, self.window_chunks)]
+        else:
+            chunks = [Const(0, 1)] * self.window_chunks
+        self._window_read(m, mem, qpl, chunks)
         in_range = rec.qp < qps
         m.d.sync += [r.valid.eq(issue_cont | issue_q), r.op.eq(op),
-                     r.qpl.eq(Mux(ctl.cont_valid, ctl.cont_qpi, rec.qp[:qbits])),
+                     r.qpl.eq(qpl),
                      r.qp_in.eq(ctl.cont_valid | in_range),
                      r.qpi.eq(Mux(ctl.cont_valid, ctl.cont_qpi,
                                   Mux(in_range, rec.qp[:qbits], 0)))]
@@ -579,8 +609,8 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
                                            (ctl.cmd_word_eq[h] & ctl.cmd_bit_ge[b])))
             m.d.comb += fresh[k].eq(Mux(at_or_after, par, ~par))
         with m.If(w_valid):
-            m.d.comb += [mem.lo.w.data.eq(fresh[:HALF]), mem.lo.w.en.eq(1),
-                         mem.hi.w.data.eq(fresh[HALF:]), mem.hi.w.en.eq(1)]
+            m.d.comb += [mem.lo.w_data.eq(fresh[:HALF]), mem.lo.w_en.eq(1),
+                         mem.hi.w_data.eq(fresh[HALF:]), mem.hi.w_en.eq(1)]
         with m.If(cmd_run):
             with m.If(cmd_j < mpr_max):
                 m.d.sync += [cmd_j.eq(cmd_j + 1), w_valid.eq(1)]

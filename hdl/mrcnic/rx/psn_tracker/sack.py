@@ -12,7 +12,7 @@ __all__ = ["SackStages"]
 
 
 class SackStages:
-    """Stages A (the SACK read), B (its data), C and T (the shift) of
+    """Stages A (the SACK read), B (the read), C and T (the shift) of
     :class:`~mrcnic.rx.psn_tracker.PsnTracker`. Mixed into the tracker beside
     :class:`~mrcnic.rx.psn_tracker.stages.TrackerStages`, whose helpers they use
     (``_ring_addr``, ``_chunk_parity``)."""
@@ -21,14 +21,14 @@ class SackStages:
         """Stage A: reads the ring at SACK_BASE = CACK + 1 (the bank word holding it and the
         next), after this record's own write and before the next record of the QP writes;
         ``ack_psn_offset`` and ``ooo_count``."""
-        a, b = st.a, st.b
+        a, b, C = st.a, st.b, self.window_chunks
         base = Signal(PSN, name="a_sack_base")
         m.d.comb += base.eq(a.cack + SACK_OFFSET)
         chunk = base[7:]
         chunk1 = Signal(PSN - 7, name="a_sack_chunk_next")
         m.d.comb += [chunk1.eq(chunk + 1),
-                     mem.lo.sack.addr.eq(self._ring_addr(a.qpi, Mux(base[6], chunk1, chunk))),
-                     mem.hi.sack.addr.eq(self._ring_addr(a.qpi, chunk))]
+                     mem.lo.r_addr[C].eq(self._ring_addr(a.qpi, Mux(base[6], chunk1, chunk))),
+                     mem.hi.r_addr[C].eq(self._ring_addr(a.qpi, chunk))]
         trigger = Signal(PSN, name="a_trigger")
         ooo = Signal(PSN, name="a_ooo")
         m.d.comb += [trigger.eq(a.psn - a.cack), ooo.eq(a.pbase - a.cack)]
@@ -44,35 +44,39 @@ class SackStages:
         ]
 
     def _stage_b_sack_data(self, m, mem, st):
-        """Stage B: the two bank words as read, into registers (a block RAM's output feeds
-        nothing else)."""
+        """Stage B: the block RAM reads the two bank words (they leave its output register
+        in C); what goes with them, into registers."""
         b, c = st.b, st.c
         m.d.sync += [c.valid.eq(b.valid), c.shift.eq(b.shift), c.half.eq(b.half),
                      c.par0.eq(b.par0), c.par_next.eq(b.par_next), c.nack.eq(b.nack),
-                     c.tail.eq(b.tail), c.lo.eq(mem.lo.sack.data), c.hi.eq(mem.hi.sack.data)]
+                     c.tail.eq(b.tail)]
 
-    def _stage_c_bitmap(self, m, st):
-        """Stage C: the two words in PSN order (when SACK_BASE is in the odd half, ``hi``
-        first and then ``lo``, the next chunk's even half), lap parity removed, shifted
-        towards SACK_BASE by its position's upper four bits (two 4:1 steps)."""
-        c, t = st.c, st.t
-        arr = named(m, Mux(c.half, Cat(c.hi, c.lo), Cat(c.lo, c.hi)) ^
+    def _stage_c_bitmap(self, m, mem, st):
+        """Stage C: the two bank words, out of the block RAM's register, in PSN order (when
+        SACK_BASE is in the odd half, ``hi`` first and then ``lo``, the next chunk's even
+        half), lap parity removed, shifted towards SACK_BASE by its position's upper two
+        bits (a 4:1 step)."""
+        c, t, C = st.c, st.t, self.window_chunks
+        lo, hi = mem.lo.r_data[C], mem.hi.r_data[C]
+        arr = named(m, Mux(c.half, Cat(hi, lo), Cat(lo, hi)) ^
                    Cat(c.par0.replicate(HALF), c.par_next.replicate(HALF)), "c_arrived")
         vec = arr
-        for lo in (4, 2):
+        for lo in (4,):
             vec = named(m, Cat(*(
                 Cat(*(vec[i + (k << lo)] if i + (k << lo) < len(vec) else Const(0, 1)
                       for k in range(4))).bit_select(c.shift[lo:lo + 2], 1)
                 for i in range(BITMAP_BITS + (1 << lo) - 1))), f"c_shift{lo}")
-        m.d.sync += [t.valid.eq(c.valid), t.shift.eq(c.shift[:2]), t.nack.eq(c.nack),
+        m.d.sync += [t.valid.eq(c.valid), t.shift.eq(c.shift[:4]), t.nack.eq(c.nack),
                      t.tail.eq(c.tail), t.coarse.eq(vec)]
 
     def _stage_t_tail(self, m, fifos, st):
-        """Stage T: the last 4:1 step of the shift gives the bitmap (none for a NACK), into
+        """Stage T: the last two 4:1 steps of the shift give the bitmap (none for a NACK), into
         the tail of the descriptor's FIFO."""
         t = st.t
+        step = named(m, Cat(*(t.coarse[i:i + 16:4].bit_select(t.shift[2:4], 1)
+                              for i in range(BITMAP_BITS + 3))), "t_shift2")
         bitmap = Signal(BITMAP_BITS, name="t_bitmap")
-        m.d.comb += bitmap.eq(Cat(*(t.coarse[i:i + 4].bit_select(t.shift, 1)
+        m.d.comb += bitmap.eq(Cat(*(step[i:i + 4].bit_select(t.shift[:2], 1)
                                     for i in range(BITMAP_BITS))))
         tail = Signal(t.tail.shape())
         m.d.comb += [tail.eq(t.tail), tail.bitmap.eq(Mux(t.nack, 0, bitmap)),

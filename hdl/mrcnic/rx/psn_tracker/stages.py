@@ -180,7 +180,7 @@ class TrackerStages:
         self._fwd_layout = data.StructLayout({
             "hit": C * CHUNK // WORD, "bsel": WORD, "val": C, "own": 1, "next": 1,
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
-        st.w = stage("w", **common, same_u=1, fwd_u=self._fwd_layout, next_low=7 + self._cbits,
+        st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout, next_low=7 + self._cbits,
                      psn_m1=PSN)
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
                      ctx=CTX, ctx_uw=1, sel=1, every=2,
@@ -189,7 +189,8 @@ class TrackerStages:
                      par=C, lap_own=CHUNK, th_lt=CHUNK // WORD, forced=CHUNK,
                      adv=data.StructLayout({"lo": self._adv_bits, "up0": 1, "up1": 1,
                                             "s0": 1, "s1": 1}),
-                     pp_above=1, pp_new_hole=1, hi_ram=2, hi_uw=2)
+                     pp_above=1, pp_new_hole=1, hi_ram=2, hi_uw=2,
+                     own_pre=CHUNK // 4, next_pre=CHUNK // 4)
         st.d = stage("d", **common, held=1, arrived=1, nextbit=1, pos0=1,
                      qp_ok=1, data=1, trig=1, pool_full=2,
                      raw=HALF, found=nw, found_last=1, idx=data.ArrayLayout(WORD_BITS, nw),
@@ -201,13 +202,14 @@ class TrackerStages:
                      verdict=3, pkt_op=1, emit_sack=1, emit_nack=1, reason=8,
                      due=1, need_cont=1, above_hi=1, admit=1, own_cpl=1, word=HALF,
                      cand=self.max_wimm_dest, rel=data.ArrayLayout(9, self.max_wimm_dest),
-                     events=data.StructLayout({n: 1 for n in VERDICT_NAMES}))
+                     events=data.StructLayout({n: 1 for n in VERDICT_NAMES}),
+                     stats=self._stats_layout, length=16)
         st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
         tail = dict(valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, tail=ACK_TAIL)
         st.b = stage("b", **tail)
-        st.c = stage("c", **tail, lo=HALF, hi=HALF)
-        st.t = stage("t", valid=1, shift=2, nack=1, tail=ACK_TAIL, coarse=BITMAP_BITS + 3)
+        st.c = stage("c", **tail)
+        st.t = stage("t", valid=1, shift=4, nack=1, tail=ACK_TAIL, coarse=BITMAP_BITS + 15)
         # The packet's own completion, written in stage U.
         st.own = stage("own", valid=1, cpl=COMPLETION)
         st.uw = stage("uw", ctx=CTX, every=2)
@@ -228,21 +230,33 @@ class TrackerStages:
 
     # --- Stage R: read ---------------------------------------------------------------------
 
+    def _window_read(self, m, mem, qpi, chunks):
+        """The window's chunks from the packet's own (``chunks``: their ring chunk numbers,
+        mod ``mpr_max``), addressed in stage I (``qpi``: the record being issued, or offered
+        when it is not) on the ring's window ports; their words leave the block RAM in W
+        with the writes up to the one in R's cycle."""
+        for j, c in enumerate(chunks):
+            chunk = Signal(self._cbits or 1, name=f"i_chunk{j}")
+            m.d.comb += chunk.eq(c)
+            addr = self._ring_addr(qpi, chunk)
+            m.d.comb += [mem.lo.r_addr[j].eq(addr), mem.hi.r_addr[j].eq(addr)]
+
     def _stage_r_read(self, m, mem, st):
-        """Stage R: addresses the window's chunks from the packet's own (block RAM, read
-        in W, transparent to the write of the same cycle); how the ring write of the record
-        now in D (in U when this one is in W) would reach this window."""
+        """Stage R: the block RAM reads the window (addressed in I); how the ring write of
+        the record now in D (in U when this one is in W) would reach this window."""
         r, w, d = st.r, st.w, st.d
         chunks = []
         for j in range(self.window_chunks):
             chunk = Signal(PSN - 7, name=f"r_chunk{j}")
             m.d.comb += chunk.eq(r.op.psn[7:] + j)
-            addr = self._ring_addr(r.qpi, chunk)
-            m.d.comb += [mem.lo.win[j].addr.eq(addr), mem.hi.win[j].addr.eq(addr)]
             chunks.append(chunk)
         same = d.valid & ~d.op.cont & d.qp_in & (d.qpi == r.qpi) & r.qp_in
+        f = st.f
         m.d.sync += [w.valid.eq(r.valid & ~st.kill), w.op.eq(r.op), w.qpi.eq(r.qpi),
                      w.qp_in.eq(r.qp_in), w.same_u.eq(same),
+                     # The record in F is of this QP (in D when this one is in W: W
+                     # forwards its write, then checked valid, from this register).
+                     w.same_d.eq(~f.op.cont & f.qp_in & (f.qpi == r.qpi) & r.qp_in),
                      # (The next PSN's ring position, which W compares with the write's.)
                      w.next_low.eq(r.op.psn[:len(w.next_low)] + 1),
                      # (The PSN less one, for W's new-hole tests.)
@@ -298,7 +312,7 @@ class TrackerStages:
         psn = op.psn
         from_u, from_d = Signal(name="w_fwd_from_u"), Signal(name="w_fwd_from_d")
         m.d.comb += [from_u.eq(u.place & w.same_u),
-                     from_d.eq(d.valid & ~d.op.cont & d.qp_in & (d.qpi == w.qpi) & w.qp_in)]
+                     from_d.eq(d.valid & w.same_d)]
         chunks = []
         for j in range(C):
             chunk = Signal(PSN - 7, name=f"w_chunk{j}")
@@ -312,10 +326,11 @@ class TrackerStages:
         m.d.comb += act.eq(from_u | (from_d & st.d_place))
         rel7 = psn[:7]
         nwc = CHUNK // WORD
+        raw = [Cat(mem.lo.r_data[j], mem.hi.r_data[j]) for j in range(2)]
         m.d.sync += [
             f.valid.eq(w.valid & ~st.kill), f.op.eq(op), f.qpi.eq(w.qpi), f.qp_in.eq(w.qp_in),
-            *[f.lo[j].eq(mem.lo.win[j].data) for j in range(C)],
-            *[f.hi[j].eq(mem.hi.win[j].data) for j in range(C)],
+            *[f.lo[j].eq(mem.lo.r_data[j]) for j in range(C)],
+            *[f.hi[j].eq(mem.hi.r_data[j]) for j in range(C)],
             # Whether the write is there, known a cycle ahead: the record in U placed its
             # packet, or the record in D places it now (its decision, ``d_place``).
             f.act.eq(act),
@@ -326,6 +341,10 @@ class TrackerStages:
             # PSN's lap parity and the value the forwarded write gives it; whether that
             # write, when it is there, is at the packet's own position or the next.
             f.next_pos.eq(psn[:7]), f.own_pos.eq(psn[:7]),
+            # The first 4:1 level of the selects of the packet's own bit and the next (by
+            # the position's two low bits): F selects among the 32 left.
+            f.own_pre.eq(self._select4(raw[0], psn[:2])),
+            f.next_pre.eq(self._select4(Cat(raw[0][1:], raw[1][0]), psn[:2])),
             f.next_par.eq(Mux(psn[:7] == CHUNK - 1, pars[1], pars[0])),
             f.next_val.eq(Mux(psn[:7] == CHUNK - 1, fwd.val[1], fwd.val[0])),
             f.own_act.eq(act & fwd.own),
@@ -364,6 +383,12 @@ class TrackerStages:
                    hi_tests(mem.ctx_u.data.hi, "w_hi_uread"))
         m.d.sync += [f.hi_ram.eq(hi_tests(mem.ctx_r.data.hi, "w_hi")), f.hi_uw.eq(u_hi)]
 
+    @staticmethod
+    def _select4(vec, sel):
+        """Every fourth bit of ``vec`` from bit ``sel`` (2 bits): a 4:1 level of a wide
+        select."""
+        return Cat(*(vec[g:g + 4].bit_select(sel, 1) for g in range(0, len(vec), 4)))
+
     def _adv_offset(self, m, f, off):
         """The PSN's offset from the window base of the record in D, for F's tests against
         the CACK that record writes if it advances (the base plus its run, less than
@@ -371,10 +396,16 @@ class TrackerStages:
         of the offset and of the offset less 2^``_adv_bits`` (a borrow out of the low
         bits)."""
         M = self._adv_bits
-        w_off, up_m1 = Signal(PSN, name="w_adv_off"), Signal(PSN - M, name="w_adv_up_m1")
-        m.d.comb += [w_off.eq(off), up_m1.eq(w_off[M:] - 1)]
-        return [f.adv.lo.eq(w_off[:M]), f.adv.up0.eq(w_off[M:] == 0),
-                f.adv.up1.eq(w_off[M:] == 1), f.adv.s0.eq(w_off[-1]), f.adv.s1.eq(up_m1[-1])]
+        w_off = Signal(PSN, name="w_adv_off")
+        m.d.comb += w_off.eq(off)
+        up = w_off[M:]
+        up0 = is_zero(m, up, "w_adv_up0")
+        # The sign of the high bits less one, from compares after the one carry chain:
+        # set when they are 0 (the subtraction wraps) or above 2^(k-1) (k bits).
+        half = is_zero(m, up ^ (1 << (len(up) - 1)), "w_adv_half")
+        return [f.adv.lo.eq(w_off[:M]), f.adv.up0.eq(up0),
+                f.adv.up1.eq(is_zero(m, up ^ 1, "w_adv_up1")), f.adv.s0.eq(w_off[-1]),
+                f.adv.s1.eq(up0 | (up[-1] & ~half))]
 
     @staticmethod
     def _hi_tests(m, psn, psn_m1, hi, name):
@@ -430,13 +461,13 @@ class TrackerStages:
             idx.append(ik)
         found_last = ~srch[(nw - 1) * WORD:W - 1].all()
         op = f.op
-        # The packet's own bit and the next, as read (a 128:1 mux each, parity removed
-        # after), or the value the record ahead wrote there.
-        raw0, raw1 = Cat(f.lo[0], f.hi[0]), Cat(f.lo[1], f.hi[1])
-        own_raw = select_bit(m, raw0, f.own_pos, "f_own_sel")
+        # The packet's own bit and the next, as read (the last levels of a 128:1 mux each,
+        # the first taken in W; parity removed after), or the value the record ahead wrote
+        # there.
+        own_raw = select_bit(m, f.own_pre, f.own_pos[2:], "f_own_sel")
         # (The next bit: position p + 1 of the chunk and the next chunk's first, selected
         # by p, 128 inputs.)
-        next_raw = select_bit(m, Cat(raw0[1:], raw1[0]), f.next_pos, "f_next_sel")
+        next_raw = select_bit(m, f.next_pre, f.next_pos[2:], "f_next_sel")
         own_act, next_act, act = f.own_act, f.next_act, f.act
         raw_own = Signal(HALF, name="f_raw_own")
         m.d.comb += raw_own.eq(Mux(op.psn[6], f.hi[0], f.lo[0]))
@@ -520,8 +551,13 @@ class TrackerStages:
         # out with the context read, or written).
         every = Mux(f.ctx_uw, st.uw.every, f.every)
         psn = f.op.psn
-        dd, dm = Signal(PSN, name="f_dist"), Signal(PSN, name="f_dist_m1")
-        m.d.comb += [dd.eq(psn - ctx.cack), dm.eq(psn + ~ctx.cack)]
+
+        def tests(c, name):
+            # (Each context's own subtraction: the pick after the carry chains.)
+            dd, dm = Signal(PSN, name=f"{name}_dist"), Signal(PSN, name=f"{name}_dist_m1")
+            m.d.comb += [dd.eq(psn - c.cack), dm.eq(psn + ~c.cack)]
+            return self._psn_tests(m, dd, dm, c.mpr_m1, name)
+        ctx_t = Mux(f.ctx_uw, tests(st.uw.ctx, "f_uw"), tests(f.ctx, "f_ram"))
 
         # Against the highest PSN seen: both contexts tested in W, picked here.
         hi_t = Mux(f.ctx_uw, f.hi_uw, f.hi_ram)
@@ -538,7 +574,7 @@ class TrackerStages:
             d.data.eq(f.valid & ~st.kill & ~op.cont &
                       f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
             d.t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run, ctx.mpr_m1),
-                       self._psn_tests(m, dd, dm, ctx.mpr_m1, "f_ram"))),
+                       ctx_t)),
             d.above_hi.eq(Mux(fwd_hi, f.pp_above, hi_t[0])),
             # The SACK triggers known here: the packet asks (BTH A, a retransmission, ECN
             # CE), opens a new hole, or is the sack_every-th since the last SACK (with the
@@ -551,7 +587,7 @@ class TrackerStages:
 
     # --- Stage D: decide -------------------------------------------------------------------
 
-    def _stage_d_decide(self, m, mem, st, ctl):
+    def _stage_d_decide(self, m, mem, st, ctl, q):
         """Stage D: the verdict, from F's tests, the SACK triggers, the search combined over
         the words, the ring write's address and enables; a continuation or a possible
         release of held completions sets ``kill``, which flushes the stages behind next
@@ -619,7 +655,11 @@ class TrackerStages:
             m.d.comb += rel.eq(pool_i.psn - wb)
             rel_cand.append(pool_i.valid & (pool_i.qpi == d.qpi) & (rel[9:] == 0))
             rels.append(rel[:9])
+        # The QP's statistics and the packet's length, for U's counts (no write to come
+        # before U can change them: the record in U now is of another QP).
+        m.d.comb += mem.stats_r.addr.eq(d.qpi)
         m.d.sync += [
+            u.stats.eq(mem.stats_r.data), u.length.eq(q.len_at_d.data),
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
             u.qp_ok.eq(qp_ok), u.place.eq(place),
             u.adv.eq(adv), u.run.eq(run), u.verdict.eq(verdict), u.pkt_op.eq(pkt_op),
@@ -712,12 +752,10 @@ class TrackerStages:
             m.d.comb += new.since.eq(c.since + 1)
         with m.If(u.place & u.above_hi):
             m.d.comb += new.hi.eq(op.psn)
-        # The statistics: read, updated and written here, so no record sees them stale.
-        m.d.comb += mem.stats_r.addr.eq(u.qpi)
-        stats = mem.stats_r.data
-        new_stats = Signal(self._stats_layout, name="u_stats")
-        m.d.comb += [new_stats.pbase.eq(stats.pbase + u.place),
-                     new_stats.bytes.eq(stats.bytes + Mux(u.place, qd.length, 0))]
+        # The statistics (read in D), updated and written here.
+        new_stats = Signal(self._stats_layout, name="u_stats_new")
+        m.d.comb += [new_stats.pbase.eq(u.stats.pbase + u.place),
+                     new_stats.bytes.eq(u.stats.bytes + Mux(u.place, u.length, 0))]
         # For formal checks: the context write and the placement (see ``probe``).
         self.probe = SimpleNamespace(cack_write=mem.ctx_w.en, cack=mem.ctx_w.data.cack,
                                      place=u.valid & u.place, place_psn=op.psn)
@@ -737,7 +775,7 @@ class TrackerStages:
         # The packet's bit, written back in its bank word (made in D).
         # (Address and enables are registers, which a QP command's writes share.)
         for bank, en in ((mem.lo, u.ring_lo), (mem.hi, u.ring_hi)):
-            m.d.comb += [bank.w.addr.eq(u.ring_addr), bank.w.data.eq(u.word), bank.w.en.eq(en)]
+            m.d.comb += [bank.w_addr.eq(u.ring_addr), bank.w_data.eq(u.word), bank.w_en.eq(en)]
         self._pool_update(m, mem, st, ctl, qd, wb)
         # The verdict, the packet's own completion and the descriptor (but for the part that
         # waits for the bitmap, stage C) into their FIFOs; to stage A, what that part needs.

@@ -1,0 +1,174 @@
+"""A block RAM whose reads leave a register: :class:`BlockRam`.
+
+A block RAM read without an output register is slow on every FPGA (ECP5's DP16KD gives its
+data 5.8 ns after the clock in nextpnr's timing model, which leaves a 131 MHz stage about
+1.8 ns for everything else); with the register the RAM already has, the data leaves it with
+a flip-flop's delay. Yosys' ECP5 memory mapping never uses that register, and its emulation
+of a read that sees the write of the same cycle puts a multiplexer after the RAM's output.
+:class:`BlockRam` therefore instantiates DP16KD itself when elaborated for an ECP5 platform,
+output register on, and does any forwarding of writes after that register, from registers of
+its own. Elsewhere (simulation, Verilog export, other devices) it is Amaranth's synchronous
+read and a flip-flop stage: the same cycles, the same data.
+"""
+
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+__all__ = ["BlockRam", "FORWARD"]
+
+# What a read port forwards (``forward``): 0, nothing; 1, the write at the clock edge that
+# takes the read's address; 2, that write and the one at the next edge.
+FORWARD = (0, 1, 2)
+# DP16KD in its 36-bit (pseudo dual-port) mode: 512 words, the address on pins 5 to 13 and
+# the write enables of its four 9-bit bytes on pins 0 to 3 of port A.
+_DP16KD_WIDTH = 36
+_DP16KD_DEPTH = 512
+
+
+class BlockRam(wiring.Component):
+    """A simple dual-port RAM in block RAM: one write port and ``reads`` read ports, each
+    read's data out of a register.
+
+    Parameters
+    ----------
+    width : int
+        Bits a word, 1 or more.
+    depth : int
+        Words, 2 or more.
+    forward : tuple of int
+        One entry a read port (their number), each of :data:`FORWARD`: the writes after its
+        address is taken whose data it shows. 0: none; a write to the word at the edge that
+        takes the address gives an undefined word (the user must never make one). 1: the
+        write at that edge (the word a transparent read gives). 2: that write and the one
+        at the next edge (the word as it stands in the cycle its data leaves).
+
+    Ports
+    -----
+    w_addr, w_data, w_en : In
+        The write: ``w_data`` into word ``w_addr`` at the clock edge, when ``w_en``.
+    r_addr : In(ArrayLayout(ceil_log2(depth), len(forward)))
+        Each read port's address, taken at the clock edge.
+    r_data : Out(ArrayLayout(width, len(forward)))
+        Each read port's word, two cycles after its address (the cycle after the edge that
+        takes it, the RAM reads; the next, the word leaves the output register): in cycle
+        t + 2 the word addressed in cycle t, with the writes up to the edge ending cycle
+        t - 1, and those its ``forward`` names. A read port forwarding writes has one more
+        level of logic after the register: a 3:1 multiplexer (2) or 2:1 (1).
+
+    Throughput: a read a cycle on every port and a write a cycle; nothing stalls.
+
+    Storage: on an ECP5 platform (``platform.family == "ecp5"``) and at most 512 words,
+    ceil(``width`` / 36) DP16KD a read port in their 36-bit mode, output register on
+    (``REGMODE`` ``OUTREG``); elsewhere, or deeper, an Amaranth :class:`Memory` with a
+    synchronous read port per read port and a register after each (which Yosys maps to block
+    RAM and flip-flops). The forwarding: the last two writes (address, enable, data), and
+    per read port its address a cycle on and two hit flags.
+    """
+
+    def __init__(self, width, depth, forward=(0,)):
+        if width < 1:
+            raise ValueError(f"width must be 1 or more, not {width}")
+        if depth < 2:
+            raise ValueError(f"depth must be 2 or more, not {depth}")
+        forward = tuple(forward)
+        if not forward or any(f not in FORWARD for f in forward):
+            raise ValueError(f"forward must be one or more of {FORWARD}, not {forward}")
+        self.width, self.depth, self.forward = width, depth, forward
+        abits = ceil_log2(depth)
+        n = len(forward)
+        super().__init__({
+            "w_addr": In(abits), "w_data": In(width), "w_en": In(1),
+            "r_addr": In(data.ArrayLayout(abits, n)),
+            "r_data": Out(data.ArrayLayout(width, n)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ecp5 = getattr(platform, "family", None) == "ecp5" and self.depth <= _DP16KD_DEPTH
+        raw = [self._ecp5_read(m, i) if ecp5 else self._generic_read(m, i)
+               for i in range(len(self.forward))]
+        self._forwarding(m, raw)
+        return m
+
+    def _generic_read(self, m, i):
+        """Read port ``i`` as Amaranth's synchronous read and a register (one Memory each
+        port: Yosys makes a RAM a port anyway)."""
+        if i == 0:
+            self._mem = Memory(shape=self.width, depth=self.depth, init=[])
+            m.submodules.mem = self._mem
+            w = self._mem.write_port()
+            m.d.comb += [w.addr.eq(self.w_addr), w.data.eq(self.w_data), w.en.eq(self.w_en)]
+        rd = self._mem.read_port()
+        out = Signal(self.width, name=f"r{i}_out")
+        m.d.comb += rd.addr.eq(self.r_addr[i])
+        m.d.sync += out.eq(rd.data)
+        return out
+
+    def _ecp5_read(self, m, i):
+        """Read port ``i`` as DP16KD in the 36-bit mode with the output register on, the
+        write port on each (the primitive's pins as Yosys' own ECP5 mapping wires them)."""
+        out = Signal(self.width, name=f"r{i}_out")
+        abits = len(self.w_addr)
+        for t in range(-(-self.width // _DP16KD_WIDTH)):
+            lo = t * _DP16KD_WIDTH
+            n = min(_DP16KD_WIDTH, self.width - lo)
+            di = Signal(_DP16KD_WIDTH, name=f"r{i}_t{t}_di")
+            do = Signal(_DP16KD_WIDTH, name=f"r{i}_t{t}_do")
+            m.d.comb += [di.eq(self.w_data[lo:lo + n]), out[lo:lo + n].eq(do[:n])]
+            pins = {}
+            for p in range(14):
+                a = p - 5
+                pins[f"i_ADA{p}"] = (self.w_en if p < 4 else
+                                     self.w_addr[a] if 0 <= a < abits else Const(0, 1))
+                pins[f"i_ADB{p}"] = self.r_addr[i][a] if 0 <= a < abits else Const(0, 1)
+            for p in range(18):
+                pins[f"i_DIA{p}"] = di[p]
+                pins[f"i_DIB{p}"] = di[18 + p]
+                pins[f"o_DOA{p}"] = do[p]
+                pins[f"o_DOB{p}"] = do[18 + p]
+            for port in "AB":
+                pins.update({f"i_CLK{port}": ClockSignal("sync"), f"i_CE{port}": Const(1, 1),
+                             f"i_OCE{port}": Const(1, 1), f"i_RST{port}": Const(0, 1),
+                             **{f"i_CS{port}{k}": Const(0, 1) for k in range(3)}})
+            m.submodules[f"r{i}_ram{t}"] = Instance(
+                "DP16KD",
+                p_DATA_WIDTH_A=_DP16KD_WIDTH, p_DATA_WIDTH_B=_DP16KD_WIDTH,
+                # In the 36-bit mode the read drives both ports' outputs: both registers on.
+                p_REGMODE_A="OUTREG", p_REGMODE_B="OUTREG",
+                p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC",
+                p_CSDECODE_A="0b000", p_CSDECODE_B="0b000", p_GSR="AUTO",
+                i_WEA=Const(1, 1), i_WEB=Const(0, 1), **pins)
+        return out
+
+    def _forwarding(self, m, raw):
+        """The writes the reads forward: the last two (``w1`` at the edge before, ``w2``
+        the one before that), each read's address a cycle on compared with them and with
+        the write of this cycle, the hits registered, the word picked after the RAM's
+        register."""
+        abits = len(self.w_addr)
+        hist = [dict(addr=Signal(abits, name=f"w{k}_addr"), en=Signal(name=f"w{k}_en"),
+                     data=Signal(self.width, name=f"w{k}_data")) for k in (1, 2)]
+        if any(self.forward):
+            m.d.sync += [hist[0]["addr"].eq(self.w_addr), hist[0]["en"].eq(self.w_en),
+                         hist[0]["data"].eq(self.w_data),
+                         *[hist[1][k].eq(hist[0][k]) for k in ("addr", "en", "data")]]
+        for i, fwd in enumerate(self.forward):
+            if not fwd:
+                m.d.comb += self.r_data[i].eq(raw[i])
+                continue
+            addr1 = Signal(abits, name=f"r{i}_addr1")
+            # In the cycle after the address: the write at its edge is in w1, the next
+            # write on the port.
+            at_edge = Signal(name=f"r{i}_hit_edge")
+            at_next = Signal(name=f"r{i}_hit_next")
+            m.d.sync += [addr1.eq(self.r_addr[i]),
+                         at_edge.eq(hist[0]["en"] & (hist[0]["addr"] == addr1))]
+            if fwd == 2:
+                m.d.sync += at_next.eq(self.w_en & (self.w_addr == addr1))
+            # In the cycle the word leaves: the write at the address's edge is in w2, the
+            # next in w1.
+            m.d.comb += self.r_data[i].eq(Mux(at_next, hist[0]["data"],
+                                              Mux(at_edge, hist[1]["data"], raw[i])))
