@@ -54,7 +54,10 @@ class PoolStages:
         pos = [u.rel[i] for i in range(N)]
         for i in range(N):
             m.d.comb += release[i].eq(u.valid & u.adv & u.cand[i] & (u.rel[i] <= u.run))
-        with m.If(release.any()):
-            m.d.sync += [ctl.drain_busy.eq(1), ctl.drain_mask.eq(release),
+        # While no drain runs (nothing is in stage U while one does: the stages behind the
+        # release were flushed, and nothing is issued), its registers follow stage U, so
+        # that the release's compares drive their data alone, not an enable too.
+        with m.If(~ctl.drain_busy):
+            m.d.sync += [ctl.drain_busy.eq(release.any()), ctl.drain_mask.eq(release),
                          ctl.drain_ordered.eq(0),
                          *[ctl.drain_pos[i].eq(pos[i]) for i in range(N)]]

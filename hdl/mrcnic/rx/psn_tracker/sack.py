@@ -20,7 +20,7 @@ class SackStages:
     def _stage_a_sack_read(self, m, mem, st):
         """Stage A: reads the ring at SACK_BASE = CACK + 1 (the bank word holding it and the
         next), after this record's own write and before the next record of the QP writes;
-        ``ack_psn_offset`` and ``ooo_count``."""
+        the differences ``ack_psn_offset`` and ``ooo_count`` come from."""
         a, b, C = st.a, st.b, self.window_chunks
         base = Signal(PSN, name="a_sack_base")
         m.d.comb += base.eq(a.cack + SACK_OFFSET)
@@ -29,27 +29,27 @@ class SackStages:
         m.d.comb += [chunk1.eq(chunk + 1),
                      mem.lo.r_addr[C].eq(self._ring_addr(a.qpi, Mux(base[6], chunk1, chunk))),
                      mem.hi.r_addr[C].eq(self._ring_addr(a.qpi, chunk))]
-        trigger = Signal(PSN, name="a_trigger")
-        ooo = Signal(PSN, name="a_ooo")
-        m.d.comb += [trigger.eq(a.psn - a.cack), ooo.eq(a.pbase - a.cack)]
         m.d.sync += [
             b.valid.eq(a.valid), b.shift.eq(base[:6]), b.half.eq(base[6]),
             # The parity of the second word: the next chunk's when it is the odd half.
             b.par0.eq(self._chunk_parity(chunk)),
             b.par_next.eq(Mux(base[6], self._chunk_parity(chunk1), self._chunk_parity(chunk))),
-            b.nack.eq(a.nack),
-            b.tail.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
-            b.tail.ack_psn_offset.eq(Mux(a.plain | ~signed_fits(trigger, 16), 0,
-                                         trigger[:16])),
+            b.nack.eq(a.nack), b.plain.eq(a.plain),
+            # The differences; B saturates them.
+            b.trigger.eq(a.psn - a.cack), b.ooo.eq(a.pbase - a.cack),
         ]
 
     def _stage_b_sack_data(self, m, mem, st):
         """Stage B: the block RAM reads the two bank words (they leave its output register
-        in C); what goes with them, into registers."""
+        in C); ``ack_psn_offset`` and ``ooo_count``, saturated, and what goes with the words,
+        into registers."""
         b, c = st.b, st.c
+        ooo, trigger = b.ooo, b.trigger
         m.d.sync += [c.valid.eq(b.valid), c.shift.eq(b.shift), c.half.eq(b.half),
                      c.par0.eq(b.par0), c.par_next.eq(b.par_next), c.nack.eq(b.nack),
-                     c.tail.eq(b.tail)]
+                     c.tail.ooo_count.eq(Mux(ooo[15:] != 0, (1 << 15) - 1, ooo[:15])),
+                     c.tail.ack_psn_offset.eq(Mux(b.plain | ~signed_fits(trigger, 16), 0,
+                                                  trigger[:16]))]
 
     def _stage_c_bitmap(self, m, mem, st):
         """Stage C: the two bank words, out of the block RAM's register, in PSN order (when

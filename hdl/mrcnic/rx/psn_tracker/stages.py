@@ -207,7 +207,8 @@ class TrackerStages:
         st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
         tail = dict(valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, tail=ACK_TAIL)
-        st.b = stage("b", **tail)
+        st.b = stage("b", valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, plain=1,
+                     trigger=PSN, ooo=PSN)
         st.c = stage("c", **tail)
         st.t = stage("t", valid=1, shift=4, nack=1, tail=ACK_TAIL, coarse=BITMAP_BITS + 15)
         # The packet's own completion, written in stage U.
@@ -322,8 +323,15 @@ class TrackerStages:
         pars = [self._chunk_parity(chunk) for chunk in chunks]
         fwd = Signal(self._fwd_layout, name="w_fwd")
         m.d.comb += fwd.eq(Mux(from_u, w.fwd_u, fwd_d))
+        # (D's placement, ``d_place``, written again here from D's registers in two kept
+        # halves, so that the register it steers is three LUT levels from them.)
+        d_fresh = named(m, from_d & ~st.kill & d.data & ~d.arrived & d.t.in_win,
+                        "w_fwd_d_fresh", keep=True)
+        d_refuse = named(m, d.op.wimm & ~d.t.imm &
+                         Mux(u.valid & u.admit, d.pool_full[1], d.pool_full[0]),
+                         "w_fwd_d_refuse", keep=True)
         act = Signal(name="w_fwd_act")
-        m.d.comb += act.eq(from_u | (from_d & st.d_place))
+        m.d.comb += act.eq(from_u | (d_fresh & ~d_refuse))
         rel7 = psn[:7]
         nwc = CHUNK // WORD
         raw = [Cat(mem.lo.r_data[j], mem.hi.r_data[j]) for j in range(2)]
@@ -396,16 +404,10 @@ class TrackerStages:
         of the offset and of the offset less 2^``_adv_bits`` (a borrow out of the low
         bits)."""
         M = self._adv_bits
-        w_off = Signal(PSN, name="w_adv_off")
-        m.d.comb += w_off.eq(off)
-        up = w_off[M:]
-        up0 = is_zero(m, up, "w_adv_up0")
-        # The sign of the high bits less one, from compares after the one carry chain:
-        # set when they are 0 (the subtraction wraps) or above 2^(k-1) (k bits).
-        half = is_zero(m, up ^ (1 << (len(up) - 1)), "w_adv_half")
-        return [f.adv.lo.eq(w_off[:M]), f.adv.up0.eq(up0),
-                f.adv.up1.eq(is_zero(m, up ^ 1, "w_adv_up1")), f.adv.s0.eq(w_off[-1]),
-                f.adv.s1.eq(up0 | (up[-1] & ~half))]
+        w_off, up_m1 = Signal(PSN, name="w_adv_off"), Signal(PSN - M, name="w_adv_up_m1")
+        m.d.comb += [w_off.eq(off), up_m1.eq(w_off[M:] - 1)]
+        return [f.adv.lo.eq(w_off[:M]), f.adv.up0.eq(w_off[M:] == 0),
+                f.adv.up1.eq(w_off[M:] == 1), f.adv.s0.eq(w_off[-1]), f.adv.s1.eq(up_m1[-1])]
 
     @staticmethod
     def _hi_tests(m, psn, psn_m1, hi, name):
@@ -551,13 +553,8 @@ class TrackerStages:
         # out with the context read, or written).
         every = Mux(f.ctx_uw, st.uw.every, f.every)
         psn = f.op.psn
-
-        def tests(c, name):
-            # (Each context's own subtraction: the pick after the carry chains.)
-            dd, dm = Signal(PSN, name=f"{name}_dist"), Signal(PSN, name=f"{name}_dist_m1")
-            m.d.comb += [dd.eq(psn - c.cack), dm.eq(psn + ~c.cack)]
-            return self._psn_tests(m, dd, dm, c.mpr_m1, name)
-        ctx_t = Mux(f.ctx_uw, tests(st.uw.ctx, "f_uw"), tests(f.ctx, "f_ram"))
+        dd, dm = Signal(PSN, name="f_dist"), Signal(PSN, name="f_dist_m1")
+        m.d.comb += [dd.eq(psn - ctx.cack), dm.eq(psn + ~ctx.cack)]
 
         # Against the highest PSN seen: both contexts tested in W, picked here.
         hi_t = Mux(f.ctx_uw, f.hi_uw, f.hi_ram)
@@ -574,7 +571,7 @@ class TrackerStages:
             d.data.eq(f.valid & ~st.kill & ~op.cont &
                       f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
             d.t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run, ctx.mpr_m1),
-                       ctx_t)),
+                       self._psn_tests(m, dd, dm, ctx.mpr_m1, "f_ram"))),
             d.above_hi.eq(Mux(fwd_hi, f.pp_above, hi_t[0])),
             # The SACK triggers known here: the packet asks (BTH A, a retransmission, ECN
             # CE), opens a new hole, or is the sack_every-th since the last SACK (with the
