@@ -133,8 +133,7 @@ class BlockRam(wiring.Component):
                 pins.update({f"i_CLK{port}": ClockSignal("sync"), f"i_CE{port}": Const(1, 1),
                              f"i_OCE{port}": Const(1, 1), f"i_RST{port}": Const(0, 1),
                              **{f"i_CS{port}{k}": Const(0, 1) for k in range(3)}})
-            m.submodules[f"r{i}_ram{t}"] = Instance(
-                "DP16KD",
+            m.submodules[f"r{i}_ram{t}"] = self._dp16kd(
                 p_DATA_WIDTH_A=_DP16KD_WIDTH, p_DATA_WIDTH_B=_DP16KD_WIDTH,
                 # In the 36-bit mode the read drives both ports' outputs: both registers on.
                 p_REGMODE_A="OUTREG", p_REGMODE_B="OUTREG",
@@ -142,6 +141,12 @@ class BlockRam(wiring.Component):
                 p_CSDECODE_A="0b000", p_CSDECODE_B="0b000", p_GSR="AUTO",
                 i_WEA=Const(1, 1), i_WEB=Const(0, 1), **pins)
         return out
+
+    @staticmethod
+    def _dp16kd(**ports):
+        """The DP16KD primitive with ``ports`` (Amaranth :class:`Instance` arguments); a test
+        puts a model of it here to run the ECP5 elaboration on the simulator."""
+        return Instance("DP16KD", **ports)
 
     def _forwarding(self, m, raw):
         """The writes the reads forward: the last two (``w1`` at the edge before, ``w2``
