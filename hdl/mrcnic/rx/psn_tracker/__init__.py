@@ -152,10 +152,14 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
 
     * ``i_`` issue: a continuation, else the queue's next record, unless it is of the QP
       issued in the cycle before (the one stall: a QP's records are two cycles apart);
-    * ``r_`` read: addresses the ``window_chunks`` ring chunks from the packet's own (block
-      RAM, two 64-bit banks); how the ring write of the record in D would reach them; the
-      PSN's position plus one;
-    * ``w_`` window: the bank words, as the block RAM gives them, into registers; which
+      addresses the ``window_chunks`` ring chunks from the packet's own (block RAM, two
+      64-bit banks, :class:`~mrcnic.base.bram.BlockRam`: the words out of its register two
+      cycles later);
+    * ``r_`` read: the block RAM reads; how the ring write of the record in D would reach
+      the window; the PSN's position plus one;
+    * ``w_`` window: the bank words, out of the block RAM's register with the two writes
+      after the address forwarded (as a read in R transparent to its cycle's write), into
+      registers, and the first level of the own and next bit's selects; which
       ring write the read missed reaches this window (that of the record in U or of the
       one in D) and where, and whether it is made (the record in D's placement registered
       as D decides it, a stage ahead of the search it steers); the positions up to the
@@ -177,15 +181,15 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
       the ring bit, the held completions admitted or released; the verdict, the packet's
       own completion and the descriptor's body into their FIFOs;
     * ``a_``, ``b_``, ``c_``, ``t_``: the ring read at SACK_BASE (after this record's write,
-      before the next of its QP writes), registered as it leaves the block RAM, and shifted
-      to the bitmap in two stages: the descriptor's tail, with ``ooo_count`` and
+      before the next of its QP writes), its words out of the block RAM's register in C,
+      and shifted to the bitmap in two stages: the descriptor's tail, with ``ooo_count`` and
       ``ack_psn_offset``, into a second FIFO; ``ack`` carries a descriptor when both its
       parts are in.
 
-    Every block RAM output goes straight into registers, and every search or compare wider
-    than a LUT is split across stages or precomputed. A QP's ring writes reach the records
-    two and three behind by forwarding (R's block RAM read is transparent to U's write of
-    the same cycle, which the record four behind reads); its context write reaches the
+    Every block RAM read leaves the RAM's own output register, and every search or compare
+    wider than a LUT is split across stages or precomputed. A QP's ring writes reach the
+    records two and three behind by forwarding (the window's read forwards U's writes up to
+    the one in R's cycle, which the record four behind reads); its context write reaches the
     records two and three behind by forwarding (F's tests against the record in U, the
     register ``uw``), the later ones by the read in W.
 
