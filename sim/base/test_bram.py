@@ -72,7 +72,7 @@ def _check_random(dut, width, depth):
 
 def test_ecp5_elaboration_uses_the_output_register():
     """On an ECP5 platform each read port is DP16KD (ceil(width / 36) of them) with both
-    output registers on; deeper than 512 words, the generic memory."""
+    output registers on; deeper than 512 words or at most 16, the generic memory."""
     class Ecp5:
         family = "ecp5"
     ram = BlockRam(64, 512, (2, 0))
@@ -82,6 +82,8 @@ def test_ecp5_elaboration_uses_the_output_register():
     assert il.count('parameter \\REGMODE_A "OUTREG"') == 4
     deep = rtlil.convert(BlockRam(64, 1024, (0,)), platform=Ecp5())
     assert "DP16KD" not in deep
+    shallow = rtlil.convert(BlockRam(64, 16, (0,)), platform=Ecp5())
+    assert "DP16KD" not in shallow
     generic = Fragment.get(BlockRam(64, 512, (0,)), None)
     assert generic is not None
 

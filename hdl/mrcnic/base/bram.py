@@ -26,6 +26,10 @@ FORWARD = (0, 1, 2)
 # the write enables of its four 9-bit bytes on pins 0 to 3 of port A.
 _DP16KD_WIDTH = 36
 _DP16KD_DEPTH = 512
+# Decision: a RAM of at most 16 words (one distributed RAM's depth) stays generic on ECP5:
+# Yosys makes it distributed RAM or flip-flops, which read fast without a primitive, rather
+# than tying up a DP16KD a read port (the board self-test's PSN tracker keeps 2 words).
+_DP16KD_MIN_DEPTH = 17
 
 
 class BlockRam(wiring.Component):
@@ -60,9 +64,9 @@ class BlockRam(wiring.Component):
 
     Throughput: a read a cycle on every port and a write a cycle; nothing stalls.
 
-    Storage: on an ECP5 platform (``platform.family == "ecp5"``) and at most 512 words,
+    Storage: on an ECP5 platform (``platform.family == "ecp5"``) and 17 to 512 words,
     ceil(``width`` / 36) DP16KD a read port in their 36-bit mode, output register on
-    (``REGMODE`` ``OUTREG``); elsewhere, or deeper, an Amaranth :class:`Memory` with a
+    (``REGMODE`` ``OUTREG``); elsewhere, shallower or deeper, an Amaranth :class:`Memory` with a
     synchronous read port per read port and a register after each (which Yosys maps to block
     RAM and flip-flops). The forwarding: the last two writes (address, enable, data), and
     per read port its address a cycle on and two hit flags.
@@ -87,7 +91,8 @@ class BlockRam(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ecp5 = getattr(platform, "family", None) == "ecp5" and self.depth <= _DP16KD_DEPTH
+        ecp5 = (getattr(platform, "family", None) == "ecp5" and
+                _DP16KD_MIN_DEPTH <= self.depth <= _DP16KD_DEPTH)
         raw = [self._ecp5_read(m, i) if ecp5 else self._generic_read(m, i)
                for i in range(len(self.forward))]
         self._forwarding(m, raw)
