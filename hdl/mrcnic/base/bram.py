@@ -1,9 +1,8 @@
 """A block RAM whose reads leave a register: :class:`BlockRam`.
 
-A block RAM read without an output register is slow on every FPGA (ECP5's DP16KD gives its
-data 5.8 ns after the clock in nextpnr's timing model, which leaves a 131 MHz stage about
-1.8 ns for everything else); with the register the RAM already has, the data leaves it with
-a flip-flop's delay. Yosys' ECP5 memory mapping never uses that register, and its emulation
+A block RAM read without an output register is slow on every FPGA (ECP5's DP16KD leaves a
+fast stage little time for anything after it: docs/blocks/psn-tracker.md has the figures);
+with the register the RAM already has, the data leaves it with about a flip-flop's delay. Yosys' ECP5 memory mapping never uses that register, and its emulation
 of a read that sees the write of the same cycle puts a multiplexer after the RAM's output.
 :class:`BlockRam` therefore instantiates DP16KD itself when elaborated for an ECP5 platform,
 output register on, and does any forwarding of writes after that register, from registers of
