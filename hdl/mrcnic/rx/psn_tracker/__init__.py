@@ -493,6 +493,17 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         with m.Elif(issue_q):
             m.d.sync += q.iss.eq(q.iss + 1)
 
+    def _window_read(self, m, mem, qpi, chunks):
+        """The window's chunks from the packet's own (``chunks``: their ring chunk numbers,
+        mod ``mpr_max``), addressed in stage I (``qpi``: the record being issued, or offered
+        when it is not) on the ring's window ports; their words leave the block RAM in W
+        with the writes up to the one in R's cycle."""
+        for j, c in enumerate(chunks):
+            chunk = Signal(self._cbits or 1, name=f"i_chunk{j}")
+            m.d.comb += chunk.eq(c)
+            addr = self._ring_addr(qpi, chunk)
+            m.d.comb += [mem.lo.r_addr[j].eq(addr), mem.hi.r_addr[j].eq(addr)]
+
     # --- Engines beside the pipeline -------------------------------------------------------
 
     def _completion_drain(self, m, mem, st, ctl, cpl_fifo):

@@ -231,17 +231,6 @@ class TrackerStages:
 
     # --- Stage R: read ---------------------------------------------------------------------
 
-    def _window_read(self, m, mem, qpi, chunks):
-        """The window's chunks from the packet's own (``chunks``: their ring chunk numbers,
-        mod ``mpr_max``), addressed in stage I (``qpi``: the record being issued, or offered
-        when it is not) on the ring's window ports; their words leave the block RAM in W
-        with the writes up to the one in R's cycle."""
-        for j, c in enumerate(chunks):
-            chunk = Signal(self._cbits or 1, name=f"i_chunk{j}")
-            m.d.comb += chunk.eq(c)
-            addr = self._ring_addr(qpi, chunk)
-            m.d.comb += [mem.lo.r_addr[j].eq(addr), mem.hi.r_addr[j].eq(addr)]
-
     def _stage_r_read(self, m, mem, st):
         """Stage R: the block RAM reads the window (addressed in I); how the ring write of
         the record now in D (in U when this one is in W) would reach this window."""
