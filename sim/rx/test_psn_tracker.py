@@ -425,3 +425,55 @@ def test_first_set_finds_the_lowest_set_bit(n):
     sim = Simulator(m)
     sim.add_testbench(tb)
     sim.run()
+
+
+@pytest.mark.parametrize("mpr_max,chunks", [(1, 2), (8, 3), (64, 3)])
+def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks):
+    """Stage F's tests of a PSN against the CACK an advancing record writes (its window
+    base plus its run, split in W and tested with a few bits in F) give the 24-bit tests'
+    answers: at or before it, in the window above it, just after it."""
+    from types import SimpleNamespace
+    from amaranth.lib import data
+    from amaranth.sim import Simulator
+    rng = seeded()
+    dut = PsnTracker(4, mpr_max, 4, chunks)
+    dut._MustUse__silence = True               # its helpers are used, not the whole
+    dut._stage_registers()                     # sets the split's width
+    M, cbits = dut._adv_bits, dut._cbits
+    psn, base = Signal(proto.PSN_BITS), Signal(proto.PSN_BITS)
+    run, mpr_m1 = Signal(range(dut.window)), Signal(max(1, cbits))
+    f = SimpleNamespace(adv=Signal(data.StructLayout({
+        "lo": M, "up0": 1, "up1": 1, "s0": 1, "s1": 1})))
+    m = Module()
+    m.d.comb += dut._adv_offset(m, f, psn - base)
+    got = Signal(3)
+    m.d.comb += got.eq(dut._adv_tests(m, f.adv, run, mpr_m1))
+    mask = (1 << proto.PSN_BITS) - 1
+
+    def want(off, r, mm1):
+        dd = (off - r) & mask
+        dm = (dd - 1) & mask
+        before = dd == 0 or dd >> (proto.PSN_BITS - 1)
+        in_win = not before and dm >> (7 + cbits) == 0 and (not cbits or dm >> 7 <= mm1)
+        return int(before) | int(in_win) << 1 | int(dm == 0) << 2
+
+    near = [0, 1, 2, 127, 128, 129, (1 << M) - 1, 1 << M, (1 << M) + 1, 1 << 23,
+            (1 << 23) - 1, mask, mask - 1]
+
+    async def tb(ctx):
+        for _ in range(1500):
+            b = rng.getrandbits(proto.PSN_BITS - 7) << 7
+            r = rng.randrange(dut.window)
+            off = rng.choice([rng.getrandbits(proto.PSN_BITS), r + rng.randrange(-3, 4),
+                              r + rng.randrange(-200, 1200), rng.choice(near)]) & mask
+            mm1 = rng.randrange(mpr_max)
+            ctx.set(psn, (b + off) & mask)
+            ctx.set(base, b)
+            ctx.set(run, r)
+            ctx.set(mpr_m1, mm1)
+            assert ctx.get(got) == want(off, r, mm1), (off, r, mm1)
+
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+

@@ -510,8 +510,8 @@ class TrackerStages:
         with M-bit carry chains rather than 24-bit ones. The low bits give ``lo`` - ``run``
         and ``lo`` - ``run`` - 1 and their borrows; the high bits then read 0 when they
         were 0 without a borrow or 1 with one, and the sign is the offset's, or with a
-        borrow that of its high bits less one. (Checked against the 24-bit tests over
-        every run, offsets around 0, 2^k and 2^23, and random ones.)"""
+        borrow that of its high bits less one. (Checked against the 24-bit tests in
+        sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23, random ones.)"""
         M, K, cbits = self._adv_bits, 7 + self._cbits, self._cbits
         run_m = Cat(run, Const(0, M - len(run)))
         low_d, low_m = Signal(M + 1, name="f_adv_low"), Signal(M + 1, name="f_adv_low_m1")
