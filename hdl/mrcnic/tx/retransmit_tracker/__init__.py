@@ -66,7 +66,8 @@ RT_REGS = RegisterMap("retransmit_tracker", [
         Field("retry_linear", 3, "rw", reset=7,
               desc="Retries at a constant interval before backoff doubles"),
         Field("pmtu_log2", 4, "rw", reset=12, offset=28,
-              desc="log2 of the PMTU in bytes, for bytes in flight"),
+              desc="log2 of the PMTU in bytes, for bytes in flight (a window counts in "
+                   "packets of the PMTU set when it is written)"),
     ]),
     Register("config2", [
         Field("retry_max", 5, "rw", reset=RETRY_FOREVER,
@@ -136,6 +137,7 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         The peer's SACKs and NACKs, from the receive half.
     cwnd : stream of :data:`~mrcnic.base.records.CWND_IN`, in
         Congestion window of a QP in bytes; unlimited (2^32 - 1) after reset or an open.
+        Kept in packets of the PMTU that ``config.pmtu_log2`` gives as it is written.
     now : Signal(:data:`~mrcnic.base.records.TIME_BITS`), in
         Free-running time base in ticks of 1.024 us
         (:data:`~mrcnic.base.records.TICK_NS`), wrapping.
@@ -483,15 +485,17 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
             w_valid=w_valid)
 
     def _cwnd_input(self, m, v):
-        """The cwnd input: a QP's congestion window, written into its table."""
-        (cmd_busy, qps, cwnd_w, qidx) = _take(v, """
-            cmd_busy qps cwnd_w qidx""")
+        """The cwnd input: a QP's congestion window, written into its table in packets of
+        the PMTU (``cwnd`` >> ``pmtu_log2``: the credit tests compare the PSNs outstanding
+        with it, no shift after the table's read)."""
+        (cmd_busy, qps, cwnd_w, qidx, pmtu_log2) = _take(v, """
+            cmd_busy qps cwnd_w qidx pmtu_log2""")
         # --- cwnd input -------------------------------------------------------------------
         m.d.comb += self.cwnd.ready.eq(~cmd_busy)
         take_c = self.cwnd.valid & self.cwnd.ready
         with m.If(take_c & (self.cwnd.payload.qp < qps)):
             m.d.comb += [cwnd_w.addr.eq(qidx(self.cwnd.payload.qp)), cwnd_w.en.eq(1),
-                         cwnd_w.data.eq(self.cwnd.payload.cwnd)]
+                         cwnd_w.data.eq(self.cwnd.payload.cwnd >> pmtu_log2)]
 
         vars(v).update(
             take_c=take_c)

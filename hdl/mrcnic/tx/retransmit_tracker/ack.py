@@ -31,8 +31,8 @@ from mrcnic.base.records import ACK_DESC, ErrorCause, RtxCause, RESOURCE_NACKS, 
 from mrcnic.base.gates import assign, take as _take
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.tx.retransmit_tracker.common import (
-    EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_max, _clamp_signed, ge_mask, highest_set,
-    lt_mask)
+    EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_max, _clamp_signed, _clamp_signed_less64,
+    ge_mask, highest_set, lt_mask)
 
 __all__ = ["AckStages"]
 
@@ -114,8 +114,9 @@ class AckStages:
             e_reread.eq(e_valid & ~e_go),
             banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_even), bank_addr(qa, even))),
             banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_odd), bank_addr(qa, odd))),
-            banks[0][1].en.eq(take_a | e_reread), banks[1][1].en.eq(take_a | e_reread),
         ]
+        # (The read ports read every cycle, with no enable: in a cycle where stage E neither
+        # holds its record nor takes one, what they read is not used.)
         # The highest bit counts as after CACK when its index exceeds -sack_offset
         # saturated to 0 .. 64: for an offset of 0 or more, when the index is not 0; never
         # for -64 or less; between, when the index plus the offset's low 6 bits passes 64.
@@ -142,23 +143,35 @@ class AckStages:
         # from the SACK's highest bit, or from its CACK, the two worked out side by side.
         # (base[:6] - (guard - 1) beside the search for the highest bit, which it then meets
         # in one adder.)
-        off_g, off_m1 = Signal(signed(18), name="sack_a_off_g"), Signal(signed(18), name="sack_a_off_m1")
         b6_g = Signal(signed(18), name="sack_a_base6_g")
-        m.d.comb += [off_g.eq(off + gm1), off_m1.eq(off - 1), b6_g.eq(b6 - gm1)]
+        m.d.comb += b6_g.eq(b6 - gm1)
         # Stage E adds the highest bit's index to base[:6] - (guard - 1), saturated here to
         # -64 .. 129 (the clamp to 0 .. 128 after adding 0 .. 63 is the same).
         b6_g_sat = Signal(signed(9), name="sack_a_base6_g_sat")
         m.d.comb += b6_g_sat.eq(Mux(b6_g < -WORD, -WORD, Mux(b6_g > 2 * WORD + 1, 2 * WORD + 1,
                                                               b6_g[:9])))
+        # Where CACK + 1 falls (lo) and the end of the search that CACK gives (lo - 1 -
+        # (guard - 1)), from CACK's low bits and the offset's high ones: lo = CACK[:6] + 1 -
+        # 64 x (sack_offset >> 6) - 64 x c6, the first two terms one field of bits
+        # (sack_a_cack_off, CACK[:6] - 64 x (offset >> 6) - 64, the high bits inverted),
+        # each bound one carry chain from it, with a constant or a register
+        # (sack_a_end_k, 65 - guard); c6 picks the bound or the bound less 64, whose clamp
+        # reads the same sum's bits.
+        cack_off = Signal(signed(16), name="sack_a_cack_off")
+        end_k = Signal(signed(19), name="sack_a_end_k")     # follows reorder_guard too
+        lo0, en0 = Signal(signed(18), name="sack_a_lo0"), Signal(signed(20), name="sack_a_end0")
+        m.d.sync += end_k.eq(65 - guard)
+        m.d.comb += [cack_off.eq(Cat(a.cack[:6], ~a.sack_offset[6:16])),
+                     lo0.eq(cack_off + 65), en0.eq(cack_off + end_k)]
         end_cack = Signal(8, name="sack_a_end_cack")
-        m.d.comb += end_cack.eq(_clamp_signed(b6 - off_g))
+        m.d.comb += end_cack.eq(Mux(c6, _clamp_signed_less64(en0), _clamp_signed(en0)))
         a_hcand = Signal(PSN, name="sack_a_hcand")
         a_lo = Signal(8, name="sack_a_lo")
         a_hx = Signal(PSN, name="sack_a_hx")
         a_pg = Signal(PSN, name="sack_a_pg")
         m.d.comb += [
             a_hcand.eq(Cat(s7[:6], Mux(s7[6], hi1, hi0))),
-            a_lo.eq(_clamp_signed(b6 - off_m1)),
+            a_lo.eq(Mux(c6, _clamp_signed_less64(lo0), _clamp_signed(lo0))),
             a_hx.eq(Mux(a_after, a_hcand, a.cack)),
             # p0 + guard - 1, p0 = base less its low 6 bits.
             a_pg.eq(Cat(gm1[:6], Mux(c6, x1 + (gm1 >> 6), x0 + (gm1 >> 6))[:PSN - 6])),
@@ -185,8 +198,16 @@ class AckStages:
         # Stage E's fields load whenever the stage is free on this edge, whether or not a
         # record is taken (e_valid says whether they hold one): their enable is then one
         # gate after stage E's own state, not the whole of the input's readiness.
+        # The SACK's bits for PSNs after its CACK (bit j: sack_offset + j > 0), from the
+        # offset alone: stage E aligns them to the two words with nothing to drop.
+        off_pos = ~off[-1] & off.any()
+        off_zero = ~off.any()
+        bits_after = Cat(*(off_pos | (off_zero & (j > 0)) |
+                           (off_near & (a.sack_offset[:6] >= WORD + 1 - j))
+                           for j in range(WORD)))
         with m.If(~e_reread):
-            m.d.sync += [e.eq(a), e_base.eq(a_base), e_trig1.eq(a_trig + 1),
+            m.d.sync += [e.eq(a), e.bitmap.eq(a.bitmap & bits_after),
+                         e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
                          e_found.eq(a_found), e_hcand.eq(a_hcand),
                          e_pg.eq(a_pg), e_lo.eq(a_lo),
@@ -224,8 +245,10 @@ class AckStages:
             e_go.eq(e_valid & ~cmd_busy & (~w_valid | w_go) & ~(w_valid & (w_q == e_q)) &
                     ~(hole_busy & (h_q == e_q))),
             ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q),
-            rec_ra.addr.eq(rec_addr(e_q, e_rec_lo)), rec_ra.en.eq(e_go),
-            tag_ra.addr.eq(rec_addr(e_q, e_tag_lo)), tag_ra.en.eq(e_go)]
+            # The ring reads load whenever stage W is free on this edge (what they read
+            # when stage E does not go on is not used): stage W holds them while it waits.
+            rec_ra.addr.eq(rec_addr(e_q, e_rec_lo)), rec_ra.en.eq(~w_valid | w_go),
+            tag_ra.addr.eq(rec_addr(e_q, e_tag_lo)), tag_ra.en.eq(~w_valid | w_go)]
         c = ctx_re.data
         n = nxt_re.data
         in_err = err.bit_select(e_q, 1)
@@ -259,10 +282,10 @@ class AckStages:
         b_unsent = e_found & ~dhn[-1]
         sack_ok_u = Signal(name="sack_e_ok_u")
         m.d.comb += sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent)
-        # The SACK's bitmap aligned to the two words, the bits at or before CACK dropped.
+        # The SACK's bitmap (the bits at or before CACK dropped in stage A) aligned to the
+        # two words.
         e_vn = Signal(2 * WORD, name="sack_e_vn")
-        m.d.comb += e_vn.eq((Cat(e.bitmap, Const(0, WORD)) << e_base[:6]) &
-                            ge_mask(e_lo, 2 * WORD))
+        m.d.comb += e_vn.eq(Cat(e.bitmap, Const(0, WORD)) << e_base[:6])
         # Whether the SACK sets a bit not yet set, per word (each word's test read apart
         # from its lap check, which picks one of them in stage W).
         fresh = Signal(4, name="sack_e_fresh")

@@ -136,6 +136,16 @@ def _clamp_signed(x):
     return Mux(x[-1], 0, Mux(over, 2 * WORD, x[:8]))
 
 
+def _clamp_signed_less64(x):
+    """``_clamp_signed(x - 64)`` from the bits of ``x``: below 0 when ``x`` is below 64
+    (negative, or no bit at or above 64's); over 128 when above 192; else the low 8 bits
+    of ``x`` - 64 (its bits 6 and 7 less one). No second adder."""
+    x = Value.cast(x).as_signed()
+    neg = x[-1] | ~x[6:-1].any()
+    over = x[8:-1].any() | (x[7] & x[6] & x[:6].any())
+    return Mux(neg, 0, Mux(over, 2 * WORD, Cat(x[:6], (x[6:8] - 1)[:2])))
+
+
 def ge_mask(pos, n):
     """Bits j of an n-bit mask set where j >= pos (pos 0 .. n), as a two-level decode (the
     high and the low bits of pos compared apart) rather than a shifter."""

@@ -60,20 +60,19 @@ class PendingTable:
         ins_slot = Signal(P, name="pend_ins_slot")
         live = Signal(P, name="pend_live")
         m.d.comb += live.eq(pv | Mux(ins_valid, ins_slot, 0))
-        ins_live = Signal(P)                   # the slot an insert makes live now
-        m.d.comb += ins_live.eq(Mux(ins_valid, ins_slot, 0))
         # The hole engine's and the timer's lookups a stage ahead: the entries are compared
         # with the PSN the stage will hold a cycle later (hole_j_pmatch in the hole's read
         # cycle, scan_s3_pmatch in the timer's stage S2), and so is the key written this
         # cycle into the slot that an insert decided now makes live in that later cycle
         # (*_pins, the only entry whose key changes meanwhile). The match is masked then by
-        # what is live: the same answer as a lookup in that cycle.
+        # what is live: the same answer as a lookup in that cycle. (Live but for the slot an
+        # insert makes live is ``pv``: an insert's slot was free, so not valid, when chosen.)
         def ahead(name, q, psn):
             pmatch, pins = Signal(P, name=f"{name}_pmatch"), Signal(name=f"{name}_pins")
             m.d.sync += [pmatch.eq(Cat(*((pq[i] == q) & (pp[i] == psn[:PB])
                                          for i in range(P)))),
                          pins.eq((k_q == q) & (k_p == psn[:PB]))]
-            return (pmatch & live & ~ins_live).any() | (ins_valid & pins)
+            return (pmatch & pv).any() | (ins_valid & pins)
         j_hit = Signal(name="hole_j_phit")
         m.d.comb += [j_hit.eq(ahead("hole_j", h_q, h_psn)), t_phit.eq(ahead("scan_s3", s2_q, s2_p))]
         # Stage W's lookup (a NACK's PSN) the same way, compared with the record stage W
@@ -85,7 +84,7 @@ class PendingTable:
         w_pmatch, w_pins = Signal(P, name="sack_w_pmatch"), Signal(name="sack_w_pins")
         m.d.sync += [w_pmatch.eq(Mux(e_go, e_cmp, w_cmp)), w_pins.eq(Mux(e_go, e_pins, w_pins_now))]
         w_hit = Signal(name="sack_w_phit")
-        m.d.comb += w_hit.eq((w_pmatch & live & ~ins_live).any() | (ins_valid & w_pins))
+        m.d.comb += w_hit.eq((w_pmatch & pv).any() | (ins_valid & w_pins))
         m.d.comb += p_hit.eq(Mux(j_valid, j_hit, w_hit))
         # (The timer's t_timeout is decided on its own lookup, scan_s3_phit.)
         p_want = ((nack_ok | h_old) & ~p_hit) | t_timeout

@@ -32,9 +32,9 @@ class SentPath:
     def _sent_path(self, m, v):
         """The sent path, stage S1: each record judged against the stored CACK and stage
         W's (forwarded), recorded or refused."""
-        (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err, O, pmtu_log2, cwnd, qps, rec_w,
+        (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err, O, cwnd, qps, rec_w,
          rec_addr, tag_w, nxt_w, ev, w_valid, w_go, w_q) = _take(v, """
-            cmd_busy e_valid qb qidx ctx_rs nxt_rs err O pmtu_log2 cwnd qps rec_w rec_addr tag_w
+            cmd_busy e_valid qb qidx ctx_rs nxt_rs err O cwnd qps rec_w rec_addr tag_w
             nxt_w ev w_valid w_go w_q""")
         e_go = Signal(name="sack_e_go")
         # Stage S1 (sent_s1_*): the input record in a register, with its QP's index, so that
@@ -87,14 +87,13 @@ class SentPath:
         s_n = nxt_rs.data
 
         def credit(n_out, mpr, cw):
-            # n_out x 2^pmtu_log2 <= cw, as n_out <= floor(cw / 2^pmtu_log2): the shift
-            # works on cw, beside the subtraction that makes n_out, not after it.
-            return ((n_out <= (mpr << 7)) & (n_out <= O) &
-                    (n_out <= (cw >> pmtu_log2)))
+            # n_out x 2^pmtu_log2 <= cwnd, as n_out <= floor(cwnd / 2^pmtu_log2): the table
+            # keeps the window in packets (the shift on the cwnd input, not after a read).
+            return (n_out <= (mpr << 7)) & (n_out <= O) & (n_out <= cw)
 
         def credit_lt(n_out, mpr, cw):
             # credit(n_out + 1, ...): each bound compared strictly.
-            return ((n_out < (mpr << 7)) & (n_out < O) & (n_out < (cw >> pmtu_log2)))
+            return (n_out < (mpr << 7)) & (n_out < O) & (n_out < cw)
 
         cwnd_rs = cwnd.read_port(domain="comb")
         m.d.comb += cwnd_rs.addr.eq(qs)
@@ -104,9 +103,12 @@ class SentPath:
             dp = Signal(PSN, name=f"sent_s1_dp_{tag}")
             m.d.comb += [out.eq(s_n - cack), dp.eq(s.psn - cack)]
             # The ring is full for a new PSN (the record's PSN is n) when psn - CACK passes
-            # outstanding: from dp's bits (outstanding is a power of two), not from n's read.
+            # outstanding. A QP's n - CACK is 1 .. outstanding + 1 (a new PSN is taken only
+            # while it is at most outstanding, CACK never passes n - 1, an open makes it 1):
+            # so full is n - CACK = outstanding + 1, from dp's bits 0 and log2(outstanding)
+            # (the low end of its carry chain; outstanding is a power of two).
             ob = ceil_log2(O)
-            full = dp[ob + 1:].any() | (dp[ob] & dp[:ob].any())
+            full = dp[ob] & dp[0]
             return (full, (dp != 0) & (dp < out), (dp == 0) | dp[-1],
                     credit(out, ctx_rs.data.mpr, cwnd_rs.data))
 
@@ -140,7 +142,7 @@ class SentPath:
         # read): a new PSN refused as the ring is full writes its own PSN back, unchanged.
         nxt_we = Signal(name="sent_s1_nxt_we")
         m.d.comb += [nxt_we.eq(s_new),
-                     nxt_w.addr.eq(qs), nxt_w.data.eq(Mux(s_full, s.psn, s.psn + 1)),
+                     nxt_w.addr.eq(qs), nxt_w.data.eq(Mux(over, s.psn, s.psn + 1)),
                      nxt_w.en.eq(nxt_we)]
         m.d.comb += [
             ev.sent_new.eq(s_new_ok),
