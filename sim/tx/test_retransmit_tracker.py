@@ -206,9 +206,10 @@ def test_sacks_with_any_base_offset_match_the_model():
         if rng.random() < 0.8:               # mostly no bit for an unsent PSN
             room = n - (cack + off)
             bits &= (1 << max(0, min(64, room))) - 1
-        ev.append(("ack", sack(0, cack & 0xFFFFFF, bits, offset=off,
-                               trig=rng.randrange(-2, 3)), len([e for e in ev
-                                                                if e[0] == "sent"])))
+        # The trigger (the PSN whose arrival made the SACK) is a PSN sent.
+        trig = rng.randrange(max(-2, -cack), min(2, n - 1 - cack) + 1)
+        ev.append(("ack", sack(0, cack & 0xFFFFFF, bits, offset=off, trig=trig),
+                   len([e for e in ev if e[0] == "sent"])))
     want, got, log, counters, model = run_events(ev, qps=2, rng=rng, idle=0.3)
     check(want, got, counters, model)
     assert counters["sacks"] > 20 and counters["sack_duplicate"] > 0

@@ -118,8 +118,9 @@ class AckStages:
         # (The read ports read every cycle, with no enable: in a cycle where stage E neither
         # holds its record nor takes one, what they read is not used.)
         # The highest bit counts as after CACK when its index exceeds -sack_offset
-        # saturated to 0 .. 64: for an offset of 0 or more, when the index is not 0; never
-        # for -64 or less; between, when the index plus the offset's low 6 bits passes 64.
+        # saturated to 0 .. 64: always for an offset of 1 or more; for 0, when the index is
+        # not 0; never for -64 or less; between, when the index plus the offset's low 6
+        # bits passes 64.
         # The offset's range from bit tests, the sum per byte of the bitmap, beside the
         # search (no negation and saturation in front of a comparison).
         off_near = Signal(name="sack_a_off_near")       # -64 .. -1
@@ -128,7 +129,7 @@ class AckStages:
         def idx_after(idx):
             s = Signal(7, name="sack_a_idx_off")
             m.d.comb += s.eq(idx + a.sack_offset[:6])
-            return (~off[-1] & idx.any()) | (off_near & s[6] & s[:6].any())
+            return (~off[-1] & (idx.any() | off.any())) | (off_near & s[6] & s[:6].any())
         # The highest PSN acknowledged, p0 + base[:6] + its bit (below 128: one carry into
         # the word number, which picks base[6:] or base[6:] + 1). Both the sum and the test
         # against -sack_offset are worked out per byte of the bitmap, beside the search.
