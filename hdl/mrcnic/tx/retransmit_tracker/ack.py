@@ -46,7 +46,8 @@ class AckStages:
         words the record straddles."""
         # What does not depend on per-QP state is worked out here, from the input record,
         # so that stage E starts from registers: where CACK + 1 falls in the two words
-        # (sack_e_lo), the highest PSN the SACK acknowledges (sack_a_hcand), and where the
+        # (sack_e_lo), the highest PSN the SACK acknowledges (its bit position,
+        # sack_e_bit_pos, which stage E appends to a word number it holds), and where the
         # SACK's own evidence (CACK and that PSN) puts the end of the hole search
         # (sack_e_ehx).
         # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
@@ -166,20 +167,16 @@ class AckStages:
                      lo0.eq(cack_off + 65), en0.eq(cack_off + end_k)]
         end_cack = Signal(8, name="sack_a_end_cack")
         m.d.comb += end_cack.eq(Mux(c6, _clamp_signed_less64(en0), _clamp_signed(en0)))
-        a_hcand = Signal(PSN, name="sack_a_hcand")
         a_lo = Signal(8, name="sack_a_lo")
-        a_hx = Signal(PSN, name="sack_a_hx")
         a_pg = Signal(PSN, name="sack_a_pg")
         m.d.comb += [
-            a_hcand.eq(Cat(s7[:6], Mux(s7[6], hi1, hi0))),
             a_lo.eq(Mux(c6, _clamp_signed_less64(lo0), _clamp_signed(lo0))),
-            a_hx.eq(Mux(a_after, a_hcand, a.cack)),
             # p0 + guard - 1, p0 = base less its low 6 bits.
             a_pg.eq(Cat(gm1[:6], Mux(c6, x1 + (gm1 >> 6), x0 + (gm1 >> 6))[:PSN - 6])),
         ]
         e = Signal(ACK_DESC)
         e_trig1 = Signal(PSN, name="sack_e_trig1")
-        e_found, e_hcand = Signal(name="sack_e_found"), Signal(PSN, name="sack_e_hcand")
+        e_found, e_s7 = Signal(name="sack_e_found"), Signal(7, name="sack_e_bit_pos")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
         e_hidx = Signal(6, name="sack_e_hidx")
         e_b6g = Signal(signed(9), name="sack_e_base6_g")
@@ -190,7 +187,6 @@ class AckStages:
         m.d.comb += e_ehx.eq(Mux(e_after, _clamp_signed(e_b6g + e_hidx), e_end_cack))
         e_epoch = Signal(EPOCH_BITS, name="sack_e_epoch")
         e_lo = Signal(8, name="sack_e_lo")
-        e_hx = Signal(PSN, name="sack_e_hx")
         e_qp_ok = Signal(name="sack_e_qp_ok")
         # The low PSN bits of the two ring reads stage W needs (the trigger's or the
         # NACK's record, CACK's tag), made when the record leaves stage E.
@@ -210,14 +206,20 @@ class AckStages:
             m.d.sync += [e.eq(a), e.bitmap.eq(a.bitmap & bits_after),
                          e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
-                         e_found.eq(a_found), e_hcand.eq(a_hcand),
+                         e_found.eq(a_found), e_s7.eq(s7),
                          e_pg.eq(a_pg), e_lo.eq(a_lo),
                          e_hidx.eq(a_hidx), e_b6g.eq(b6_g_sat), e_end_cack.eq(end_cack),
                          e_after.eq(a_after),
-                         e_hx.eq(a_hx),
                          e_rec_lo.eq(Mux(a.nack, a.psn, a_trig)),
                          e_tag_lo.eq(Mux(a.nack, a.psn, a.cack)),
                          e_epoch.eq(epoch.ra.data), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
+        # The highest PSN the SACK acknowledges (hcand: the first word's number, or the
+        # next's, below its bit position) and the PSN its own evidence puts hi at (hx: that
+        # PSN, or CACK when no bit is after CACK), from E's registers: the word numbers are
+        # the record's (base[6:] and w1 for a SACK).
+        e_hcand, e_hx = Signal(PSN, name="sack_e_hcand"), Signal(PSN, name="sack_e_hx")
+        m.d.comb += [e_hcand.eq(Cat(e_s7[:6], Mux(e_s7[6], e_w1, e_base[6:]))),
+                     e_hx.eq(Mux(e_after, e_hcand, e.cack))]
         with m.If(take_a):
             m.d.sync += e_valid.eq(1)
         with m.Elif(e_go):

@@ -140,10 +140,12 @@ class SentPath:
         # no record is judged, overrides them below): only the write enable does.
         # The enable leaves out the ring-full test (a carry chain after the next PSN's
         # read): a new PSN refused as the ring is full writes its own PSN back, unchanged.
-        nxt_we = Signal(name="sent_s1_nxt_we")
-        m.d.comb += [nxt_we.eq(s_new),
-                     nxt_w.addr.eq(qs), nxt_w.data.eq(Mux(over, s.psn, s.psn + 1)),
-                     nxt_w.en.eq(nxt_we)]
+        # (Both kept as signals: without, synthesis folds the data's choice into the
+        # distributed RAM's write enable, a carry chain and the context's read deep.)
+        nxt_we = Signal(name="sent_s1_nxt_we", attrs={"keep": 1})
+        nxt_wd = Signal(PSN, name="sent_s1_nxt_wd", attrs={"keep": 1})
+        m.d.comb += [nxt_we.eq(s_new), nxt_wd.eq(Mux(over, s.psn, s.psn + 1)),
+                     nxt_w.addr.eq(qs), nxt_w.data.eq(nxt_wd), nxt_w.en.eq(nxt_we)]
         m.d.comb += [
             ev.sent_new.eq(s_new_ok),
             ev.sent_rtx.eq(s_rtx_ok),

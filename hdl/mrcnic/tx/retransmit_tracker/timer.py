@@ -116,15 +116,17 @@ class TimerStages:
         # the time S2 sees (into scan_s3_elapsed); stage S3 tests that against 2^k.
         s3_fired_parts = Signal((len(Value.cast(rq_d)) + 1) // 2, name="scan_s3_fired_parts")
         m.d.comb += s3.fired.eq(s3_fired_parts.all())
-        s3_k = Signal.like(t_k, name="scan_s3_k")
+        # 2^k and above as a mask, decoded in S2 from the exponent: S3 ANDs it with the time
+        # elapsed and ORs the bits (t_el >= 2^k), no decode after its registers.
+        s3_kmask = Signal(TIME_BITS, name="scan_s3_kmask")
         t_el = Signal(TIME_BITS, name="scan_s3_elapsed")
-        m.d.comb += s3.late.eq((t_el & ge_mask(s3_k, TIME_BITS)).any())   # t_el >= 2^k
+        m.d.comb += s3.late.eq((t_el & s3_kmask).any())   # t_el >= 2^k
         s3_squash = Signal()                  # stage S3 sends the scan elsewhere
         r_written2 = Signal()                 # the retry count of s2_q written this cycle
         m.d.sync += [
             s3_valid.eq(s2_valid & ~cmd_busy & ~s3_squash), s3_q.eq(s2_q), s3_p.eq(s2_p),
             s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data), t_el.eq(self.now - rec_rh.data.time),
-            s3_k.eq(t_k),
+            s3_kmask.eq(ge_mask(t_k, TIME_BITS)),
             s3.port.eq(s2_port & ~h_issue), s3.kstale.eq(t_kstale | r_written2),
             s3.rmax.eq(t_rmax),
             s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
