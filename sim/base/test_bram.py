@@ -38,11 +38,15 @@ def _check_random(dut, width, depth):
         history = [list(mem)] * 3              # after the edges ending cycles t-3 .. t-1
         pending = []                           # (cycle, port, addr, collided)
         checked = 0
+        # Addresses from the whole range, from the first three words (collisions), or from
+        # a few words spread over the range (reads of written words, every address bit).
+        spread = [rng.randrange(depth) for _ in range(6)]
         for cyc in range(cycles):
-            span = rng.choice((depth, min(depth, 3)))
-            w_addr, w_en = rng.randrange(span), rng.random() < 0.7
+            pick = rng.choice((lambda: rng.randrange(depth), lambda: rng.randrange(min(depth, 3)),
+                               lambda: rng.choice(spread)))
+            w_addr, w_en = pick(), rng.random() < 0.7
             w_data = rng.getrandbits(width)
-            addrs = [rng.randrange(span) for _ in forward]
+            addrs = [pick() for _ in forward]
             ctx.set(dut.w_addr, w_addr)
             ctx.set(dut.w_en, w_en)
             ctx.set(dut.w_data, w_data)
@@ -72,7 +76,8 @@ def _check_random(dut, width, depth):
 
 def test_ecp5_elaboration_uses_the_output_register():
     """On an ECP5 platform each read port is DP16KD (ceil(width / 36) of them) with both
-    output registers on; deeper than 512 words or at most 16, the generic memory."""
+    output registers on; 513 to 16384 words, the narrowest mode as deep (ceil(width / its
+    bits) a port, port B's register on); deeper, or at most 16 words, the generic memory."""
     class Ecp5:
         family = "ecp5"
     ram = BlockRam(64, 512, (2, 0))
@@ -80,8 +85,14 @@ def test_ecp5_elaboration_uses_the_output_register():
     assert il.count("cell \\DP16KD") == 4
     assert il.count('parameter \\REGMODE_B "OUTREG"') == 4
     assert il.count('parameter \\REGMODE_A "OUTREG"') == 4
-    deep = rtlil.convert(BlockRam(64, 1024, (0,)), platform=Ecp5())
-    assert "DP16KD" not in deep
+    deep = rtlil.convert(BlockRam(19, 1024, (0, 1)), platform=Ecp5())
+    assert deep.count("cell \\DP16KD") == 4          # 2 x 18 bits a port
+    assert deep.count('parameter \\REGMODE_B "OUTREG"') == 4
+    assert deep.count("parameter \\DATA_WIDTH_B 18") == 4
+    deepest = rtlil.convert(BlockRam(3, 16384, (0,)), platform=Ecp5())
+    assert deepest.count("cell \\DP16KD") == 3
+    too_deep = rtlil.convert(BlockRam(8, 16385, (0,)), platform=Ecp5())
+    assert "DP16KD" not in too_deep
     shallow = rtlil.convert(BlockRam(64, 16, (0,)), platform=Ecp5())
     assert "DP16KD" not in shallow
     generic = Fragment.get(BlockRam(64, 512, (0,)), None)
@@ -100,33 +111,53 @@ def test_parameters_are_checked(args, message):
 
 
 class _Dp16kdModel(Elaboratable):
-    """DP16KD as ``BlockRam`` uses it, for the simulator: the 36-bit mode, port A writing
-    (address on pins 5 to 13, its four 9-bit bytes enabled by pins 0 to 3), port B reading
-    (address on pins 5 to 13), the word in DOA (bits 0 to 17) and DOB (18 to 35) from the
-    output register, two cycles after the address. Written from the primitive's pin list,
-    not from BlockRam's code."""
+    """DP16KD as ``BlockRam`` uses it, for the simulator, written from the primitive's pin
+    list, not from BlockRam's code. The 36-bit mode: port A writing (address on pins 5 to
+    13, its four 9-bit bytes enabled by pins 0 to 3), port B reading (address on pins 5 to
+    13), the word in DOA (bits 0 to 17) and DOB (18 to 35) from the output registers. The
+    narrower modes (18, 9, 4, 2 or 1 bits; 1024 .. 16384 words): port A writing when WEA
+    (in the 18-bit mode its two 9-bit bytes enabled by pins 0 and 1), the word on DIA from
+    bit 0, the address on the pins from 4, 3, 2, 1 or 0 up to 13 (both ports); port B
+    reading, the word on DOB from port B's output register. Two cycles from address to
+    word."""
+
+    _NARROW = {18: (1024, 4), 9: (2048, 3), 4: (4096, 2), 2: (8192, 1), 1: (16384, 0)}
 
     def __init__(self, ports):
         self.ports = ports
 
     def elaborate(self, platform):
         p = self.ports
-        assert p["p_DATA_WIDTH_A"] == p["p_DATA_WIDTH_B"] == 36
-        assert p["p_REGMODE_A"] == p["p_REGMODE_B"] == "OUTREG"
+        bits = p["p_DATA_WIDTH_A"]
+        assert p["p_DATA_WIDTH_B"] == bits and p["p_REGMODE_B"] == "OUTREG"
         m = Module()
-        m.submodules.mem = mem = Memory(shape=36, depth=512, init=[])
-        w, r = mem.write_port(granularity=9), mem.read_port()
+        if bits == 36:
+            assert p["p_REGMODE_A"] == "OUTREG"
+            depth, low, gran = 512, 5, 9
+            data_in = Cat(*(p[f"i_DIA{k}"] for k in range(18)),
+                          *(p[f"i_DIB{k}"] for k in range(18)))
+            enables = Cat(*(p[f"i_ADA{k}"] & p["i_WEA"] & p["i_CEA"] for k in range(4)))
+        else:
+            depth, low = self._NARROW[bits]
+            gran = 9 if bits == 18 else bits
+            data_in = Cat(*(p[f"i_DIA{k}"] for k in range(bits)))
+            write = p["i_WEA"] & p["i_CEA"]
+            enables = (Cat(p["i_ADA0"] & write, p["i_ADA1"] & write) if bits == 18 else
+                       write)
+        m.submodules.mem = mem = Memory(shape=bits, depth=depth, init=[])
+        w, r = mem.write_port(granularity=gran), mem.read_port()
         m.d.comb += [
-            w.addr.eq(Cat(*(p[f"i_ADA{k}"] for k in range(5, 14)))),
-            w.data.eq(Cat(*(p[f"i_DIA{k}"] for k in range(18)),
-                          *(p[f"i_DIB{k}"] for k in range(18)))),
-            w.en.eq(Cat(*(p[f"i_ADA{k}"] & p["i_WEA"] & p["i_CEA"] for k in range(4)))),
-            r.addr.eq(Cat(*(p[f"i_ADB{k}"] for k in range(5, 14)))),
+            w.addr.eq(Cat(*(p[f"i_ADA{k}"] for k in range(low, 14)))),
+            w.data.eq(data_in), w.en.eq(enables),
+            r.addr.eq(Cat(*(p[f"i_ADB{k}"] for k in range(low, 14)))),
         ]
-        outreg = Signal(36)
+        outreg = Signal(bits)
         m.d.sync += outreg.eq(r.data)
-        m.d.comb += [*(p[f"o_DOA{k}"].eq(outreg[k]) for k in range(18)),
-                     *(p[f"o_DOB{k}"].eq(outreg[18 + k]) for k in range(18))]
+        if bits == 36:
+            m.d.comb += [*(p[f"o_DOA{k}"].eq(outreg[k]) for k in range(18)),
+                         *(p[f"o_DOB{k}"].eq(outreg[18 + k]) for k in range(18))]
+        else:
+            m.d.comb += [p[f"o_DOB{k}"].eq(outreg[k]) for k in range(bits)]
         return m
 
 
@@ -145,8 +176,11 @@ class _ModelledBlockRam(BlockRam):
         return super().elaborate(_Ecp5())
 
 
-@pytest.mark.parametrize("width", [36, 64, 73])
-def test_ecp5_wiring_reads_the_words_written(width):
-    """The ECP5 elaboration's pins (tiles of 36 bits, addresses, byte enables, outputs) on a
-    model of the primitive: the same words, cycle for cycle, as the reference memory."""
-    _check_random(_ModelledBlockRam(width, 512, (0, 1, 2)), width, 512)
+@pytest.mark.parametrize("width,depth", [(36, 512), (64, 512), (73, 512), (19, 1024),
+                                         (36, 1000), (10, 2048), (5, 4096), (3, 8192),
+                                         (2, 16384)])
+def test_ecp5_wiring_reads_the_words_written(width, depth):
+    """The ECP5 elaboration's pins (tiles of the mode's bits, addresses, byte enables,
+    outputs) on a model of the primitive: the same words, cycle for cycle, as the
+    reference memory."""
+    _check_random(_ModelledBlockRam(width, depth, (0, 1, 2)), width, depth)

@@ -25,6 +25,12 @@ FORWARD = (0, 1, 2)
 # the write enables of its four 9-bit bytes on pins 0 to 3 of port A.
 _DP16KD_WIDTH = 36
 _DP16KD_DEPTH = 512
+# Its narrower modes, one port writing (A) and one reading (B), for deeper RAMs: (words, bits
+# a word, the lowest address pin). The address sits on the pins from that one to 13; below
+# it, in the 18-bit mode, pins 0 and 1 of port A enable its two 9-bit bytes (the rest 0);
+# the word on DIA and DOB from bit 0 (Yosys' ECP5 mapping wires them so).
+_DP16KD_MODES = ((1024, 18, 4), (2048, 9, 3), (4096, 4, 2), (8192, 2, 1), (16384, 1, 0))
+_DP16KD_MAX_DEPTH = _DP16KD_MODES[-1][0]
 # Decision: a RAM of at most 16 words (one distributed RAM's depth) stays generic on ECP5:
 # Yosys makes it distributed RAM or flip-flops, which read fast without a primitive, rather
 # than tying up a DP16KD a read port (the board self-test's PSN tracker keeps 2 words).
@@ -65,7 +71,9 @@ class BlockRam(wiring.Component):
 
     Storage: on an ECP5 platform (``platform.family == "ecp5"``) and 17 to 512 words,
     ceil(``width`` / 36) DP16KD a read port in their 36-bit mode, output register on
-    (``REGMODE`` ``OUTREG``); elsewhere, shallower or deeper, an Amaranth :class:`Memory` with a
+    (``REGMODE`` ``OUTREG``); 513 to 16384 words, the narrowest mode as deep (1024 x 18,
+    2048 x 9, 4096 x 4, 8192 x 2, 16384 x 1), ceil(``width`` / its bits) a read port, port
+    B's output register on; elsewhere, shallower or deeper, an Amaranth :class:`Memory` with a
     synchronous read port per read port and a register after each (which Yosys maps to block
     RAM and flip-flops). The forwarding: the last two writes (address, enable, data), and
     per read port its address a cycle on and two hit flags.
@@ -91,9 +99,14 @@ class BlockRam(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ecp5 = (getattr(platform, "family", None) == "ecp5" and
-                _DP16KD_MIN_DEPTH <= self.depth <= _DP16KD_DEPTH)
-        raw = [self._ecp5_read(m, i) if ecp5 else self._generic_read(m, i)
-               for i in range(len(self.forward))]
+                _DP16KD_MIN_DEPTH <= self.depth <= _DP16KD_MAX_DEPTH)
+        if not ecp5:
+            read = self._generic_read
+        elif self.depth <= _DP16KD_DEPTH:
+            read = self._ecp5_read
+        else:
+            read = self._ecp5_deep_read
+        raw = [read(m, i) for i in range(len(self.forward))]
         self._forwarding(m, raw)
         return m
 
@@ -144,6 +157,41 @@ class BlockRam(wiring.Component):
                 p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC",
                 p_CSDECODE_A="0b000", p_CSDECODE_B="0b000", p_GSR="AUTO",
                 i_WEA=Const(1, 1), i_WEB=Const(0, 1), **pins)
+        return out
+
+    def _ecp5_deep_read(self, m, i):
+        """Read port ``i`` as DP16KD in the narrowest mode as deep as the RAM
+        (:data:`_DP16KD_MODES`), port A writing and port B reading, port B's output register
+        on."""
+        words, bits, low = next(mode for mode in _DP16KD_MODES if mode[0] >= self.depth)
+        out = Signal(self.width, name=f"r{i}_out")
+        abits = len(self.w_addr)
+        for t in range(-(-self.width // bits)):
+            lo = t * bits
+            n = min(bits, self.width - lo)
+            di = Signal(18, name=f"r{i}_t{t}_di")
+            do = Signal(18, name=f"r{i}_t{t}_do")
+            m.d.comb += [di.eq(self.w_data[lo:lo + n]), out[lo:lo + n].eq(do[:n])]
+            pins = {}
+            for p in range(14):
+                a = p - low
+                pins[f"i_ADA{p}"] = (self.w_addr[a] if 0 <= a < abits else
+                                     self.w_en if bits == 18 and p < 2 else Const(0, 1))
+                pins[f"i_ADB{p}"] = self.r_addr[i][a] if 0 <= a < abits else Const(0, 1)
+            for p in range(18):
+                pins[f"i_DIA{p}"] = di[p]
+                pins[f"i_DIB{p}"] = Const(0, 1)
+                pins[f"o_DOB{p}"] = do[p]
+            for port in "AB":
+                pins.update({f"i_CLK{port}": ClockSignal("sync"), f"i_CE{port}": Const(1, 1),
+                             f"i_OCE{port}": Const(1, 1), f"i_RST{port}": Const(0, 1),
+                             **{f"i_CS{port}{k}": Const(0, 1) for k in range(3)}})
+            m.submodules[f"r{i}_ram{t}"] = self._dp16kd(
+                p_DATA_WIDTH_A=bits, p_DATA_WIDTH_B=bits,
+                p_REGMODE_A="NOREG", p_REGMODE_B="OUTREG",
+                p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC",
+                p_CSDECODE_A="0b000", p_CSDECODE_B="0b000", p_GSR="AUTO",
+                i_WEA=self.w_en, i_WEB=Const(0, 1), **pins)
         return out
 
     @staticmethod
