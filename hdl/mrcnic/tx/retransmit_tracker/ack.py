@@ -46,8 +46,8 @@ class AckStages:
         words the record straddles."""
         # What does not depend on per-QP state is worked out here, from the input record,
         # so that stage E starts from registers: where CACK + 1 falls in the two words
-        # (sack_e_lo), the highest PSN the SACK acknowledges (its bit position,
-        # sack_e_bit_pos, which stage E appends to a word number it holds), and where the
+        # (sack_e_lo), the highest PSN the SACK acknowledges (the index of its highest bit:
+        # stage E adds it to the base's low bits and appends a word number), and where the
         # SACK's own evidence (CACK and that PSN) puts the end of the hole search
         # (sack_e_ehx).
         # For a SACK the bounds are small numbers: base = CACK + sack_offset, so relative to
@@ -134,13 +134,11 @@ class AckStages:
         # The highest PSN acknowledged, p0 + base[:6] + its bit (below 128: one carry into
         # the word number, which picks base[6:] or base[6:] + 1). Both the sum and the test
         # against -sack_offset are worked out per byte of the bitmap, beside the search.
-        a_found, a_hidx, (s7_sel, after_sel) = highest_set(
+        a_found, a_hidx, (after_sel,) = highest_set(
             m, a.bitmap, "sack_a_hi",
-            derived=(lambda idx: (b6 + idx)[:7], idx_after))
+            derived=(idx_after,))
         a_after = Signal(name="sack_a_after")
         m.d.comb += a_after.eq(a_found & after_sel)
-        s7 = Signal(7, name="sack_a_bit_pos")
-        m.d.comb += s7.eq(s7_sel)
         # Where the end of the search falls, (the PSN hi) - (p0 + guard - 1), clamped:
         # from the SACK's highest bit, or from its CACK, the two worked out side by side.
         # (base[:6] - (guard - 1) beside the search for the highest bit, which it then meets
@@ -176,7 +174,7 @@ class AckStages:
         ]
         e = Signal(ACK_DESC)
         e_trig1 = Signal(PSN, name="sack_e_trig1")
-        e_found, e_s7 = Signal(name="sack_e_found"), Signal(7, name="sack_e_bit_pos")
+        e_found = Signal(name="sack_e_found")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
         e_hidx = Signal(6, name="sack_e_hidx")
         e_b6g = Signal(signed(9), name="sack_e_base6_g")
@@ -206,19 +204,21 @@ class AckStages:
             m.d.sync += [e.eq(a), e.bitmap.eq(a.bitmap & bits_after),
                          e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
-                         e_found.eq(a_found), e_s7.eq(s7),
+                         e_found.eq(a_found),
                          e_pg.eq(a_pg), e_lo.eq(a_lo),
                          e_hidx.eq(a_hidx), e_b6g.eq(b6_g_sat), e_end_cack.eq(end_cack),
                          e_after.eq(a_after),
                          e_rec_lo.eq(Mux(a.nack, a.psn, a_trig)),
                          e_tag_lo.eq(Mux(a.nack, a.psn, a.cack)),
                          e_epoch.eq(epoch.ra.data), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
-        # The highest PSN the SACK acknowledges (hcand: the first word's number, or the
-        # next's, below its bit position) and the PSN its own evidence puts hi at (hx: that
-        # PSN, or CACK when no bit is after CACK), from E's registers: the word numbers are
-        # the record's (base[6:] and w1 for a SACK).
+        # The highest PSN the SACK acknowledges (hcand: its highest bit's index added to the
+        # base's low bits, the first word's number or the next's above) and the PSN its own
+        # evidence puts hi at (hx: that PSN, or CACK when no bit is after CACK), from E's
+        # registers: the word numbers are the record's (base[6:] and w1 for a SACK).
         e_hcand, e_hx = Signal(PSN, name="sack_e_hcand"), Signal(PSN, name="sack_e_hx")
-        m.d.comb += [e_hcand.eq(Cat(e_s7[:6], Mux(e_s7[6], e_w1, e_base[6:]))),
+        e_s7 = Signal(7, name="sack_e_bit_pos")
+        m.d.comb += [e_s7.eq(e_base[:6] + e_hidx),
+                     e_hcand.eq(Cat(e_s7[:6], Mux(e_s7[6], e_w1, e_base[6:]))),
                      e_hx.eq(Mux(e_after, e_hcand, e.cack))]
         with m.If(take_a):
             m.d.sync += e_valid.eq(1)
@@ -291,9 +291,13 @@ class AckStages:
         m.d.comb += e_vn.eq(Cat(e.bitmap, Const(0, WORD)) << e_base[:6])
         # Whether the SACK sets a bit not yet set, per word (each word's test read apart
         # from its lap check, which picks one of them in stage W).
-        fresh = Signal(4, name="sack_e_fresh")
-        m.d.comb += fresh.eq(Cat((e_vn[:WORD] & ~d0.bits).any(), e_vn[:WORD].any(),
-                                 (e_vn[WORD:] & ~d1.bits).any(), e_vn[WORD:].any()))
+        # (Per quarter of each word, the quarters' ORs in stage W: a 16-bit OR here.)
+        Q = WORD // 4
+        fresh = Signal(16, name="sack_e_fresh")
+        m.d.comb += fresh.eq(Cat(*(
+            Cat((e_vn[k * Q:(k + 1) * Q] & ~d.bits[(k % 4) * Q:(k % 4 + 1) * Q]).any(),
+                e_vn[k * Q:(k + 1) * Q].any())
+            for k, d in zip(range(8), [d0] * 4 + [d1] * 4))))
         # Highest acknowledged PSN: the larger of the stored one and the SACK's own (CACK
         # or its highest bit, stage A).
         h2 = Signal(PSN)
@@ -335,7 +339,7 @@ class AckStages:
             **{n_: Signal(name=f"sack_w_{n_}") for n_ in (
                 "qp_ok", "in_err", "nack", "pr", "ok_u", "stale", "unsent", "adv", "trig_ok",
                 "ok0", "ok1", "fatal_u", "known", "n_unsent", "n_acked")},
-            fresh=Signal(4, name="sack_w_fresh"), kind=Signal(4, name="sack_w_kind"),
+            fresh=Signal(16, name="sack_w_fresh"), kind=Signal(4, name="sack_w_kind"),
             entropy=Signal.like(e.entropy, name="sack_w_entropy"),
             mpr=Signal.like(e.mpr, name="sack_w_mpr"),
             cack=Signal(PSN, name="sack_w_cack"), old_cack=Signal(PSN, name="sack_w_old_cack"),
@@ -382,8 +386,10 @@ class AckStages:
         m.d.comb += sack_ok.eq(w.ok_u & w_go)
         # The SACK's bits are new in a word if it sets one not set there (or the word was
         # of another lap or epoch, and it sets any).
-        changed = w.adv | Mux(w.ok0, w.fresh[0], w.fresh[1]) | Mux(w.ok1, w.fresh[2],
-                                                                    w.fresh[3])
+        # (fresh: per quarter, whether the SACK sets a bit not set there, and any bit.)
+        fr = [Cat(*(w.fresh[2 * k + b] for k in range(4 * h, 4 * h + 4))).any()
+              for h in range(2) for b in range(2)]
+        changed = w.adv | Mux(w.ok0, fr[0], fr[1]) | Mux(w.ok1, fr[2], fr[3])
         after = w.after                     # the two words with the SACK's bits set
         new_cack = Signal(PSN)
         m.d.comb += new_cack.eq(Mux(w.adv, w.cack, w.old_cack))

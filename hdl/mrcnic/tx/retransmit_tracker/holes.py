@@ -91,9 +91,10 @@ class HoleEngine:
         h_young_seen = Signal()
         with m.If(w_go):
             # Loaded whenever stage W goes (the engine is idle then): no enable behind the
-            # hole search, which ends the longest path of stage W.
+            # hole search, which ends the longest path of stage W. (Its SACK is applied when
+            # it goes: w.ok_u, not sack_ok, keeps W's go off the data.)
             m.d.sync += [h_vec.eq(holes), h_q.eq(w_q),
-                         h_rest.eq(Mux(sack_ok, Cat(*(holes[g * G:(g + 1) * G].any()
+                         h_rest.eq(Mux(w.ok_u, Cat(*(holes[g * G:(g + 1) * G].any()
                                                       for g in range(NG))), 0)),
                          h_cur_v.eq(0),
                          h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(w.trig_ok),
@@ -102,7 +103,7 @@ class HoleEngine:
             # whether it found a hole (an OR over 128 bits after the masks): a search
             # whose PSNs were all acknowledged keeps the engine one cycle, as its empty
             # groups are taken (refill) and h_nz falls.
-            m.d.sync += h_nz.eq(sack_ok & k_nonempty)
+            m.d.sync += h_nz.eq(w.ok_u & k_nonempty)
         with m.Elif(refill):
             m.d.sync += [h_cur.eq(h_vec.word_select(r_idx, G)), h_cur_g.eq(r_idx),
                          h_cur_v.eq(h_rest.any()), h_rest.eq(h_rest & ~r_iso),
@@ -143,7 +144,7 @@ class HoleEngine:
             m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(mk_psn)]
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
         h_nz_next = Signal(name="hole_nz_next")
-        m.d.comb += h_nz_next.eq(Mux(w_go, sack_ok & k_nonempty, Mux(refill, h_rest.any(), h_nz)))
+        m.d.comb += h_nz_next.eq(Mux(w_go, w.ok_u & k_nonempty, Mux(refill, h_rest.any(), h_nz)))
         m.d.sync += busy_r.eq(h_nz_next | h_issue | h_emit | (j_valid & h_young & ~h_young_seen))
 
         vars(v).update(
