@@ -146,17 +146,9 @@ class BlockRam(wiring.Component):
                 pins[f"i_DIB{p}"] = di[18 + p]
                 pins[f"o_DOA{p}"] = do[p]
                 pins[f"o_DOB{p}"] = do[18 + p]
-            for port in "AB":
-                pins.update({f"i_CLK{port}": ClockSignal("sync"), f"i_CE{port}": Const(1, 1),
-                             f"i_OCE{port}": Const(1, 1), f"i_RST{port}": Const(0, 1),
-                             **{f"i_CS{port}{k}": Const(0, 1) for k in range(3)}})
-            m.submodules[f"r{i}_ram{t}"] = self._dp16kd(
-                p_DATA_WIDTH_A=_DP16KD_WIDTH, p_DATA_WIDTH_B=_DP16KD_WIDTH,
-                # In the 36-bit mode the read drives both ports' outputs: both registers on.
-                p_REGMODE_A="OUTREG", p_REGMODE_B="OUTREG",
-                p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC",
-                p_CSDECODE_A="0b000", p_CSDECODE_B="0b000", p_GSR="AUTO",
-                i_WEA=Const(1, 1), i_WEB=Const(0, 1), **pins)
+            # In the 36-bit mode the read drives both ports' outputs: both registers on.
+            m.submodules[f"r{i}_ram{t}"] = self._primitive(
+                _DP16KD_WIDTH, "OUTREG", Const(1, 1), pins)
         return out
 
     def _ecp5_deep_read(self, m, i):
@@ -182,17 +174,23 @@ class BlockRam(wiring.Component):
                 pins[f"i_DIA{p}"] = di[p]
                 pins[f"i_DIB{p}"] = Const(0, 1)
                 pins[f"o_DOB{p}"] = do[p]
-            for port in "AB":
-                pins.update({f"i_CLK{port}": ClockSignal("sync"), f"i_CE{port}": Const(1, 1),
-                             f"i_OCE{port}": Const(1, 1), f"i_RST{port}": Const(0, 1),
-                             **{f"i_CS{port}{k}": Const(0, 1) for k in range(3)}})
-            m.submodules[f"r{i}_ram{t}"] = self._dp16kd(
-                p_DATA_WIDTH_A=bits, p_DATA_WIDTH_B=bits,
-                p_REGMODE_A="NOREG", p_REGMODE_B="OUTREG",
-                p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC",
-                p_CSDECODE_A="0b000", p_CSDECODE_B="0b000", p_GSR="AUTO",
-                i_WEA=self.w_en, i_WEB=Const(0, 1), **pins)
+            m.submodules[f"r{i}_ram{t}"] = self._primitive(bits, "NOREG", self.w_en, pins)
         return out
+
+    def _primitive(self, bits, regmode_a, wea, pins):
+        """One DP16KD in the ``bits``-wide mode with the data and address ``pins`` given:
+        both ports clocked and enabled, chip selects and resets off, port B's output
+        register on, port A's as ``regmode_a``, writing when ``wea``."""
+        for port in "AB":
+            pins.update({f"i_CLK{port}": ClockSignal("sync"), f"i_CE{port}": Const(1, 1),
+                         f"i_OCE{port}": Const(1, 1), f"i_RST{port}": Const(0, 1),
+                         **{f"i_CS{port}{k}": Const(0, 1) for k in range(3)}})
+        return self._dp16kd(
+            p_DATA_WIDTH_A=bits, p_DATA_WIDTH_B=bits,
+            p_REGMODE_A=regmode_a, p_REGMODE_B="OUTREG",
+            p_RESETMODE="SYNC", p_ASYNC_RESET_RELEASE="SYNC",
+            p_CSDECODE_A="0b000", p_CSDECODE_B="0b000", p_GSR="AUTO",
+            i_WEA=wea, i_WEB=Const(0, 1), **pins)
 
     @staticmethod
     def _dp16kd(**ports):
