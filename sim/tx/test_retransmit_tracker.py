@@ -191,7 +191,8 @@ def check(want, got, counters, model):
 
 def test_sacks_with_any_base_offset_match_the_model():
     """SACKs whose bitmap starts anywhere around CACK (sack_offset from -80 to 80): the
-    bits at or before CACK say nothing, the others are applied, against the model."""
+    bits at or before CACK say nothing, the others are applied, against the model; a few
+    name a trigger PSN before the QP's first (never sent since its open)."""
     rng = seeded()
     ev, n, cack = [], 0, -1
     for _ in range(150):
@@ -206,13 +207,27 @@ def test_sacks_with_any_base_offset_match_the_model():
         if rng.random() < 0.8:               # mostly no bit for an unsent PSN
             room = n - (cack + off)
             bits &= (1 << max(0, min(64, room))) - 1
-        # The trigger (the PSN whose arrival made the SACK) is a PSN sent.
-        trig = rng.randrange(max(-2, -cack), min(2, n - 1 - cack) + 1)
+        # The trigger (the PSN whose arrival made the SACK): mostly a PSN sent; sometimes
+        # one before the first (no record of it: no feedback, whatever its ring slot holds).
+        trig = rng.randrange(max(-2, -cack - (3 if rng.random() < 0.2 else 0)),
+                             min(2, n - 1 - cack) + 1)
         ev.append(("ack", sack(0, cack & 0xFFFFFF, bits, offset=off, trig=trig),
                    len([e for e in ev if e[0] == "sent"])))
     want, got, log, counters, model = run_events(ev, qps=2, rng=rng, idle=0.3)
     check(want, got, counters, model)
     assert counters["sacks"] > 20 and counters["sack_duplicate"] > 0
+
+
+def test_a_trigger_psn_before_the_qps_first_gives_no_feedback():
+    """A QP opened at PSN 200: a SACK whose trigger PSN is 199 (within outstanding of the
+    next PSN, never sent since the open; its ring slot holds no record of this open) gives
+    no feedback, and one whose trigger is 200 does."""
+    ev = [("sent", sent(0, 200 + p, ev=7 + p)) for p in range(10)]
+    ev += [("ack", sack(0, 203, 0b1, trig=-4, m=SackMode.SKIP_ONCE), 10),
+           ("ack", sack(0, 205, 0b1, trig=200 - 205, m=SackMode.SKIP_ONCE), 10)]
+    want, got, log, counters, model = run_events(ev, qps=2, opens=[(0, 200)])
+    check(want, got, counters, model)
+    assert [f["ev"] for f in got["feedback"]] == [7]
 
 
 def test_directed_sack_release_feedback_holes_and_nacks():

@@ -232,7 +232,9 @@ class RetransmitTrackerModel:
         if end > start:
             s.mark = psn_add(p0, end)
         trig = psn_add(C, _signed16(a["ack_psn_offset"]))
-        trig_ok = psn_diff(psn_add(s.nxt, -1), trig) < self.outstanding
+        # The trigger's record: among the last `outstanding` sent since the QP's open (a PSN
+        # before its first since the open has none).
+        trig_ok = psn_diff(psn_add(s.nxt, -1), trig) < self.outstanding and trig in s.rec
         if not changed:
             self._count("sack_duplicate")
         else:

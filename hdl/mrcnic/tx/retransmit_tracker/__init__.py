@@ -361,7 +361,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         m.submodules.epoch = epochm = Memory(shape=EPOCH_BITS, depth=qps, init=[0] * qps)
         epoch = SimpleNamespace(w=epochm.write_port(), ra=epochm.read_port(domain="comb"),
                                 rs=epochm.read_port(domain="comb"),
-                                rw=epochm.read_port(domain="comb"))
+                                rw=epochm.read_port(domain="comb"),
+                                rj=epochm.read_port(domain="comb"))
         m.submodules.retries = retriesm = Memory(shape=5, depth=qps, init=[0] * qps)
         retries = SimpleNamespace(w=retriesm.write_port(), rs=retriesm.read_port(domain="comb"),
                                   rt=retriesm.read_port(domain="comb"))
@@ -421,13 +422,22 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
                          fifo.r_en.eq(port.ready)]
             wr = SimpleNamespace(w_en=Signal(name=f"out_{name}_we"),
                                  w_data=Signal(width, name=f"out_{name}_rec"), level=fifo.level)
+            # ``keep``: whether the record decided now is written, a test that a block RAM
+            # output reaches (a feedback record's trigger read in stage W's cycle), applied
+            # from a register with the write; ``written``, the write itself.
+            wr.keep, wr.written = Signal(name=f"out_{name}_keep"), Signal()
             if name == "release":
-                m.d.comb += [fifo.w_en.eq(wr.w_en), fifo.w_data.eq(wr.w_data)]
+                m.d.comb += [fifo.w_en.eq(wr.w_en), fifo.w_data.eq(wr.w_data),
+                             wr.written.eq(wr.w_en)]
             else:
                 o_valid = Signal(name=f"out_{name}_valid")
+                o_keep = Signal(name=f"out_{name}_keep_r")
                 o_data = Signal(width, name=f"out_{name}_data")
-                m.d.sync += [o_valid.eq(wr.w_en), o_data.eq(wr.w_data)]
-                m.d.comb += [fifo.w_en.eq(o_valid), fifo.w_data.eq(o_data)]
+                m.d.sync += [o_valid.eq(wr.w_en), o_keep.eq(wr.keep), o_data.eq(wr.w_data)]
+                m.d.comb += [wr.written.eq(o_valid & o_keep),
+                             fifo.w_en.eq(wr.written), fifo.w_data.eq(o_data)]
+            if name != "feedback":
+                m.d.comb += wr.keep.eq(1)
             fifos[name] = wr
         # Room for 1, 2 and 3 more records in every FIFO, registered: worked out from the
         # levels of the cycle before, one more each (a level grows by at most one a cycle).

@@ -440,6 +440,14 @@ class AckStages:
             err_rec fifos ev""")
         is_sack = live & ~w.nack
         is_nack = live & w.nack
+        # The trigger PSN's record is this open's: among the last outstanding sent, and
+        # written in the QP's epoch (a PSN before the QP's first since its open was never
+        # sent in it, and its ring slot holds an earlier open's record or none). The
+        # epoch's test (after the block RAM's output) drops a SACK's feedback record as it
+        # is written into its FIFO, the cycle after (``keep``), not in the decision.
+        ep_ok = Signal(name="sack_w_trig_epoch_ok")
+        trig_rec = Signal(name="sack_w_trig_rec")
+        m.d.comb += [ep_ok.eq(rec_ra.data.epoch == w.epoch), trig_rec.eq(w.trig_ok & ep_ok)]
         fatal = w.fatal_u & w_go
         nack_unknown = is_nack & ~fatal & ~w.known
         nack_unsent = is_nack & w.known & w.n_unsent
@@ -463,7 +471,8 @@ class AckStages:
             ]
         m.d.comb += assign(rel_rec, qp=w_q, first=w.old_cack + 1, last=w.cack,
                            tag=tag_ra.data)
-        m.d.comb += fifos["release"].w_en.eq(w_release)
+        m.d.comb += [fifos["release"].w_en.eq(w_release),
+                     fifos["feedback"].keep.eq(~(w_valid & sack_fb) | ep_ok)]
         m.d.comb += [
             ev.sacks.eq(sack_ok),
             ev.sack_stale.eq(is_sack & w.stale),
@@ -478,4 +487,4 @@ class AckStages:
             ev.rtx_nack.eq(e_rtx),
         ]
         vars(v).update(e_err=e_err, e_fb=e_fb, e_rtx=e_rtx, fatal=fatal, nack_ok=nack_ok,
-                       p_hit=p_hit)
+                       p_hit=p_hit, trig_rec=trig_rec)

@@ -40,7 +40,10 @@ PENDING_RULE = ("a hole, NACK or timeout request for a PSN whose retransmission 
 
 
 
-REC = data.StructLayout({"ev": EV_INDEX_BITS, "time": TIME_BITS, "rtx": 1})
+# A per-PSN record: its EV, send time and whether it was a retransmission, and the QP's
+# epoch when it was written (a record of an earlier open is no record of this one).
+REC = data.StructLayout({"ev": EV_INDEX_BITS, "time": TIME_BITS, "rtx": 1,
+                         "epoch": EPOCH_BITS})
 
 COUNTERS = RETRANSMIT_COUNTERS
 COUNTER_NAMES = RETRANSMIT_COUNTER_NAMES

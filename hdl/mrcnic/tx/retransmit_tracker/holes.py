@@ -42,9 +42,9 @@ class HoleEngine:
         (h_q, hole_busy, h_busy_qp, qs, s1_qp_ok, e_valid, e_q, fifos, w, w_valid, w_go, w_q,
          sack_ok,
          holes, k_nonempty, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w,
-         ev) = _take(v, """
+         ev, trig_rec) = _take(v, """
             h_q hole_busy h_busy_qp qs s1_qp_ok e_valid e_q fifos w w_valid w_go w_q sack_ok holes
-            k_nonempty p0 rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev""")
+            k_nonempty p0 rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev trig_rec""")
         G = HOLE_GROUP
         NG = 2 * WORD // G
         h_vec = Signal(2 * WORD, name="hole_vec")
@@ -97,7 +97,7 @@ class HoleEngine:
                          h_rest.eq(Mux(w.ok_u, Cat(*(holes[g * G:(g + 1) * G].any()
                                                       for g in range(NG))), 0)),
                          h_cur_v.eq(0),
-                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(w.trig_ok),
+                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(trig_rec),
                          h_young_seen.eq(0)]
             # Busy while the search was not empty (a comparison of its bounds), not
             # whether it found a hole (an OR over 128 bits after the masks): a search

@@ -33,9 +33,9 @@ class SentPath:
         """The sent path, stage S1: each record judged against the stored CACK and stage
         W's (forwarded), recorded or refused."""
         (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err, O, cwnd, qps, rec_w,
-         rec_addr, tag_w, nxt_w, ev, w_valid, w_go, w_q) = _take(v, """
+         rec_addr, tag_w, nxt_w, ev, w_valid, w_go, w_q, epoch) = _take(v, """
             cmd_busy e_valid qb qidx ctx_rs nxt_rs err O cwnd qps rec_w rec_addr tag_w
-            nxt_w ev w_valid w_go w_q""")
+            nxt_w ev w_valid w_go w_q epoch""")
         e_go = Signal(name="sack_e_go")
         # Stage S1 (sent_s1_*): the input record in a register, with its QP's index, so that
         # the judgement starts from flip-flops; the record is judged (and counts as sent)
@@ -130,9 +130,13 @@ class SentPath:
         ring_addr = Signal.like(rec_w.addr, name="sent_ring_addr")
         ring_rec = Signal(REC, name="sent_ring_rec")
         ring_tag = Signal.like(tag_w.data, name="sent_ring_tag")
+        # (The record carries the QP's epoch: stage W takes a trigger PSN's record as this
+        # open's only with it.)
+        m.d.comb += epoch.rj.addr.eq(qs)
         m.d.sync += [ring_we.eq(s_new_ok | s_rtx_ok), ring_tag_we.eq(s_new_ok),
                      ring_addr.eq(rec_addr(qs, s.psn)),
-                     *assign(ring_rec, ev=s.ev, time=s.time, rtx=s.rtx), ring_tag.eq(s.tag)]
+                     *assign(ring_rec, ev=s.ev, time=s.time, rtx=s.rtx, epoch=epoch.rj.data),
+                     ring_tag.eq(s.tag)]
         m.d.comb += [rec_w.addr.eq(ring_addr), rec_w.en.eq(ring_we), rec_w.data.eq(ring_rec),
                      tag_w.addr.eq(ring_addr), tag_w.en.eq(ring_tag_we),
                      tag_w.data.eq(ring_tag)]

@@ -241,7 +241,7 @@ class TimerStages:
             fifos["rtx"].w_en.eq(e_rtx | h_rtx | t_timeout),
             fifos["feedback"].w_en.eq((w_go & e_fb) | t_timeout),
             fifos["qp_error"].w_en.eq(e_err | t_exhaust),
-            ev.feedback.eq((w_go & e_fb) | t_timeout),
+            ev.feedback.eq(fifos["feedback"].written),
             ev.rtx_timeout.eq(t_timeout),
             ev.retries_exhausted.eq(t_exhaust),
             ev.scan_visits.eq(t_end),
