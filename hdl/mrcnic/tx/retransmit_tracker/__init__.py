@@ -27,13 +27,14 @@ Operation, decisions and measured figures: docs/blocks/retransmit-tracker.md.
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from mrcnic.base.bram import BlockRam
 from mrcnic.base.records import (
     ACK_DESC, QP_INDEX_BITS, CWND_IN, QP_ERROR, EV_FEEDBACK, TIME_BITS, release_layout,
     rtx_layout, sent_layout)
@@ -165,10 +166,10 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     -------
     A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 4
     (:attr:`nack_latency`); a SACK's release in t + 3 (:attr:`sack_latency`), its feedback
-    in t + 4 (:attr:`feedback_latency`), its first hole request in t + 8, then one per
+    in t + 4 (:attr:`feedback_latency`), its first hole request in t + 10, then one per
     cycle. A timeout is seen at most one timer
-    pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 3) cycles,
-    at most ``qps`` x (``outstanding`` + 3), plus the cycles it yields to the output FIFOs.
+    pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 5) cycles,
+    at most ``qps`` x (``outstanding`` + 5), plus the cycles it yields to the output FIFOs.
 
     A sent record is judged the cycle after it is taken (stage S1 holds it), and writes
     the record rings the cycle after that; an ack record sees every sent record taken in an
@@ -183,7 +184,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     QP alone, one record every two cycles on each input (measured in
     ``sim/tx/test_retransmit_tracker.py``, with 4 QPs at random too). The ``ack`` input
     also pauses while the hole engine sends requests (one cycle per hole, requested or
-    skipped as pending, after one to find the first: k + 2 cycles for a SACK that opens
+    skipped as pending, after three to find the first and read its records: k + 4 cycles
+    for a SACK that opens
     k holes, one for a SACK whose search is not empty but finds every PSN in it
     acknowledged) or an output FIFO is full; a retransmission record waits while stage E
     holds a record or stage W one it does not apply in that cycle, or a SACK of its QP is
@@ -376,20 +378,35 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
             # W writes waits in stage E and reads them again on the edge they are written.
             banks.append((wp, mem.read_port(transparent_for=(wp,)),
                           mem.read_port(transparent_for=(wp,))))
-        m.submodules.rec = rec = Memory(shape=REC, depth=qps * O, init=[])
-        rec_w = rec.write_port()
-        # The SACK path reads a record as it leaves stage E: a sent record taken in that
-        # cycle comes after it, and its write (a cycle later, sent_ring_*) is not seen; one
-        # taken the cycle before is written on this edge, and seen (transparent).
-        rec_ra = rec.read_port(transparent_for=(rec_w,))     # SACK path
-        rec_rh = rec.read_port(transparent_for=(rec_w,))     # hole engine / timer scan
-        m.submodules.tags = tags = Memory(shape=unsigned(W), depth=qps * O, init=[])
-        tag_w = tags.write_port()
-        tag_ra = tags.read_port(transparent_for=(tag_w,))
-        tag_rh = tags.read_port(transparent_for=(tag_w,))
-        m.submodules.rq = rqm = Memory(shape=RQ, depth=qps * O, init=[])
-        rq_w = rqm.write_port()
-        rq_r = rqm.read_port(transparent_for=(rq_w,))
+        # The per-PSN rings in block RAM, each read's word out of a register two cycles
+        # after its address (:class:`~mrcnic.base.bram.BlockRam`): no decision follows a
+        # block RAM's slow output. Read port 0 of the record and tag rings is the SACK
+        # path's (addressed as the record enters stage E, the words out as it enters stage
+        # W), port 1 the hole engine's and the timer scan's. Both forward the two writes
+        # after the address (the sent path's, from registers), so a word shows every write
+        # up to the clock edge that starts the cycle after its address: as a read at that
+        # edge, transparent to the write, would.
+        rec = BlockRam(REC.size, qps * O, forward=(2, 2))
+        tags = BlockRam(W, qps * O, forward=(2, 2))
+        # The timeout marks, read by the scan's stage S0 and written by its stage S3:
+        # nothing forwarded, as no write to the word read comes at the edge that takes its
+        # address or the next (stage S3 fires a PSN at least one behind the one S0 reads,
+        # and at most three: the scan issues a PSN a cycle, and one redirected empties
+        # S1 and S2, so that S3 holds none in the two cycles after).
+        rqm = BlockRam(RQ.size, qps * O, forward=(0,))
+        m.submodules.rec, m.submodules.tags, m.submodules.rq = rec, tags, rqm
+
+        def ring_write(ram, layout):
+            return SimpleNamespace(addr=ram.w_addr, en=ram.w_en,
+                                   data=layout(ram.w_data) if layout else ram.w_data)
+
+        def ring_read(ram, i, layout):
+            return SimpleNamespace(addr=ram.r_addr[i],
+                                   data=layout(ram.r_data[i]) if layout else ram.r_data[i])
+        rec_w, tag_w, rq_w = ring_write(rec, REC), ring_write(tags, None), ring_write(rqm, RQ)
+        rec_ra, rec_rh = ring_read(rec, 0, REC), ring_read(rec, 1, REC)
+        tag_ra, tag_rh = ring_read(tags, 0, None), ring_read(tags, 1, None)
+        rq_r = ring_read(rqm, 0, RQ)
 
         vars(v).update(
             banks=banks, ctx=ctx, ctx_rc=ctx_rc, ctx_re=ctx_re, ctx_rs=ctx_rs, ctx_rt=ctx_rt,
@@ -448,11 +465,10 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
             room2.eq(Cat(*(fi.level <= FIFO_DEPTH - 4 for fi in fifos.values())).all()),
             room3.eq(Cat(*(fi.level <= FIFO_DEPTH - 5 for fi in fifos.values())).all()),
         ]
-        for name, wr in fifos.items():
-            wr.room2 = Signal(name=f"out_{name}_room2")
-            wr.room3 = Signal(name=f"out_{name}_room3")
-            m.d.sync += [wr.room2.eq(wr.level <= FIFO_DEPTH - 4),
-                         wr.room3.eq(wr.level <= FIFO_DEPTH - 5)]
+        # Room for 5 more in the retransmit FIFO: the hole engine's request decided while
+        # four are in its stages and the output register.
+        fifos["rtx"].room5 = Signal(name="out_rtx_room5")
+        m.d.sync += fifos["rtx"].room5.eq(fifos["rtx"].level <= FIFO_DEPTH - 7)
         rtx_rec = Signal(rtx_layout(W))
         fb_rec = Signal(EV_FEEDBACK)
         rel_rec = Signal(release_layout(W))
@@ -537,9 +553,9 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
 
     def _error_and_retries(self, m, v):
         """Per-QP error flag and retry count."""
-        (r_written, r_written2, cmd_apply, sack_ok, w, w_q, sc_q, t_timeout, head, s2_q, s3_q,
+        (r_written, r_written2, cmd_apply, sack_ok, w, w_q, s1_q, t_timeout, head, s2_q, s3_q,
          qps, cmd_qp, err, retries, epoch, fatal, t_exhaust, t_eval, expired) = _take(v, """
-            r_written r_written2 cmd_apply sack_ok w w_q sc_q t_timeout head s2_q s3_q qps
+            r_written r_written2 cmd_apply sack_ok w w_q s1_q t_timeout head s2_q s3_q qps
             cmd_qp err retries epoch fatal t_exhaust t_eval expired""")
         # --- Per-QP error and retry count --------------------------------------------------
         # A retry count maybe written this cycle for the QP of stage S1 (or S2): its timeout
@@ -547,8 +563,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         # evaluates, whether or not it fires, which the pending table and the outputs
         # decide later in the cycle.)
         t_head = t_eval & expired & head
-        m.d.comb += [r_written.eq(cmd_apply | (sack_ok & w.adv & (w_q == sc_q)) |
-                                  (t_head & (s3_q == sc_q))),
+        m.d.comb += [r_written.eq(cmd_apply | (sack_ok & w.adv & (w_q == s1_q)) |
+                                  (t_head & (s3_q == s1_q))),
                      r_written2.eq(cmd_apply | (sack_ok & w.adv & (w_q == s2_q)) |
                                    (t_head & (s3_q == s2_q)))]
         for i in range(qps):
@@ -599,6 +615,6 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         self.probe = {"rtx_we": fifos["rtx"].w_en, "rtx": rtx_rec,
                       "release_we": fifos["release"].w_en, "release": rel_rec,
                       "open": cmd_apply, "applied": v.w_go,
-                      "sent_go": v.take_s, "sent": v.s}
+                      "sent_go": v.take_s, "sent": v.s, "scan_end": v.t_end}
 
 

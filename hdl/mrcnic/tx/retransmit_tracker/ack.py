@@ -84,9 +84,9 @@ class AckStages:
         """SACK/NACK path, stage A: the bitmap words read, and what needs no per-QP state
         worked out from the record alone."""
         (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, banks, bank_addr,
-         guard, epoch, e_q, qps, s1_valid, s_cond) = _take(v, """
+         guard, epoch, e_q, qps, s1_valid, s_cond, rec_ra, tag_ra, rec_addr, ob) = _take(v, """
             cmd_busy hole_busy e_valid e_go room2 qb qidx banks bank_addr guard epoch e_q
-            qps s1_valid s_cond""")
+            qps s1_valid s_cond rec_ra tag_ra rec_addr ob""")
         a = self.ack.payload
         # No record is taken while a sent record waits in its stage S1 (it comes first).
         ready_a = (~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2 &
@@ -224,6 +224,16 @@ class AckStages:
             m.d.sync += e_valid.eq(1)
         with m.Elif(e_go):
             m.d.sync += e_valid.eq(0)
+        # The two ring reads stage W needs (the trigger's or the NACK's record, CACK's tag),
+        # addressed as the record enters stage E (the low PSN bits from the record's
+        # fields), or again each cycle it waits there: their words leave the block RAMs'
+        # registers as it enters stage W (two cycles after the address).
+        a_rec_lo = Signal(ob, name="sack_a_rec_psn")
+        m.d.comb += a_rec_lo.eq(Mux(a.nack, a.psn[:ob], a.cack[:ob] + a.ack_psn_offset[:ob]))
+        a_tag_lo = Mux(a.nack, a.psn, a.cack)
+        m.d.comb += [
+            rec_ra.addr.eq(Mux(e_reread, rec_addr(e_q, e_rec_lo), rec_addr(qa, a_rec_lo))),
+            tag_ra.addr.eq(Mux(e_reread, rec_addr(e_q, e_tag_lo), rec_addr(qa, a_tag_lo)))]
 
         vars(v).update(
             e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
@@ -236,22 +246,17 @@ class AckStages:
         bounds of the hole search, registered for stage W."""
         (e_go, e_valid, hole_busy, h_q, cmd_busy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
-         e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra, rec_addr, e_rec_lo,
-         e_tag_lo) = _take(v, """
+         e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra) = _take(v, """
             e_go e_valid hole_busy h_q cmd_busy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
             banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O e_lo e_hx e_w1
-            w_valid w_go w_q rec_ra tag_ra rec_addr e_rec_lo e_tag_lo""")
+            w_valid w_go w_q rec_ra tag_ra""")
         # A record goes on to stage W when W is free or emptied on this edge, and neither
         # stage W nor the hole engine holds its QP: they may write its context, words or
         # mark on this edge, after which stage E reads them again (one cycle later).
         m.d.comb += [
             e_go.eq(e_valid & ~cmd_busy & (~w_valid | w_go) & ~(w_valid & (w_q == e_q)) &
                     ~(hole_busy & (h_q == e_q))),
-            ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q),
-            # The ring reads load whenever stage W is free on this edge (what they read
-            # when stage E does not go on is not used): stage W holds them while it waits.
-            rec_ra.addr.eq(rec_addr(e_q, e_rec_lo)), rec_ra.en.eq(~w_valid | w_go),
-            tag_ra.addr.eq(rec_addr(e_q, e_tag_lo)), tag_ra.en.eq(~w_valid | w_go)]
+            ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
         c = ctx_re.data
         n = nxt_re.data
         in_err = err.bit_select(e_q, 1)
@@ -367,12 +372,22 @@ class AckStages:
             m.d.sync += w_valid.eq(1)
         with m.Elif(w_go):
             m.d.sync += w_valid.eq(0)
+        # The ring words for stage W's record leave the block RAMs in its first cycle
+        # (sack_w_ring_new); W holds them in registers of its own while it waits.
+        w_new = Signal(name="sack_w_ring_new")
+        w_rec_hold = Signal.like(rec_ra.data, name="sack_w_ring_rec")
+        w_tag_hold = Signal.like(tag_ra.data, name="sack_w_ring_tag")
+        w_rec, w_tag = Signal.like(w_rec_hold, name="sack_w_rec"), Signal.like(w_tag_hold,
+                                                                             name="sack_w_tag")
+        m.d.comb += [w_rec.eq(Mux(w_new, rec_ra.data, w_rec_hold)),
+                     w_tag.eq(Mux(w_new, tag_ra.data, w_tag_hold))]
+        m.d.sync += [w_new.eq(e_go), w_rec_hold.eq(w_rec), w_tag_hold.eq(w_tag)]
         # Forwarded to the sent path: a sent record judged while stage W holds this record
         # comes after it (sent_s1_*_w).
         w_fwd_we, w_fwd_cack, w_fwd_fatal = _take(v, "w_fwd_we w_fwd_cack w_fwd_fatal")
         m.d.comb += [w_fwd_we.eq(w_valid & w.ok_u & w.adv), w_fwd_cack.eq(w.cack),
                      w_fwd_fatal.eq(w_valid & w.fatal_u)]
-        vars(v).update(w=w)
+        vars(v).update(w=w, w_rec=w_rec, w_tag=w_tag)
 
     def _ack_stage_w(self, m, v):
         """SACK/NACK path, stage W: the record applied (context, bitmap words, hole mark)
@@ -434,9 +449,9 @@ class AckStages:
     def _ack_stage_w_answer(self, m, v):
         """Stage W, continued: the records it answers (release, feedback, a NACK's
         retransmit request, an error) and the events it counts."""
-        (w, w_valid, w_go, w_q, live, sack_ok, changed, rtx_rec, tag_ra, rec_ra, fb_rec,
+        (w, w_valid, w_go, w_q, live, sack_ok, changed, rtx_rec, w_tag, w_rec, fb_rec,
          rel_rec, err_rec, fifos, ev) = _take(v, """
-            w w_valid w_go w_q live sack_ok changed rtx_rec tag_ra rec_ra fb_rec rel_rec
+            w w_valid w_go w_q live sack_ok changed rtx_rec w_tag w_rec fb_rec rel_rec
             err_rec fifos ev""")
         is_sack = live & ~w.nack
         is_nack = live & w.nack
@@ -447,7 +462,7 @@ class AckStages:
         # is written into its FIFO, the cycle after (``keep``), not in the decision.
         ep_ok = Signal(name="sack_w_trig_epoch_ok")
         trig_rec = Signal(name="sack_w_trig_rec")
-        m.d.comb += [ep_ok.eq(rec_ra.data.epoch == w.epoch), trig_rec.eq(w.trig_ok & ep_ok)]
+        m.d.comb += [ep_ok.eq(w_rec.epoch == w.epoch), trig_rec.eq(w.trig_ok & ep_ok)]
         fatal = w.fatal_u & w_go
         nack_unknown = is_nack & ~fatal & ~w.known
         nack_unsent = is_nack & w.known & w.n_unsent
@@ -464,13 +479,13 @@ class AckStages:
         # the decision to write it: W's here, the hole engine's and the timer's below.
         with m.If(w_valid):
             m.d.comb += [
-                *assign(rtx_rec, qp=w_q, psn=w.base, tag=tag_ra.data, ev=rec_ra.data.ev,
+                *assign(rtx_rec, qp=w_q, psn=w.base, tag=w_tag, ev=w_rec.ev,
                         cause=RtxCause.NACK),
-                *assign(fb_rec, qp=w_q, ev=rec_ra.data.ev, kind=w.kind, entropy=w.entropy),
+                *assign(fb_rec, qp=w_q, ev=w_rec.ev, kind=w.kind, entropy=w.entropy),
                 *assign(err_rec, qp=w_q, cause=ErrorCause.NACK_FATAL),
             ]
         m.d.comb += assign(rel_rec, qp=w_q, first=w.old_cack + 1, last=w.cack,
-                           tag=tag_ra.data)
+                           tag=w_tag)
         m.d.comb += [fifos["release"].w_en.eq(w_release),
                      fifos["feedback"].keep.eq(~(w_valid & sack_fb) | ep_ok)]
         m.d.comb += [

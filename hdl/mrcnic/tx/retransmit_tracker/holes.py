@@ -8,10 +8,11 @@ compared a cycle ahead); ``reorder_time``. Leaves: the request (``h_rtx``, stage
 which the ack input and stages E and W wait, the mark written back (``hole_mark_*``).
 
 Stages: the group search (``hole_vec``, ``hole_rest``, ``hole_cur``; a 16-bit lowest-bit
-search after registers picks the hole, whose rings are read), then stage J (``hole_j_*``)
-registers the hole's records as the block RAMs give them, judges the time guard from
-registers and writes the retransmit request; the mark moves to the first hole too young
-the cycle after J. Latency: SACK taken to its first request 8 cycles, then one a cycle
+search after registers picks the hole), its PSN registered (``hole_r_*``: the rings'
+address), the block RAMs' read (``hole_m_*``) and their output registers (``hole_d_*``),
+then stage J (``hole_j_*``) registers the hole's records with its age, judges the time guard
+from registers and writes the retransmit request; the mark moves to the first hole too young
+the cycle after J. Latency: SACK taken to its first request 10 cycles, then one a cycle
 with no idle cycle between groups. Forwarding: the pending table's insertions of the
 cycles in flight are part of its lookup (a hole already requested is skipped, taking its
 cycle)."""
@@ -41,10 +42,10 @@ class HoleEngine:
         registers."""
         (h_q, hole_busy, h_busy_qp, qs, s1_qp_ok, e_valid, e_q, fifos, w, w_valid, w_go, w_q,
          sack_ok,
-         holes, k_nonempty, p0, rec_ra, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w,
+         holes, k_nonempty, p0, w_rec, rtx_rec, tag_rh, rec_rh, r_time, p_hit, mark_w,
          ev, trig_rec) = _take(v, """
             h_q hole_busy h_busy_qp qs s1_qp_ok e_valid e_q fifos w w_valid w_go w_q sack_ok holes
-            k_nonempty p0 rec_ra rtx_rec tag_rh rec_rh r_time p_hit mark_w ev trig_rec""")
+            k_nonempty p0 w_rec rtx_rec tag_rh rec_rh r_time p_hit mark_w ev trig_rec""")
         G = HOLE_GROUP
         NG = 2 * WORD // G
         h_vec = Signal(2 * WORD, name="hole_vec")
@@ -53,8 +54,15 @@ class HoleEngine:
         h_cur_g = Signal(range(NG), name="hole_cur_g")
         h_cur_v = Signal(name="hole_cur_valid")
         h_p0 = Signal(PSN, name="hole_p0")
-        h_emit = Signal()                      # a request whose records are being read
-        h_psn = Signal(PSN)
+        # A request's records read: its PSN registered (hole_r_*), the rings addressed from
+        # that register, their words out of the block RAMs' registers two cycles later
+        # (hole_d_*), registered with the hole's age into stage J.
+        h_emit = Signal(name="hole_r_valid")
+        h_psn = Signal(PSN, name="hole_r_psn")
+        # (Stages m and d carry the hole's place in the two words, 7 bits: its PSN is p0
+        # plus that.)
+        h_rd, h_rd_pos = Signal(name="hole_m_valid"), Signal(7, name="hole_m_pos")
+        h_dv, h_dv_pos = Signal(name="hole_d_valid"), Signal(7, name="hole_d_pos")
         # Whether the engine has a hole left to request, as a register of its own: the SACK
         # input, stages E and W and the sent input wait on it.
         h_nz = Signal(name="hole_nz")
@@ -70,7 +78,7 @@ class HoleEngine:
         m.d.comb += [hole_busy.eq(busy_r),
                      h_busy_qp.eq(s1_qp_ok & ((hole_busy & (qs == h_q)) |
                                               (e_valid & (qs == e_q)) | (w_valid & (qs == w_q))))]
-        h_issue = h_cur_v & fifos["rtx"].room3
+        h_issue = h_cur_v & fifos["rtx"].room5
         _, c_idx, c_iso = lowest_set(m, h_cur, "hole_cur")
         # The current group's last hole: no other bit set.
         c_last = Signal(name="hole_cur_last")
@@ -80,6 +88,7 @@ class HoleEngine:
         # the group's high bit (the request's block RAM address takes none of that carry at
         # outstanding = 128, a few bits of it above).
         h_next_psn = Signal(PSN)
+        h_pos = Signal(7, name="hole_r_pos")
         m.d.comb += h_next_psn.eq(Cat(c_idx, h_cur_g[:2], h_p0[6:] + h_cur_g[2]))
         # The next group: the lowest of those left, taken when the current one empties.
         _, r_idx, r_iso = lowest_set(m, h_rest, "hole_rest")
@@ -97,7 +106,7 @@ class HoleEngine:
                          h_rest.eq(Mux(w.ok_u, Cat(*(holes[g * G:(g + 1) * G].any()
                                                       for g in range(NG))), 0)),
                          h_cur_v.eq(0),
-                         h_p0.eq(p0), h_ttime.eq(rec_ra.data.time), h_tok.eq(trig_rec),
+                         h_p0.eq(p0), h_ttime.eq(w_rec.time), h_tok.eq(trig_rec),
                          h_young_seen.eq(0)]
             # Busy while the search was not empty (a comparison of its bounds), not
             # whether it found a hole (an OR over 128 bits after the masks): a search
@@ -110,7 +119,7 @@ class HoleEngine:
                          h_nz.eq(h_rest.any())]
         with m.Elif(h_issue):
             m.d.sync += h_cur.eq(h_cur & ~c_iso)
-        m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn)]
+        m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn), h_pos.eq(Cat(c_idx, h_cur_g))]
         # Stage J registers the hole's records as the block RAMs give them, and judges
         # them against the time guard from those registers: the hole is young when its age
         # (signed) is below reorder_time, that is negative, or below 2^16 with its low
@@ -121,7 +130,10 @@ class HoleEngine:
         # The hole's age (the trigger's send time less its own) is the subtraction in the
         # cycle the block RAM gives the send time, registered: stage J compares it.
         h_age = Signal(TIME_BITS, name="hole_j_age")
-        m.d.sync += [j_valid.eq(h_emit), j_psn.eq(h_psn), j_ev.eq(rec_rh.data.ev),
+        m.d.sync += [h_rd.eq(h_emit), h_rd_pos.eq(h_pos), h_dv.eq(h_rd), h_dv_pos.eq(h_rd_pos)]
+        h_dv_psn = Signal(PSN, name="hole_d_psn")
+        m.d.comb += h_dv_psn.eq(Cat(h_dv_pos[:6], h_p0[6:] + h_dv_pos[6]))
+        m.d.sync += [j_valid.eq(h_dv), j_psn.eq(h_dv_psn), j_ev.eq(rec_rh.data.ev),
                      j_tag.eq(tag_rh.data), h_age.eq(h_ttime - rec_rh.data.time)]
         rt_bits = len(r_time)
         h_young = Signal(name="hole_j_young")
@@ -145,9 +157,11 @@ class HoleEngine:
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
         h_nz_next = Signal(name="hole_nz_next")
         m.d.comb += h_nz_next.eq(Mux(w_go, w.ok_u & k_nonempty, Mux(refill, h_rest.any(), h_nz)))
-        m.d.sync += busy_r.eq(h_nz_next | h_issue | h_emit | (j_valid & h_young & ~h_young_seen))
+        m.d.sync += busy_r.eq(h_nz_next | h_issue | h_emit | h_rd | h_dv |
+                              (j_valid & h_young & ~h_young_seen))
 
         vars(v).update(
             h_emit=h_emit, h_issue=h_issue, h_next_psn=h_next_psn, h_old=h_old, h_psn=h_psn,
+            h_dv_psn=h_dv_psn, h_flight=h_emit | h_rd | h_dv | j_valid,
             j_psn=j_psn,
             j_valid=j_valid, h_rtx=h_rtx)

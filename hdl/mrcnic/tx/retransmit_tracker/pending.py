@@ -24,10 +24,10 @@ class PendingTable:
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
         (qb, j_valid, h_q, j_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
          t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, t_exhaust, cmd_qp, cmd_apply, e_go, w_go,
-         ev, ob, s2_q, s2_p, t_phit, h_psn, e_q, e_base) = _take(v, """
+         ev, ob, s2_q, s2_p, t_phit, h_dv_psn, e_q, e_base) = _take(v, """
             qb j_valid h_q j_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
             s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev ob s2_q s2_p
-            t_phit h_psn e_q e_base""")
+            t_phit h_dv_psn e_q e_base""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # Three requesters, which never request in the same cycle, each with its lookup
         # (below): the hole engine (its stage J), stage W (a NACK needs w_go) and the timer
@@ -61,8 +61,8 @@ class PendingTable:
         live = Signal(P, name="pend_live")
         m.d.comb += live.eq(pv | Mux(ins_valid, ins_slot, 0))
         # The hole engine's and the timer's lookups a stage ahead: the entries are compared
-        # with the PSN the stage will hold a cycle later (hole_j_pmatch in the hole's read
-        # cycle, scan_s3_pmatch in the timer's stage S2), and so is the key written this
+        # with the PSN the stage will hold a cycle later (hole_j_pmatch as the hole's records
+        # leave the block RAMs, scan_s3_pmatch in the timer's stage S2), and so is the key written this
         # cycle into the slot that an insert decided now makes live in that later cycle
         # (*_pins, the only entry whose key changes meanwhile). The match is masked then by
         # what is live: the same answer as a lookup in that cycle. (Live but for the slot an
@@ -74,7 +74,7 @@ class PendingTable:
                          pins.eq((k_q == q) & (k_p == psn[:PB]))]
             return (pmatch & pv).any() | (ins_valid & pins)
         j_hit = Signal(name="hole_j_phit")
-        m.d.comb += [j_hit.eq(ahead("hole_j", h_q, h_psn)), t_phit.eq(ahead("scan_s3", s2_q, s2_p))]
+        m.d.comb += [j_hit.eq(ahead("hole_j", h_q, h_dv_psn)), t_phit.eq(ahead("scan_s3", s2_q, s2_p))]
         # Stage W's lookup (a NACK's PSN) the same way, compared with the record stage W
         # holds in the next cycle: stage E's as it goes on, else stage W's own.
         def compare(q, psn):

@@ -18,7 +18,8 @@ every requester (stage W, the hole engine, the timer).
 Nothing is forwarded into the scan: a PSN whose words, ring entry or context were written
 while it was in flight is stale (``scan_s2_wstale``, ``scan_s2_kstale``, S3's hold) and is
 tried again, which costs the scan cycles, never a wrong decision. One pass over 2 QPs with
-100 + 60 PSNs outstanding takes 167 cycles."""
+100 + 60 PSNs outstanding takes 170 cycles: a QP's visit, its outstanding PSNs and 5 (the
+first PSN's way through stages S0 to S3, and the end of the visit)."""
 
 from types import SimpleNamespace
 
@@ -40,34 +41,42 @@ class TimerStages:
         timeouts: S1 reads the block RAMs and works out the QP's timeout, S2 tests what was
         read, places the PSN against the QP's CACK and next PSN, and (in the pending table)
         looks it up, into registers for stage S3 (:meth:`_timer_decide`)."""
-        (qb, cmd_busy, rec_addr, rec_rh, h_issue, h_q, h_next_psn, tag_rh, rq_r, banks, bank_addr,
+        (qb, cmd_busy, rec_addr, rec_rh, h_emit, h_q, h_psn, tag_rh, rq_r, banks, bank_addr,
          retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
          ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr) = _take(v, """
-            qb cmd_busy rec_addr rec_rh h_issue h_q h_next_psn tag_rh rq_r banks bank_addr retries
+            qb cmd_busy rec_addr rec_rh h_emit h_q h_psn tag_rh rq_r banks bank_addr retries
             t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s ctx_rt nxt_rt qs w_valid w_q ring_we
             ring_addr""")
         # --- Timer scan ---------------------------------------------------------------------
+        # Stage S0 (sc_*): the PSN whose record and timeout mark are read, addressed from
+        # registers, their words out of the block RAMs in stage S2; its tag is read in S1,
+        # and out in S3. (The hole engine takes the record and tag ports in the cycles it
+        # reads a hole's: the PSN is then tried again, s*_port.)
         sc_q = Signal(qb)
         sc_p = Signal(PSN)
         sc_on = Signal()
+        s1_valid, s1_q, s1_p, s1_port = (Signal(name="scan_s1_valid"), Signal(qb, name="scan_s1_q"),
+                                          Signal(PSN, name="scan_s1_p"), Signal(name="scan_s1_port"))
         s2_valid, s2_q, s2_p, s2_port = (Signal(name="scan_s2_valid"), Signal(qb, name="scan_s2_q"),
                                           Signal(PSN, name="scan_s2_p"), Signal(name="scan_s2_port"))
         issue = sc_on & ~cmd_busy
         sc_addr = rec_addr(sc_q, sc_p)
-        s_w = sc_p[6:]
+        s_w = s1_p[6:]
         m.d.comb += [
-            rec_rh.addr.eq(Mux(h_issue, rec_addr(h_q, h_next_psn), sc_addr)),
-            tag_rh.addr.eq(Mux(h_issue, rec_addr(h_q, h_next_psn), rec_addr(s2_q, s2_p))),
+            rec_rh.addr.eq(Mux(h_emit, rec_addr(h_q, h_psn), sc_addr)),
+            tag_rh.addr.eq(Mux(h_emit, rec_addr(h_q, h_psn), rec_addr(s1_q, s1_p))),
             rq_r.addr.eq(sc_addr),
-            banks[0][2].addr.eq(bank_addr(sc_q, s_w)),
-            banks[1][2].addr.eq(bank_addr(sc_q, s_w)),
+            banks[0][2].addr.eq(bank_addr(s1_q, s_w)),
+            banks[1][2].addr.eq(bank_addr(s1_q, s_w)),
         ]
-        m.d.sync += [s2_valid.eq(issue), s2_q.eq(sc_q), s2_p.eq(sc_p), s2_port.eq(~h_issue)]
+        m.d.sync += [s1_valid.eq(issue), s1_q.eq(sc_q), s1_p.eq(sc_p), s1_port.eq(~h_emit),
+                     s2_valid.eq(s1_valid), s2_q.eq(s1_q), s2_p.eq(s1_p),
+                     s2_port.eq(s1_port & ~h_emit)]
         # Stage S1 (the issue cycle) works out the QP's timeout from its retry count: the
         # exponent k (timeout = 2^k ticks), whether the count is at retry_max, and the QP's
         # epoch, registered for stage S2. A retry count written in this cycle for the QP
         # (scan_s2_kstale) makes stage S2 try the PSN again.
-        m.d.comb += [retries.rs.addr.eq(sc_q), epoch.rs.addr.eq(sc_q)]
+        m.d.comb += [retries.rs.addr.eq(s1_q), epoch.rs.addr.eq(s1_q)]
         r_s1 = retries.rs.data
         # The retries past retry_linear here, the exponent from them in S2 (t_exp + excess,
         # at most MAX_TIMEOUT_EXP): one carry chain a stage after the distributed RAM read.
@@ -87,11 +96,10 @@ class TimerStages:
         m.d.comb += t_k.eq(Mux(k_sum > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, k_sum))
         m.d.sync += [t_excess.eq(Mux(r_diff[-1], 0, r_diff[:5])),
                      t_rmax.eq(r_s1 == r_max), t_epoch.eq(epoch.rs.data),
-                     t_kstale.eq(r_written), t_wstale.eq(w_valid & (w_q == sc_q))]
-        # Stage S2 works out what the block RAMs read in S1 say about the PSN (acknowledged,
-        # late, its request already fired) into registers for stage S3, with the record's
-        # fields a request needs; the tag is read in S2 itself (tag_rh, free unless the hole
-        # engine takes it), so that it leaves the RAM in S3.
+                     t_kstale.eq(r_written), t_wstale.eq(w_valid & (w_q == s1_q))]
+        # Stage S2 works out what the memories read say about the PSN (acknowledged, late,
+        # its request already fired) into registers for stage S3, with the record's fields
+        # a request needs (its tag leaves the block RAM in S3).
         s2w = s2_p[6:]
         t_word = Signal(WORDL)
         m.d.comb += t_word.eq(Mux(s2w[0], banks[1][2].data, banks[0][2].data))
@@ -125,9 +133,10 @@ class TimerStages:
         r_written2 = Signal()                 # the retry count of s2_q written this cycle
         m.d.sync += [
             s3_valid.eq(s2_valid & ~cmd_busy & ~s3_squash), s3_q.eq(s2_q), s3_p.eq(s2_p),
-            s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data), t_el.eq(self.now - rec_rh.data.time),
+            s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data),
+            t_el.eq(self.now - rec_rh.data.time),
             s3_kmask.eq(ge_mask(t_k, TIME_BITS)),
-            s3.port.eq(s2_port & ~h_issue), s3.kstale.eq(t_kstale | r_written2),
+            s3.port.eq(s2_port), s3.kstale.eq(t_kstale | r_written2),
             s3.rmax.eq(t_rmax),
             s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
                         t_word.bits.bit_select(s2_p[:6], 1)),
@@ -147,6 +156,7 @@ class TimerStages:
         ]
         vars(v).update(
             issue=issue, r_written=r_written, r_written2=r_written2, s2_q=s2_q, s2_p=s2_p,
+            s1_q=s1_q, s1_valid=s1_valid,
             s3_cack=s3_cack,
             s2_valid=s2_valid, s3=s3, s3_epoch=s3_epoch, s3_p=s3_p, s3_q=s3_q, s3_rec=s3_rec,
             s3_squash=s3_squash, s3_valid=s3_valid, sc_on=sc_on, sc_p=sc_p, sc_q=sc_q)
@@ -155,11 +165,12 @@ class TimerStages:
         """The timer scan's stage S3: the PSN against the QP's context, the decision (end
         the visit, go back to CACK + 1, try the PSN again, step, or time it out), and where
         the scan goes next."""
-        (qb, cmd_busy, e_valid, e_q, err, r_max, j_valid, room3, qps, ctx,
+        (qb, cmd_busy, e_valid, e_q, err, r_max, room3, qps, ctx,
          issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q, w_valid,
-         w_q, s3_cack) = _take(v, """
-            qb cmd_busy e_valid e_q err r_max j_valid room3 qps ctx issue
-            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid w_q s3_cack""")
+         w_q, s3_cack, s1_valid, h_flight) = _take(v, """
+            qb cmd_busy e_valid e_q err r_max room3 qps ctx issue
+            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid w_q s3_cack
+            s1_valid h_flight""")
         # The pending table looked up for S3's PSN in S2 (scan_s3_pmatch, pending table)
         t_phit = Signal(name="scan_s3_phit")
         # Stage S3 decides. It holds (tries the PSN again) while stage E or W holds a record
@@ -175,7 +186,9 @@ class TimerStages:
         expired = ~s3.acked & s3.late & ~s3.fired
         head = s3.head
         exhaust = expired & head & s3.rmax & (r_max < RETRY_FOREVER)
-        busy_out = w_valid | j_valid | ~room3
+        # The outputs are another's while stage W holds a record or a hole request is in
+        # the engine's stages (whose room was counted without the timer's record).
+        busy_out = w_valid | h_flight | ~room3
         s3_live = s3_valid & ~cmd_busy
         s3_go = s3_live & ~t_hold
         # What stage S3 does: end the visit, go back to CACK + 1, retry the PSN, or step.
@@ -191,15 +204,15 @@ class TimerStages:
         next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
         start_ctx = ctx.read_port(domain="comb")
         m.d.comb += start_ctx.addr.eq(sc_q)
-        # A redirect drops the PSN in stage S2 too (S1 then issues the new one).
+        # A redirect drops the PSNs in stages S1 and S2 too (S0 then issues the new one).
         m.d.comb += s3_squash.eq(t_end | t_rewind | t_retry)
         with m.If(t_end):
-            m.d.sync += [sc_on.eq(0), s2_valid.eq(0), sc_q.eq(next_q)]
+            m.d.sync += [sc_on.eq(0), s1_valid.eq(0), s2_valid.eq(0), sc_q.eq(next_q)]
         with m.Elif(t_rewind):
-            m.d.sync += [sc_p.eq(t_cack + 1), s2_valid.eq(0)]
+            m.d.sync += [sc_p.eq(t_cack + 1), s1_valid.eq(0), s2_valid.eq(0)]
         with m.Elif(t_retry):
-            m.d.sync += [sc_p.eq(s3_p), s2_valid.eq(0)]
-        with m.Elif(~sc_on & ~cmd_busy & ~s2_valid & ~s3_valid):
+            m.d.sync += [sc_p.eq(s3_p), s1_valid.eq(0), s2_valid.eq(0)]
+        with m.Elif(~sc_on & ~cmd_busy & ~s1_valid & ~s2_valid & ~s3_valid):
             m.d.sync += [sc_on.eq(1), sc_p.eq(start_ctx.data.cack + 1)]
         with m.Elif(issue):
             m.d.sync += sc_p.eq(sc_p + 1)
