@@ -151,6 +151,27 @@ def test_layout_and_offsets():
     assert (a.fields["x"].offset, b.fields["x"].offset, f.offset) == (3, 0, None)
 
 
+def test_a_copy_with_other_reset_values():
+    m = demo_map()
+    c = m.with_resets({"ctrl": {"prio": 0x11, "mode": 2}})
+    assert c["ctrl"].unpack(c["ctrl"].reset) == {**m["ctrl"].unpack(m["ctrl"].reset),
+                                                 "prio": 0x11, "mode": 2}
+    # Everything else as it was, and the map it came from unchanged.
+    assert {r.name: r.reset for r in c if r.name != "ctrl"} == \
+        {n: v for n, v in RESETS.items() if n != "ctrl"}
+    assert [(r.name, m.offset(r.name), [(f.name, f.offset, f.width, f.access)
+                                        for f in r.fields.values()]) for r in m] == \
+        [(r.name, c.offset(r.name), [(f.name, f.offset, f.width, f.access)
+                                     for f in r.fields.values()]) for r in c]
+    assert {r.name: r.reset for r in m} == RESETS
+    with pytest.raises(CsrError, match="has no field 'nope'"):
+        m.with_resets({"ctrl": {"nope": 1}})
+    with pytest.raises(CsrError, match="has no register 'nope'"):
+        m.with_resets({"nope": {"x": 1}})
+    with pytest.raises(CsrError, match="does not fit"):
+        m.with_resets({"ctrl": {"mode": 8}})
+
+
 def rf(*fields, **kw):
     return Register("r", list(fields), **kw)
 

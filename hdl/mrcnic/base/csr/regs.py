@@ -223,6 +223,20 @@ class RegisterMap:
     def offset(self, name):
         return self[name].offset
 
+    def with_resets(self, resets):
+        """A copy of the map whose fields named in ``resets`` (register name -> {field
+        name: value}) reset to other values: for a harness that must start from them (a
+        bounded formal check spends no depth writing them)."""
+        for reg, fields in resets.items():
+            for name in fields:
+                self[reg].field(name)           # CsrError if either is unknown
+        return RegisterMap(self.name, [
+            Register(r.name, [Field(f.name, f.width, f.access,
+                                    resets.get(r.name, {}).get(f.name, f.reset), f.desc,
+                                    offset=f.offset) for f in r.fields.values()],
+                     r.desc, offset=r.offset)
+            for r in self], data_width=self.data_width)
+
     def markdown(self):
         """The map as a Markdown table (:func:`mrcnic.base.csr.markdown.markdown`)."""
         from mrcnic.base.csr.markdown import markdown

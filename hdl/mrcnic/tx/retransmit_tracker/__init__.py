@@ -232,6 +232,9 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     nack_latency = 4
     sack_latency = 3
     feedback_latency = 4
+    # The register map (a harness may put one with other reset values here:
+    # RegisterMap.with_resets).
+    regs = RT_REGS
 
     def __init__(self, qps=64, outstanding=1024, tag_width=32, pending=16, counter_width=32):
         self.counter_width = check_counter_width(counter_width)
@@ -299,7 +302,7 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         RQ = data.StructLayout({"valid": 1, "time": TIME_BITS, "rtx": 1, "lap": PSN - ob,
                                 "epoch": EPOCH_BITS})
 
-        m.submodules.csr = csr = CsrBlock(RT_REGS)
+        m.submodules.csr = csr = CsrBlock(self.regs)
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         f = csr.fields
         guard = f["config"]["reorder_guard"]
@@ -336,7 +339,7 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         # --- State -------------------------------------------------------------------------
         CTX = data.StructLayout({"cack": PSN, "hi": PSN, "mpr": 8})
         init_ctx = {"cack": (1 << PSN) - 1, "hi": (1 << PSN) - 1,
-                    "mpr": RT_REGS["config2"].fields["initial_mpr"].reset}
+                    "mpr": self.regs["config2"].fields["initial_mpr"].reset}
         m.submodules.ctx = ctx = Memory(shape=CTX, depth=qps, init=[init_ctx] * qps)
         ctx_w = ctx.write_port()
         # The hole mark in a memory of its own: stage E reads it, stage W writes it, and the
