@@ -641,9 +641,16 @@ def test_nack_to_request_latency_and_hole_engine_rate():
         ctx.set(dut.ack.payload, sack(0, 9, bitmap))
         ctx.set(dut.ack.valid, 1)
         await ctx.tick()
-        ctx.set(dut.ack.valid, 0)
+        # The next ack record (a NACK on QP 1, which has sent nothing: ignored) is applied
+        # (stage W goes, the probe "applied") once the hole engine is done with the SACK's
+        # holes.
+        ctx.set(dut.ack.payload, nack(1, 5))
         psns, first, last, k = [], None, None, 1
+        applied = []
         while k < 200:
+            taken = ctx.get(dut.ack.valid) and ctx.get(dut.ack.ready)
+            if ctx.get(dut.probe["applied"]):
+                applied.append(k)
             if ctx.get(dut.release.valid) and "release" not in result:
                 result["release"] = k
             if ctx.get(dut.feedback.valid) and "feedback" not in result:
@@ -653,8 +660,11 @@ def test_nack_to_request_latency_and_hole_engine_rate():
                 first = first or k
                 last = k
             await ctx.tick()
+            if taken:
+                ctx.set(dut.ack.valid, 0)
             k += 1
         result["holes"] = (psns, first, last)
+        result["applied"] = applied
 
     run(dut, tb)
     print(f"measured: NACK accepted to its retransmit request valid: {result['nack']} "
@@ -667,8 +677,12 @@ def test_nack_to_request_latency_and_hole_engine_rate():
     psns, first, last = result["holes"]
     assert psns == list(range(10, 71, 2)), psns
     print(f"measured: {len(psns)} hole requests in {last - first + 1} cycles, the first "
-          f"{first} cycles after the SACK")
+          f"{first} cycles after the SACK; the SACK and the next ack record applied "
+          f"{result['applied']} cycles after the SACK")
     assert last - first + 1 == len(psns)
+    assert first == RetransmitTracker.hole_latency
+    sack_w, next_w = result["applied"]
+    assert next_w - sack_w == len(psns) + RetransmitTracker.hole_pause
 
 
 def test_timeouts_backoff_and_retry_exhaustion():
