@@ -282,28 +282,32 @@ def test_matches_the_model_under_loss_reorder_duplication_trimming(qps, outstand
     is often all within the count guard: no hole is ever young)."""
     rng = seeded()
     channel = {"trim": 0.05, "ack_dup": 0.1} if lag else {}
-    events = closed_loop(random.Random(rng.getrandbits(64)), soak(700), qps=qps,
-                         outstanding=outstanding, reorder_guard=guard, pending=pending,
-                         rtx_lag=lag, reorder_time=rtime, **channel)
     regs = {"config": {"reorder_guard": guard}}
     if rtime:
         regs = {"config": {"reorder_guard": guard, "timeout_exp": 24},
                 "config2": {"reorder_time": rtime}}
-    want, got, log, counters, model = run_events(
-        events, qps=qps, outstanding=outstanding, pending=pending, regs=regs, rng=rng,
-        idle=0.2, backpressure=0.3)
-    check(want, got, counters, model)
-    # The traffic must exercise what it is for.
-    # With the time guard, a resend taken before the SACK that shows its hole (sent records
-    # run ahead of acks here) makes the hole young: hole requests may not happen at all.
-    for name in ("sacks", "sack_duplicate", "releases", "rtx_nack", "sent_rtx",
-                 "hole_young" if rtime else "rtx_hole"):
-        assert model.counts[name] > 0, f"no {name} in this run"
-    if lag:
-        assert model.counts["rtx_pending_skip"] > 0
-    if pending < 16:
-        assert model.counts["pending_full"] > 0
-    assert (model.counts["hole_young"] > 0) == bool(rtime)
+    # The traffic must exercise what it is for. With the time guard, a resend taken before
+    # the SACK that shows its hole (sent records run ahead of acks here) makes the hole
+    # young: hole requests may not happen at all.
+    wanted = ["sacks", "sack_duplicate", "releases", "rtx_nack", "sent_rtx",
+              "hole_young" if rtime else "rtx_hole"]
+    wanted += ["rtx_pending_skip"] * bool(lag) + ["pending_full"] * (pending < 16)
+    # A batch of random traffic that misses one of them (about one seed in 40 has no
+    # pending skip) is followed by another: every batch is checked against the model.
+    for batch in range(3):
+        events = closed_loop(random.Random(rng.getrandbits(64)), soak(700), qps=qps,
+                             outstanding=outstanding, reorder_guard=guard, pending=pending,
+                             rtx_lag=lag, reorder_time=rtime, **channel)
+        want, got, log, counters, model = run_events(
+            events, qps=qps, outstanding=outstanding, pending=pending, regs=regs, rng=rng,
+            idle=0.2, backpressure=0.3)
+        check(want, got, counters, model)
+        assert rtime or not model.counts["hole_young"]      # no young hole without the guard
+        missing = [name for name in wanted if not model.counts[name]]
+        if not missing:
+            break
+        print(f"batch {batch}: no {', '.join(missing)}; another batch")
+    assert not missing, f"no {', '.join(missing)} in three batches"
     if model.counts["pending_full"] == 0:
         no_second_request(events, log, qps, outstanding, pending, guard, rtime)
 
