@@ -80,13 +80,51 @@ class AckStages:
         m.d.comb += [w0.eq(Mux(a.nack, a.psn[6:], hi0)), w1.eq(Mux(a.nack, n_w1, hi1))]
         return off, gm1, b6, c6, x0, x1, w0, w1, hi0, hi1
 
+    def _ack_stage_a_reads(self, m, v, qa, w0, w1):
+        """Stage A's reads: the two bitmap words the record straddles (words ``w0`` and
+        ``w1`` of QP ``qa``) and the two ring words stage W needs (the trigger's or the
+        NACK's record, CACK's tag), addressed from the input record, or from stage E's
+        registers each cycle a record waits there (``sack_e_reread``). Returns those
+        registers of stage E, which stage A loads: the base, the second word's number, the
+        reread flag and the low PSN bits of the two ring reads."""
+        (e_valid, e_go, e_q, banks, bank_addr, rec_ra, tag_ra, rec_addr, ob) = _take(v, """
+            e_valid e_go e_q banks bank_addr rec_ra tag_ra rec_addr ob""")
+        a = self.ack.payload
+        e_base = Signal(PSN, name="sack_e_base")
+        # A record held in stage E reads its words again every cycle (sack_e_reread): the
+        # banks' read port is transparent, so it sees what stage W writes on the same edge.
+        e_reread = Signal(name="sack_e_reread")
+        e_w0 = e_base[6:]
+        e_w1 = Signal(PSN - 6, name="sack_e_w1")
+        m.d.comb += [
+            e_reread.eq(e_valid & ~e_go),
+            banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, Mux(e_w0[0], e_w1, e_w0)),
+                                    bank_addr(qa, Mux(w0[0], w1, w0)))),
+            banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, Mux(e_w0[0], e_w0, e_w1)),
+                                    bank_addr(qa, Mux(w0[0], w0, w1)))),
+        ]
+        # (The read ports read every cycle, with no enable: in a cycle where stage E neither
+        # holds its record nor takes one, what they read is not used.)
+        # The ring reads, addressed as the record enters stage E (the low PSN bits from the
+        # record's fields) or again each cycle it waits there: their words leave the block
+        # RAMs' registers as it enters stage W (two cycles after the address).
+        e_rec_lo = Signal(PSN, name="sack_e_rec_psn")
+        e_tag_lo = Signal(PSN, name="sack_e_tag_psn")
+        a_rec_lo = Signal(ob, name="sack_a_rec_psn")
+        m.d.comb += a_rec_lo.eq(Mux(a.nack, a.psn[:ob], a.cack[:ob] + a.ack_psn_offset[:ob]))
+        a_tag_lo = Mux(a.nack, a.psn, a.cack)
+        m.d.comb += [
+            rec_ra.addr.eq(Mux(e_reread, rec_addr(e_q, e_rec_lo), rec_addr(qa, a_rec_lo))),
+            tag_ra.addr.eq(Mux(e_reread, rec_addr(e_q, e_tag_lo), rec_addr(qa, a_tag_lo)))]
+        return e_base, e_w1, e_reread, e_rec_lo, e_tag_lo
+
     def _ack_stage_a(self, m, v):
         """SACK/NACK path, stage A: the bitmap words read, and what needs no per-QP state
         worked out from the record alone."""
-        (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, banks, bank_addr,
-         guard, epoch, e_q, qps, s1_valid, s_cond, rec_ra, tag_ra, rec_addr, ob) = _take(v, """
-            cmd_busy hole_busy e_valid e_go room2 qb qidx banks bank_addr guard epoch e_q
-            qps s1_valid s_cond rec_ra tag_ra rec_addr ob""")
+        (cmd_busy, hole_busy, e_valid, e_go, room2, qb, qidx, guard, epoch, e_q, qps,
+         s1_valid, s_cond) = _take(v, """
+            cmd_busy hole_busy e_valid e_go room2 qb qidx guard epoch e_q qps s1_valid
+            s_cond""")
         a = self.ack.payload
         # No record is taken while a sent record waits in its stage S1 (it comes first).
         ready_a = (~cmd_busy & ~hole_busy & ~(e_valid & ~e_go) & room2 &
@@ -101,23 +139,7 @@ class AckStages:
         a_trig = Signal(PSN)
         m.d.comb += a_trig.eq(a.cack + a.ack_psn_offset.as_signed())
         off, gm1, b6, c6, x0, x1, w0, w1, hi0, hi1 = self._ack_stage_a_words(m, a, guard)
-        e_base = Signal(PSN, name="sack_e_base")
-        even = Mux(w0[0], w1, w0)
-        odd = Mux(w0[0], w0, w1)
-        # A record held in stage E reads its words again every cycle (sack_e_reread): the
-        # read port is transparent, so it sees what stage W writes on the same edge.
-        e_reread = Signal(name="sack_e_reread")
-        e_w0 = e_base[6:]
-        e_w1 = Signal(PSN - 6, name="sack_e_w1")
-        e_even = Mux(e_w0[0], e_w1, e_w0)
-        e_odd = Mux(e_w0[0], e_w0, e_w1)
-        m.d.comb += [
-            e_reread.eq(e_valid & ~e_go),
-            banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_even), bank_addr(qa, even))),
-            banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_odd), bank_addr(qa, odd))),
-        ]
-        # (The read ports read every cycle, with no enable: in a cycle where stage E neither
-        # holds its record nor takes one, what they read is not used.)
+        e_base, e_w1, e_reread, e_rec_lo, e_tag_lo = self._ack_stage_a_reads(m, v, qa, w0, w1)
         # The highest bit counts as after CACK when its index exceeds -sack_offset
         # saturated to 0 .. 64: always for an offset of 1 or more; for 0, when the index is
         # not 0; never for -64 or less; between, when the index plus the offset's low 6
@@ -186,10 +208,6 @@ class AckStages:
         e_epoch = Signal(EPOCH_BITS, name="sack_e_epoch")
         e_lo = Signal(8, name="sack_e_lo")
         e_qp_ok = Signal(name="sack_e_qp_ok")
-        # The low PSN bits of the two ring reads stage W needs (the trigger's or the
-        # NACK's record, CACK's tag), made when the record leaves stage E.
-        e_rec_lo = Signal(PSN, name="sack_e_rec_psn")
-        e_tag_lo = Signal(PSN, name="sack_e_tag_psn")
         # Stage E's fields load whenever the stage is free on this edge, whether or not a
         # record is taken (e_valid says whether they hold one): their enable is then one
         # gate after stage E's own state, not the whole of the input's readiness.
@@ -224,16 +242,6 @@ class AckStages:
             m.d.sync += e_valid.eq(1)
         with m.Elif(e_go):
             m.d.sync += e_valid.eq(0)
-        # The two ring reads stage W needs (the trigger's or the NACK's record, CACK's tag),
-        # addressed as the record enters stage E (the low PSN bits from the record's
-        # fields), or again each cycle it waits there: their words leave the block RAMs'
-        # registers as it enters stage W (two cycles after the address).
-        a_rec_lo = Signal(ob, name="sack_a_rec_psn")
-        m.d.comb += a_rec_lo.eq(Mux(a.nack, a.psn[:ob], a.cack[:ob] + a.ack_psn_offset[:ob]))
-        a_tag_lo = Mux(a.nack, a.psn, a.cack)
-        m.d.comb += [
-            rec_ra.addr.eq(Mux(e_reread, rec_addr(e_q, e_rec_lo), rec_addr(qa, a_rec_lo))),
-            tag_ra.addr.eq(Mux(e_reread, rec_addr(e_q, e_tag_lo), rec_addr(qa, a_tag_lo)))]
 
         vars(v).update(
             e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
