@@ -444,6 +444,47 @@ def test_a_pending_retransmission_is_not_requested_again():
     assert len([f for f in got["feedback"] if f["kind"] != FeedbackKind.ACKED]) == 6
 
 
+def test_an_open_while_sacks_are_in_flight_is_applied():
+    """An open written while a SACK is in stage E or W (the ack input offered every cycle,
+    the command written 0 to 5 cycles after it starts) waits for them and is applied; the
+    QP opened then takes its start PSN. (Stages E and W once waited for the command, which
+    waited for them: the tracker hung.)"""
+    dut = RetransmitTracker(2, 128, 32, 16)
+    got = {"sent_new": None}
+
+    async def tb(ctx):
+        drv = await configured(ctx, dut, {})
+        for name in OUTPUTS:
+            ctx.set(getattr(dut, name).ready, 1)
+        for p in range(10):
+            ctx.set(dut.sent.payload, sent(0, p))
+            ctx.set(dut.sent.valid, 1)
+            await ctx.tick().until(dut.sent.ready)
+        ctx.set(dut.sent.valid, 0)
+        for phase in range(6):
+            ctx.set(dut.ack.payload, sack(0, phase + 1))
+            ctx.set(dut.ack.valid, 1)
+            await ctx.tick().repeat(phase + 1)
+            await drv.write_fields("qp_select", qp=1)
+            await drv.write_fields("qp_start", psn=100 * phase)
+            await drv.write_fields("qp_command", open=1)
+            ctx.set(dut.ack.valid, 0)
+            for _ in range(20):
+                if not (await drv.read_fields("status"))["busy"]:
+                    break
+            else:
+                raise AssertionError(f"the open written {phase + 1} cycles in never applied")
+            ctx.set(dut.sent.payload, sent(1, 100 * phase))
+            ctx.set(dut.sent.valid, 1)
+            await ctx.tick().until(dut.sent.ready)
+            ctx.set(dut.sent.valid, 0)
+            await ctx.tick().repeat(4)
+        got["sent_new"] = await drv.read("sent_new")
+
+    run(dut, tb)
+    assert got["sent_new"] == 10 + 6
+
+
 def test_pending_table_full_open_and_error():
     """``pending=1``: a second request goes out but is not remembered (``pending_full``);
     an open or an error of a QP frees its entries, CACK passing a PSN frees its entry."""

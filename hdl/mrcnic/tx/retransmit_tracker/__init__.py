@@ -109,8 +109,9 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     is not requested again (:data:`PENDING_RULE`, a table of ``pending`` entries). Retries
     exhausted or a NACK 0x19 put the QP in error (``qp_error``); it ignores every input
     until opened again. ``credit_ready`` says whether ``credit_qp`` may send its next PSN
-    (receive window CACK + MPR x 128, ``outstanding``, ``cwnd``: :data:`CREDIT_RULE`). After
-    reset a sweep opens every QP at PSN 0 (``qps`` cycles, inputs held).
+    (receive window CACK + MPR x 128, ``outstanding``, ``cwnd``: :data:`CREDIT_RULE`). An
+    open waits for the SACKs already taken (the ``ack`` input held meanwhile). After reset a
+    sweep opens every QP at PSN 0 (``qps`` cycles, inputs held).
 
     Parameters
     ----------

@@ -252,17 +252,17 @@ class AckStages:
         """SACK/NACK path, stage E: the record against its QP's context, bitmap words, hole
         mark and next PSN (read here, written only by stage W), every check, and the
         bounds of the hole search, registered for stage W."""
-        (e_go, e_valid, hole_busy, h_q, cmd_busy, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
+        (e_go, e_valid, hole_busy, h_q, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
          e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra) = _take(v, """
-            e_go e_valid hole_busy h_q cmd_busy ctx_re e_q nxt_re mark_re e_qp_ok err e_base
+            e_go e_valid hole_busy h_q ctx_re e_q nxt_re mark_re e_qp_ok err e_base
             banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O e_lo e_hx e_w1
             w_valid w_go w_q rec_ra tag_ra""")
         # A record goes on to stage W when W is free or emptied on this edge, and neither
         # stage W nor the hole engine holds its QP: they may write its context, words or
         # mark on this edge, after which stage E reads them again (one cycle later).
         m.d.comb += [
-            e_go.eq(e_valid & ~cmd_busy & (~w_valid | w_go) & ~(w_valid & (w_q == e_q)) &
+            e_go.eq(e_valid & (~w_valid | w_go) & ~(w_valid & (w_q == e_q)) &
                     ~(hole_busy & (h_q == e_q))),
             ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
         c = ctx_re.data
@@ -400,10 +400,10 @@ class AckStages:
     def _ack_stage_w(self, m, v):
         """SACK/NACK path, stage W: the record applied (context, bitmap words, hole mark)
         and its holes found, from what stage E decided."""
-        (w, w_valid, w_go, w_q, hole_busy, cmd_busy, w_rdy, banks, bank_addr, wq, ctx_w,
+        (w, w_valid, w_go, w_q, hole_busy, w_rdy, banks, bank_addr, wq, ctx_w,
          mark_w) = _take(v, """
-            w w_valid w_go w_q hole_busy cmd_busy w_rdy banks bank_addr wq ctx_w mark_w""")
-        m.d.comb += w_go.eq(w_valid & ~hole_busy & ~cmd_busy & w_rdy)
+            w w_valid w_go w_q hole_busy w_rdy banks bank_addr wq ctx_w mark_w""")
+        m.d.comb += w_go.eq(w_valid & ~hole_busy & w_rdy)
         live = w_go & w.qp_ok & ~w.in_err
         sack_ok = Signal(name="sack_w_ok")
         m.d.comb += sack_ok.eq(w.ok_u & w_go)
