@@ -26,7 +26,7 @@ from mrcnic.model.rx import ack_generator as ack_model
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded, sibling, soak
-from testkit.streams import AxisSink, gated, handshake_watcher
+from testkit.streams import AxisSink, beats_to_frame, gated, handshake_watcher
 from testkit.meta import MetaSource
 
 WIDTHS = [64, 128, 256, 512, 2048]
@@ -555,6 +555,109 @@ def test_context_write_protocol():
     ctx_ab = dict(ctx_a, mac=(ctx_b["mac"] >> 32) << 32 | ctx_a["mac"] & 0xFFFFFFFF,
                   remote_qp=ctx_b["remote_qp"])
     check_frames(sink.frames, [model_frame(d, ctx_ab, cfg) for d in descs])
+
+
+def test_a_context_write_while_records_are_in_flight_is_applied():
+    """ctx_write (and a P_Key write) while records are in flight (a descriptor offered
+    every cycle, a nak record every eighth cycle), in three cases: m_axis always ready, the
+    strobe written 0 to 5 cycles after the traffic starts; m_axis held not ready for 60
+    cycles from the start, the strobe 0 to 5 cycles in; and held so, the strobe 20 to 25
+    cycles in, with the pipeline stopped behind the frame held. ctx_busy and cfg_pending
+    clear within a bound in cycles, every record taken gives its frame, records keep being
+    taken after the write, and the next frame of the QP is the model's with the new
+    context and P_Key."""
+    hold_cycles, bound = 60, 250
+    rng = seeded()
+    qps, width = 4, 256
+    dut = AckGenerator(width, qps)
+    st = {"on": False, "stop": False, "ready_at": 0, "cycle": 0, "extra": []}
+    got = {"desc": [], "nak": [], "frames": []}
+
+    def feeder(port, name, every):
+        async def feed(ctx):
+            r = None
+            while not st["stop"]:
+                if r is None and name == "desc" and st["extra"]:
+                    r = st["extra"].pop(0)
+                elif r is None and st["on"] and st["cycle"] % every == 0:
+                    r = random_desc(rng, qps) if name == "desc" else random_nak(rng, qps)
+                ctx.set(port.valid, r is not None)
+                if r is not None:
+                    ctx.set(port.payload, r)
+                _, _, ready = await ctx.tick().sample(port.ready)
+                if r is not None and ready:
+                    got[name].append(r)
+                    r = None
+            ctx.set(port.valid, 0)
+        return feed
+
+    async def sink(ctx):
+        p, beats = dut.m_axis, []
+        while not st["stop"]:
+            ready = st["cycle"] >= st["ready_at"]
+            ctx.set(p.tready, ready)
+            _, _, valid, data, keep, last = await ctx.tick().sample(
+                p.tvalid, p.tdata, p.tkeep, p.tlast)
+            if valid and ready:
+                beats.append((data, keep, last, 0))
+                if last:
+                    got["frames"].append(beats_to_frame(beats, len(p.tkeep)))
+                    beats = []
+            st["cycle"] += 1
+
+    async def control(ctx):
+        regs = driver(ctx, dut)
+        cfg = random_cfg(rng)
+        await write_cfg(regs, cfg)
+        for hold, lead in [(0, 0), (hold_cycles, 0), (hold_cycles, 20)]:
+            for phase in range(6):
+                # Staged before the traffic: only the strobe and one register write come
+                # during it.
+                qp, c = phase % qps, random_ctx(rng)
+                await regs.write("ctx_qp", qp)
+                await regs.write_mac("ctx", c["mac"])
+                await regs.write_ipv6("ctx", c["ip"])
+                await regs.write("ctx_remote_qp", c["remote_qp"])
+                cfg = dict(cfg, pkey=rng.getrandbits(16))
+                st["ready_at"] = st["cycle"] + hold
+                st["on"] = True
+                for _ in range(lead + phase):
+                    await ctx.tick()
+                t0 = st["cycle"]
+                what = f"ctx_write {lead + phase} cycles into the traffic, m_axis held {hold}"
+                await regs.write_fields("control", ctx_write=1)
+                assert len(got["desc"]) + len(got["nak"]) > len(got["frames"]), \
+                    f"{what}: no record in flight"
+                await regs.write_fields("config", udp_dport=cfg["dport"], pkey=cfg["pkey"])
+                while (await regs.read_fields("status"))["ctx_busy"]:
+                    assert st["cycle"] - t0 < bound, \
+                        f"{what}: ctx_busy still set {bound} cycles after the write"
+                while await regs.read_field("status", "cfg_pending"):
+                    assert st["cycle"] - t0 < bound, \
+                        f"{what}: cfg_pending still set {bound} cycles after the write"
+                assert (await regs.read_fields("status"))["ctx_dropped"] == 0
+                # The block keeps working (after m_axis's release, too).
+                seen = (len(got["desc"]), len(got["frames"]))
+                def moved():
+                    return all(a > b for a, b in zip((len(got["desc"]), len(got["frames"])),
+                                                      seen))
+                limit = max(st["cycle"], st["ready_at"]) + 100
+                while st["cycle"] < limit and not moved():
+                    await ctx.tick()
+                assert moved(), f"{what}: no progress after the write"
+                st["on"] = False
+                await ctx.tick().repeat(30)
+                assert len(got["frames"]) == len(got["desc"]) + len(got["nak"]), \
+                    f"{what}: records taken without a frame"
+                # The QP's next frame: the new context and P_Key.
+                d = random_desc(rng, qps)
+                d["qp"] = qp
+                st["extra"].append(d)
+                await ctx.tick().repeat(20)
+                assert got["frames"][-1] == model_frame(d, c, cfg), what
+        st["stop"] = True
+
+    run(dut, control, feeder(dut.desc, "desc", 1), feeder(dut.nak, "nak", 8), sink)
 
 
 def test_scapy_reads_the_frames():

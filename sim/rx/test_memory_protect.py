@@ -501,3 +501,124 @@ def test_command_waits_for_a_stalled_pipeline():
     k = outs.index(1)
     assert k >= 1 + 8 and all(outs[k:])          # the FIFO's 8 and stage B, at least
     assert seen["read_only"] == 2 and seen["unknown"] == 0
+
+
+def test_table_commands_while_records_are_in_flight_are_applied():
+    """A region write or a set_pd written while records are in flight (one offered every
+    cycle, every fourth a violation of a QP not in error, so that NAKs come too), in three
+    cases: out and nak always ready, the command written 0 to 5 cycles after the traffic
+    starts; both held not ready for 60 cycles from the start, the command 0 to 5 cycles
+    in; and held so, the command 20 to 25 cycles in, with the pipeline stopped by the full
+    FIFOs. status.busy clears within a bound in cycles, every record taken leaves on out,
+    records keep being taken after the command, and the command took effect."""
+    hold_cycles, bound = 60, 150
+    dut = MemoryProtect(regions=4, qps=64)
+    st = {"on": False, "stop": False, "ready_at": 0, "cycle": 0, "extra": [], "k": 0,
+          "used": {4}}
+    taken, outs, naks = [], [], []
+
+    def rec(qp, rkey, **kw):
+        return dict(dict.fromkeys((n for n, _ in RX_PKT), 0), qp=qp, opcode=0xCA,
+                    rkey=rkey, va=0x100, length=4, **kw)
+
+    def record(i):
+        # QPs 0 .. 3 write to region 0 (passed); every fourth record writes to an unknown
+        # R_Key on a QP 8 .. 63 in turn (a NAK, the QP in error until cleared).
+        if i % 4 == 3:
+            st["k"] += 1
+            st["used"].add(8 + st["k"] % 56)
+            return rec(8 + st["k"] % 56, 0xBAD, psn=i & 0xFFFFFF)
+        return rec(i % 4, 0x7, psn=i & 0xFFFFFF)
+
+    async def source(ctx):
+        i, r = 0, None
+        while not st["stop"]:
+            if r is None and st["extra"]:
+                r = st["extra"].pop(0)
+            elif r is None and st["on"]:
+                r = record(i)
+                i += 1
+            ctx.set(dut.pkt.valid, r is not None)
+            if r is not None:
+                ctx.set(dut.pkt.payload.as_value(), pack(RX_PKT, r))
+            _, _, ready = await ctx.tick().sample(dut.pkt.ready)
+            if r is not None and ready:
+                taken.append(r)
+                r = None
+        ctx.set(dut.pkt.valid, 0)
+
+    async def sink(ctx):
+        while not st["stop"]:
+            ready = st["cycle"] >= st["ready_at"]
+            ctx.set(dut.out.ready, ready)
+            ctx.set(dut.nak.ready, ready)
+            _, _, ov, op, nv, np_ = await ctx.tick().sample(
+                dut.out.valid, dut.out.payload.as_value(), dut.nak.valid,
+                dut.nak.payload.as_value())
+            if ready and ov:
+                outs.append(unpack(MP_OUT, op))
+            if ready and nv:
+                naks.append(unpack(NAK, np_))
+            st["cycle"] += 1
+
+    async def control(ctx):
+        axil = AxiLiteSimMaster(ctx, dut.s_axil)
+        drv = RegisterDriver(MP_REGS, axil.read, axil.write)
+        await table_op(drv, ("region", 0, 0x7, 0x100, 0x100, 1, 0))
+        for case, (hold, lead) in enumerate([(0, 0), (hold_cycles, 0), (hold_cycles, 20)]):
+            for phase in range(6):
+                # Staged before the traffic: only the strobe comes during it.
+                rkey, pd = 0x100 + 8 * case + phase, phase // 2 % 2
+                if phase % 2 == 0:
+                    await drv.write_fields("region_select", entry=1)
+                    await drv.write_fields("region_rkey", rkey=rkey)
+                    await drv.write_fields("region_base_lo", base=0x100)
+                    await drv.write_fields("region_length_lo", length=0x100)
+                    await drv.write_fields("region_attr", writable=1, pd=0)
+                else:
+                    await drv.write_fields("qp_select", qp=4)
+                    await drv.write_fields("qp_pd", pd=pd)
+                st["ready_at"] = st["cycle"] + hold
+                st["on"] = True
+                for _ in range(lead + phase):
+                    await ctx.tick()
+                t0 = st["cycle"]
+                what = f"command {lead + phase} cycles into the traffic, outputs held {hold}"
+                if phase % 2 == 0:
+                    await drv.write_fields("region_command", write=1)
+                else:
+                    await drv.write_fields("qp_command", set_pd=1)
+                assert len(taken) > len(outs), f"{what}: no record in flight"
+                while (await drv.read_fields("status"))["busy"]:
+                    assert st["cycle"] - t0 < bound + hold, \
+                        f"{what}: status.busy still set {bound + hold} cycles after the write"
+                # The block keeps working: records taken and passed on after the command
+                # (and after the outputs' release).
+                n_in, n_out = len(taken), len(outs)
+                def moved():
+                    return len(taken) > n_in and len(outs) > n_out
+                limit = max(st["cycle"], st["ready_at"]) + 100
+                while st["cycle"] < limit and not moved():
+                    await ctx.tick()
+                assert moved(), f"{what}: no progress after the command"
+                st["on"] = False
+                for _ in range(100):
+                    if len(outs) == len(taken):
+                        break
+                    await ctx.tick()
+                assert len(outs) == len(taken), f"{what}: records taken and never out"
+                assert (await drv.read_fields("error"))["busy"] == 0
+                # The command took effect: the new region is known, QP 4 has its domain.
+                st["extra"].append(rec(0, rkey) if phase % 2 == 0 else rec(4, 0x7))
+                await ctx.tick().repeat(16)
+                assert len(outs) == len(taken)
+                want = 0 if phase % 2 == 0 else pd
+                assert outs[-1]["deny"] == want, what
+                for q in sorted(st["used"]):
+                    await drv.write_fields("qp_select", qp=q)
+                    await drv.write_fields("qp_command", clear_error=1)
+                st["used"] = {4}
+        st["stop"] = True
+
+    run(dut, control, source, sink)
+    assert len(naks) >= 18 and all(n["qp"] >= 8 or n["qp"] == 4 for n in naks)

@@ -201,6 +201,109 @@ def test_bad_commands_are_refused():
     assert got_regs["sweep"]["busy"] == 1
 
 
+def test_a_qp_command_while_records_are_in_flight_is_applied():
+    """A QP open written while records are in flight (records of four QPs offered every
+    cycle, pairs swapped so that completions are held and released), in three cases: the
+    outputs always ready, the command written 0 to 5 cycles after the traffic starts; the
+    outputs held not ready for 60 cycles from the start, the command 0 to 5 cycles in; and
+    held so, the command 20 to 25 cycles in, once the output FIFOs have stopped the issue
+    and the queue is full. status.busy clears within a bound in cycles, every record
+    accepted gets its verdict, records keep being taken and answered after the command,
+    and the QP opened places its start PSN. (The command waits for the queue and the
+    stages to empty with the input closed: the stages must keep going meanwhile.)"""
+    hold_cycles, bound = 60, 250
+    dut = PsnTracker(4, 2, 4)
+    st = {"on": False, "stop": False, "ready_at": 0, "cycle": 0, "extra": []}
+    taken, outs = [], {"verdict": [], "ack": [], "cpl": []}
+    nxt = {q: 0 for q in range(4)}
+
+    def record(q):
+        # PSNs of a QP in swapped pairs (1, 0, 3, 2, ...): the first of a pair is held
+        # (WRITE-with-immediate), the second advances CACK over both and releases it.
+        p = nxt[q]
+        nxt[q] += 1
+        return data_packet(q, p ^ 1, Opcode.WRITE_ONLY_IMM if p % 4 < 2 else
+                           Opcode.WRITE_MIDDLE, ack_req=int(p % 8 == 7), imm=p, tag=p)
+
+    async def source(ctx):
+        i, rec = 0, None
+        while not st["stop"]:
+            if rec is None and st["extra"]:
+                rec = st["extra"].pop(0)
+            elif rec is None and st["on"]:
+                rec = record(i % 4)
+                i += 1
+            ctx.set(dut.pkt.valid, rec is not None)
+            if rec is not None:
+                ctx.set(dut.pkt.payload, rec)
+            _, _, ready = await ctx.tick().sample(dut.pkt.ready)
+            if rec is not None and ready:
+                taken.append(rec)
+                rec = None
+        ctx.set(dut.pkt.valid, 0)
+
+    async def sinks(ctx):
+        ports = [getattr(dut, name) for name in outs]
+        while not st["stop"]:
+            ready = st["cycle"] >= st["ready_at"]
+            for port in ports:
+                ctx.set(port.ready, ready)
+            sampled = await ctx.tick().sample(*(x for port in ports
+                                                 for x in (port.valid, port.payload.as_value())))
+            for k, name in enumerate(outs):
+                if ready and sampled[2 + 2 * k]:
+                    outs[name].append(sampled[3 + 2 * k])
+            st["cycle"] += 1
+
+    async def control(ctx):
+        master = AxiLiteSimMaster(ctx, dut.s_axil)
+        regs = RegisterDriver(TRACKER_REGS, master.read, master.write)
+        while (await regs.read_fields("status"))["busy"]:       # the reset sweep
+            pass
+        await regs.write_fields("qp_select", qp=1)
+        await regs.write_fields("qp_mpr", mpr=0)
+        for case, (hold, lead) in enumerate([(0, 0), (hold_cycles, 0), (hold_cycles, 20)]):
+            for phase in range(6):
+                start = 0x800000 + 0x1000 * phase + 0x100 * case
+                await regs.write_fields("qp_start", psn=start)
+                st["ready_at"] = st["cycle"] + hold
+                st["on"] = True
+                for _ in range(lead + phase):
+                    await ctx.tick()
+                t0 = st["cycle"]
+                what = f"open {lead + phase} cycles into the traffic, outputs held {hold}"
+                await regs.write_fields("qp_command", open=1)
+                assert len(taken) > len(outs["verdict"]), f"{what}: no record in flight"
+                while (await regs.read_fields("status"))["busy"]:
+                    assert st["cycle"] - t0 < bound, \
+                        f"{what}: status.busy still set {bound} cycles after the write"
+                # The block keeps working: records taken and answered after the command
+                # (and after the outputs' release).
+                n_in, n_out = len(taken), len(outs["verdict"])
+                def moved():
+                    return len(taken) > n_in and len(outs["verdict"]) > n_out
+                limit = max(st["cycle"], st["ready_at"]) + 100
+                while st["cycle"] < limit and not moved():
+                    await ctx.tick()
+                assert moved(), f"{what}: no progress after the command"
+                st["on"] = False
+                for _ in range(200):
+                    if len(outs["verdict"]) == len(taken):
+                        break
+                    await ctx.tick()
+                assert len(outs["verdict"]) == len(taken), f"{what}: records without a verdict"
+                assert (await regs.read_fields("error"))["busy"] == 0
+                # The QP opened takes its start PSN.
+                st["extra"].append(data_packet(1, start))
+                await ctx.tick().repeat(24)
+                assert len(outs["verdict"]) == len(taken)
+                v = fields(VERDICT, outs["verdict"][-1])
+                assert (v["qp"], v["psn"], v["verdict"]) == (1, start, Verdict.PLACE), what
+        st["stop"] = True
+
+    run(dut, control, source, sinks)
+
+
 def test_one_qp_streams_one_packet_every_two_cycles():
     """One QP alone: a record every two cycles (a QP's records are two cycles apart in the
     pipeline), each verdict and SACK at the documented latency."""

@@ -184,6 +184,114 @@ def test_full_ring_waits_and_one_packet_a_cycle():
     assert len(bench.pkts) == 10 and bench.dones[0]["qp"] == 1
 
 
+def test_an_open_while_operations_are_in_flight_is_applied():
+    """qp_command.open written while work requests, retransmit requests and releases are
+    in flight (a WR offered every cycle, a release for every packet that leaves and a
+    retransmit request for every eighth), in three cases: pkt and done always ready, the
+    open written 0 to 5 cycles after the traffic starts; both held not ready for 60 cycles
+    from the start, the open 0 to 5 cycles in; and held so, the open 20 to 25 cycles in,
+    with the packet FIFO full and the operation under way waiting on it (the open is taken
+    in IDLE only). status.busy clears within a bound in cycles, work requests keep being
+    taken and cut after the open, and the QP opened sends from its start PSN."""
+    hold_cycles, bound = 60, 150
+    rng = seeded()
+    dut = TxSegmenter(4, 8)
+    st = {"on": False, "stop": False, "ready_at": 0, "cycle": 0}
+    queues = {"wr": [], "rel": [], "rtx": []}
+    got = {"wr": 0, "pkts": [], "done": 0}
+
+    async def wrs(ctx):
+        i, w = 0, None
+        while not st["stop"]:
+            if w is None and queues["wr"]:
+                w = queues["wr"].pop(0)
+            elif w is None and st["on"]:
+                w = dict(random_wr(rng, i % 4, 600), wr_id=i & 0xFFFF)
+                i += 1
+            ctx.set(dut.wr.valid, w is not None)
+            if w is not None:
+                ctx.set(dut.wr.payload, w)
+            _, _, ready = await ctx.tick().sample(dut.wr.ready)
+            if w is not None and ready:
+                got["wr"] += 1
+                w = None
+        ctx.set(dut.wr.valid, 0)
+
+    def feeder(port, name):
+        async def feed(ctx):
+            r = None
+            while not st["stop"]:
+                if r is None and queues[name]:
+                    r = queues[name].pop(0)
+                ctx.set(port.valid, r is not None)
+                if r is not None:
+                    ctx.set(port.payload, r)
+                _, _, ready = await ctx.tick().sample(port.ready)
+                if r is not None and ready:
+                    r = None
+            ctx.set(port.valid, 0)
+        return feed
+
+    async def sinks(ctx):
+        while not st["stop"]:
+            ready = st["cycle"] >= st["ready_at"]
+            ctx.set(dut.pkt.ready, ready)
+            ctx.set(dut.done.ready, ready)
+            _, _, pv, pp, dv = await ctx.tick().sample(
+                dut.pkt.valid, dut.pkt.payload.as_value(), dut.done.valid)
+            if ready and pv:
+                p = unpack(SEG_PKT, pp)
+                got["pkts"].append(p)
+                if not p["rtx"]:
+                    queues["rel"].append({"qp": p["qp"], "first": 0, "last": p["psn"],
+                                          "tag": 0})
+                    if len(got["pkts"]) % 8 == 0:
+                        queues["rtx"].append({"qp": p["qp"], "psn": p["psn"],
+                                              "tag": p["tag"], "ev": 1, "cause": 0})
+            got["done"] += ready and dv
+            st["cycle"] += 1
+
+    async def control(ctx):
+        regs = await ready_regs(ctx, dut)
+        await regs.write_fields("qp_select", qp=1)
+        for case, (hold, lead) in enumerate([(0, 0), (hold_cycles, 0), (hold_cycles, 20)]):
+            for phase in range(6):
+                start = 0x800000 + 0x1000 * phase + 0x100 * case
+                await regs.write_fields("qp_start", psn=start)
+                st["ready_at"] = st["cycle"] + hold
+                st["on"] = True
+                for _ in range(lead + phase):
+                    await ctx.tick()
+                t0, n0 = st["cycle"], len(got["pkts"])
+                what = f"open {lead + phase} cycles into the traffic, outputs held {hold}"
+                await regs.write_fields("qp_command", open=1)
+                assert got["wr"] > 0, f"{what}: no work request in flight"
+                while (await regs.read_fields("status"))["busy"]:
+                    assert st["cycle"] - t0 < bound + hold, \
+                        f"{what}: status.busy still set {bound + hold} cycles after the write"
+                # The block keeps working (after the outputs' release, too).
+                seen = (got["wr"], len(got["pkts"]), got["done"])
+                def moved():
+                    return all(a > b for a, b in zip((got["wr"], len(got["pkts"]),
+                                                      got["done"]), seen))
+                limit = max(st["cycle"], st["ready_at"]) + 150
+                while st["cycle"] < limit and not moved():
+                    await ctx.tick()
+                assert moved(), f"{what}: no progress after the open"
+                st["on"] = False
+                await ctx.tick().repeat(60)
+                # The QP opened sends its next message from its start PSN (this one, if no
+                # work request of it came after the open).
+                queues["wr"].append(random_wr(rng, 1, 600))
+                await ctx.tick().repeat(30)
+                psns = [p["psn"] for p in got["pkts"][n0:] if p["qp"] == 1 and not p["rtx"]]
+                assert start in psns, f"{what}: QP 1 never sent from {start:#x}"
+                got["wr"] = 0
+        st["stop"] = True
+
+    run(dut, control, wrs, feeder(dut.release, "rel"), feeder(dut.rtx, "rtx"), sinks)
+
+
 def test_parameters_are_checked():
     for bad in [dict(qps=0), dict(msgs=3), dict(msgs=1), dict(msgs=512)]:
         with pytest.raises(ValueError):
