@@ -195,6 +195,12 @@ class AckStages:
             a_pg.eq(Cat(gm1[:6], Mux(c6, x1 + (gm1 >> 6), x0 + (gm1 >> 6))[:PSN - 6])),
         ]
         e = Signal(ACK_DESC)
+        # Copies of the QP index that address stage E's three distributed RAMs (context,
+        # next PSN, mark), each its own register (a reset value of its own keeps synthesis
+        # from merging them with e_q): each fans out to one memory's cells, not to all
+        # three and every comparison with e_q.
+        e_q_rd = [Signal(qb, name=f"sack_e_q_{n}", init=(i + 1) % (1 << qb))
+                  for i, n in enumerate(("ctx", "nxt", "mark"))]
         e_trig1 = Signal(PSN, name="sack_e_trig1")
         e_found = Signal(name="sack_e_found")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
@@ -228,7 +234,8 @@ class AckStages:
                          e_after.eq(a_after),
                          e_rec_lo.eq(Mux(a.nack, a.psn, a_trig)),
                          e_tag_lo.eq(Mux(a.nack, a.psn, a.cack)),
-                         e_epoch.eq(epoch.ra.data), e_q.eq(qa), e_qp_ok.eq(a.qp < qps)]
+                         e_epoch.eq(epoch.ra.data), e_q.eq(qa), e_qp_ok.eq(a.qp < qps),
+                         *(q.eq(qa) for q in e_q_rd)]
         # The highest PSN the SACK acknowledges (hcand: its highest bit's index added to the
         # base's low bits, the first word's number or the next's above) and the PSN its own
         # evidence puts hi at (hx: that PSN, or CACK when no bit is after CACK), from E's
@@ -244,18 +251,18 @@ class AckStages:
             m.d.sync += e_valid.eq(0)
 
         vars(v).update(
-            e=e, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
-            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo,
+            e=e, e_q_rd=e_q_rd, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
+            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo, qa=qa,
             e_tag_lo=e_tag_lo, e_trig1=e_trig1, e_w1=e_w1)
 
     def _ack_stage_e(self, m, v):
         """SACK/NACK path, stage E: the record against its QP's context, bitmap words, hole
         mark and next PSN (read here, written only by stage W), every check, and the
         bounds of the hole search, registered for stage W."""
-        (e_go, e_valid, hole_busy, h_q, ctx_re, e_q, nxt_re, mark_re, e_qp_ok, err,
+        (e_go, e_valid, hole_busy, h_q, ctx_re, e_q, e_q_rd, nxt_re, mark_re, e_qp_ok, err,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
          e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra) = _take(v, """
-            e_go e_valid hole_busy h_q ctx_re e_q nxt_re mark_re e_qp_ok err e_base
+            e_go e_valid hole_busy h_q ctx_re e_q e_q_rd nxt_re mark_re e_qp_ok err e_base
             banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O e_lo e_hx e_w1
             w_valid w_go w_q rec_ra tag_ra""")
         # A record goes on to stage W when W is free or emptied on this edge, and neither
@@ -264,7 +271,7 @@ class AckStages:
         m.d.comb += [
             e_go.eq(e_valid & (~w_valid | w_go) & ~(w_valid & (w_q == e_q)) &
                     ~(hole_busy & (h_q == e_q))),
-            ctx_re.addr.eq(e_q), nxt_re.addr.eq(e_q), mark_re.addr.eq(e_q)]
+            ctx_re.addr.eq(e_q_rd[0]), nxt_re.addr.eq(e_q_rd[1]), mark_re.addr.eq(e_q_rd[2])]
         c = ctx_re.data
         n = nxt_re.data
         in_err = err.bit_select(e_q, 1)

@@ -187,10 +187,12 @@ def lt_mask(pos, n):
     return ~ge_mask(pos, n)
 
 
-def _eq_parts(a, b):
-    """``a == b`` in parts: one bit per two bits of each (a 4-input function), for a
-    register between the parts and their AND."""
+def _eq_parts(a, b, group=1):
+    """``a == b`` in parts, for a register between the parts and their AND: one bit per
+    two bits of each (a 4-input function), or with ``group`` > 1 the AND of that many such
+    bits (one level more)."""
     a, b = Value.cast(a), Value.cast(b)
-    return Cat(*(a[i:i + 2] == b[i:i + 2] for i in range(0, len(a), 2)))
+    pairs = [a[i:i + 2] == b[i:i + 2] for i in range(0, len(a), 2)]
+    return Cat(*(Cat(*pairs[i:i + group]).all() for i in range(0, len(pairs), group)))
 
 

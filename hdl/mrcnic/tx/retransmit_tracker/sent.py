@@ -113,7 +113,7 @@ class SentPath:
                     credit(out, ctx_rs.data.mpr, cwnd_rs.data))
 
         j_w, j_c = judge(w_fwd_cack, "w"), judge(ctx_rs.data.cack, "c")
-        over, in_win, behind, s_credit = (Mux(s_fwd_w, b, c) for b, c in zip(j_w, j_c))
+        over, in_win, behind = (Mux(s_fwd_w, b, c) for b, c in zip(j_w[:3], j_c[:3]))
         s_ok = take_s & s1_qp_ok & ~s_err
         s_new = s_ok & ~s.rtx & (s.psn == s_n)
         s_full = s_new & over
@@ -146,16 +146,29 @@ class SentPath:
         # read): a new PSN refused as the ring is full writes its own PSN back, unchanged.
         # (Both kept as signals: without, synthesis folds the data's choice into the
         # distributed RAM's write enable, a carry chain and the context's read deep.)
+        # The enable leaves out the QP's error too (the error flag and stage W's fatal
+        # verdict): an errored QP's next PSN is read by no one until an open rewrites it
+        # (the SACK path, the timer and the credit query test the error first), and
+        # without the retransmission's waits of s_cond, written out for a new PSN.
         nxt_we = Signal(name="sent_s1_nxt_we", attrs={"keep": 1})
         nxt_wd = Signal(PSN, name="sent_s1_nxt_wd", attrs={"keep": 1})
-        m.d.comb += [nxt_we.eq(s_new), nxt_wd.eq(Mux(over, s.psn, s.psn + 1)),
+        s_new_we = (s1_valid & ~s.rtx & ~cmd_busy & ~(e_valid & (qs == e_q)) & s1_qp_ok &
+                    (s.psn == s_n))
+        m.d.comb += [nxt_we.eq(s_new_we), nxt_wd.eq(Mux(over, s.psn, s.psn + 1)),
                      nxt_w.addr.eq(qs), nxt_w.data.eq(nxt_wd), nxt_w.en.eq(nxt_we)]
+        # A new PSN taken without credit is counted a cycle later, from the two credit
+        # tests and the forwarding's pick registered (the tests end at flip-flops, not at
+        # the counters' adders).
+        oc_new, oc_fwd = Signal(name="sent_s2_oc_new"), Signal(name="sent_s2_oc_fwd")
+        oc_w, oc_c = Signal(name="sent_s2_credit_w"), Signal(name="sent_s2_credit_c")
+        over_credit = oc_new & ~Mux(oc_fwd, oc_w, oc_c)
+        m.d.sync += [oc_new.eq(s_new_ok), oc_fwd.eq(s_fwd_w), oc_w.eq(j_w[3]), oc_c.eq(j_c[3])]
         m.d.comb += [
             ev.sent_new.eq(s_new_ok),
             ev.sent_rtx.eq(s_rtx_ok),
             ev.sent_acked.eq(s_rtx_acked),
             ev.sent_ring_full.eq(s_full),
-            ev.sent_over_credit.eq(s_new_ok & ~s_credit),
+            ev.sent_over_credit.eq(over_credit),
             ev.sent_bad.eq(s_ok & ~s_new & ~s_rtx_ok & ~s_rtx_acked),
         ]
 

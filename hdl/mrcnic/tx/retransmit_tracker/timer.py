@@ -43,10 +43,10 @@ class TimerStages:
         looks it up, into registers for stage S3 (:meth:`_timer_decide`)."""
         (qb, cmd_busy, rec_addr, rec_rh, h_emit, h_q, h_psn, tag_rh, rq_r, banks, bank_addr,
          retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
-         ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr) = _take(v, """
+         ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr, qa) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_emit h_q h_psn tag_rh rq_r banks bank_addr retries
             t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s ctx_rt nxt_rt qs w_valid w_q ring_we
-            ring_addr""")
+            ring_addr qa""")
         # --- Timer scan ---------------------------------------------------------------------
         # Stage S0 (sc_*): the PSN whose record and timeout mark are read, addressed from
         # registers, their words out of the block RAMs in stage S2; its tag is read in S1,
@@ -122,7 +122,8 @@ class TimerStages:
         s3_rec = Signal(REC, name="scan_s3_rec")
         # The record's send time leaves the block RAM in S2, where it is subtracted from
         # the time S2 sees (into scan_s3_elapsed); stage S3 tests that against 2^k.
-        s3_fired_parts = Signal((len(Value.cast(rq_d)) + 1) // 2, name="scan_s3_fired_parts")
+        n_pairs = (len(Value.cast(rq_d)) + 1) // 2
+        s3_fired_parts = Signal((n_pairs + 3) // 4, name="scan_s3_fired_parts")
         m.d.comb += s3.fired.eq(s3_fired_parts.all())
         # 2^k and above as a mask, decoded in S2 from the exponent: S3 ANDs it with the time
         # elapsed and ORs the bits (t_el >= 2^k), no decode after its registers.
@@ -140,17 +141,22 @@ class TimerStages:
             s3.rmax.eq(t_rmax),
             s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
                         t_word.bits.bit_select(s2_p[:6], 1)),
-            # The fired mark's fields against the record's, as partial equalities of two
-            # bits each (one LUT after the block RAMs), ANDed in S3.
+            # The fired mark's fields against the record's, as partial equalities of eight
+            # bits each (two LUTs after the block RAMs), ANDed in S3.
             s3_fired_parts.eq(_eq_parts(
                 Cat(rq_d.valid, rq_d.rtx, rq_d.time, rq_d.lap, rq_d.epoch),
-                Cat(Const(1, 1), rec_rh.data.rtx, rec_rh.data.time, s2_p[ob:], t_epoch))),
+                Cat(Const(1, 1), rec_rh.data.rtx, rec_rh.data.time, s2_p[ob:], t_epoch),
+                group=4)),
             # What S1 read may be stale in S3, which reads the context: stage W held a record
             # of the QP as S1 read, stage E or W holds one (W may have written its context
             # and bitmap words), or a sent record of this PSN was taken (its record written,
             # and for a new PSN the next PSN; or in the cycle before, its ring write in
-            # flight as S1 read).
+            # flight as S1 read). The same registers say whether stage E or W will hold a
+            # record of the QP while the PSN is in S3 (S3's hold): W will hold what E or W
+            # holds now, E what it holds or the record at the input (valid, taken or not: a
+            # superset, which only makes the scan try the PSN again), so S3 compares no QP.
             s3.stale.eq(t_wstale | (e_valid & (e_q == s2_q)) | (w_valid & (w_q == s2_q)) |
+                        (self.ack.valid & (qa == s2_q)) |
                         (take_s & (qs == s2_q) & (s.psn == s2_p)) |
                         (ring_we & (ring_addr == rec_addr(s2_q, s2_p)))),
         ]
@@ -165,20 +171,20 @@ class TimerStages:
         """The timer scan's stage S3: the PSN against the QP's context, the decision (end
         the visit, go back to CACK + 1, try the PSN again, step, or time it out), and where
         the scan goes next."""
-        (qb, cmd_busy, e_valid, e_q, err, r_max, room3, qps, ctx,
+        (qb, cmd_busy, err, r_max, room3, qps, ctx,
          issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q, w_valid,
-         w_q, s3_cack, s1_valid, h_flight) = _take(v, """
-            qb cmd_busy e_valid e_q err r_max room3 qps ctx issue
-            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid w_q s3_cack
+         s3_cack, s1_valid, h_flight) = _take(v, """
+            qb cmd_busy err r_max room3 qps ctx issue
+            s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid s3_cack
             s1_valid h_flight""")
         # The pending table looked up for S3's PSN in S2 (scan_s3_pmatch, pending table)
         t_phit = Signal(name="scan_s3_phit")
         # Stage S3 decides. It holds (tries the PSN again) while stage E or W holds a record
         # of its QP (W may write the QP's context and bitmap words at the end of this
-        # cycle): no value is forwarded from the SACK path into the scan.
+        # cycle): no value is forwarded from the SACK path into the scan. Whether they
+        # may is worked out in S2 (scan_s3_stale, above).
         t_hold = Signal(name="scan_s3_hold")
-        m.d.comb += t_hold.eq((e_valid & (e_q == s3_q)) | (w_valid & (w_q == s3_q)) |
-                              s3.stale)
+        m.d.comb += t_hold.eq(s3.stale)
         t_cack = s3_cack
         t_behind = s3.behind
         t_in = s3.in_win
