@@ -8,7 +8,7 @@ at the bottom of it beside :mod:`mrcnic.base.proto` and :mod:`mrcnic.base.stream
 from amaranth.hdl import Cat, Const, Mux, Signal
 from amaranth.utils import ceil_log2
 
-__all__ = ["first_set", "first_set_of", "assign", "signed_fits", "take"]
+__all__ = ["first_set", "first_set_of", "assign", "register_copies", "signed_fits", "take"]
 
 
 def take(v, names):
@@ -57,3 +57,17 @@ def signed_fits(value, bits):
     """``value`` (two's complement) fits a signed ``bits``-bit field."""
     top = value[bits - 1:]
     return (top == 0) | (top == (1 << len(top)) - 1)
+
+
+def register_copies(sig, names):
+    """Up to three registers meant to hold the same value as register ``sig`` (the caller
+    loads them alike), named ``{sig.name}_{name}``: each feeds a share of ``sig``'s loads,
+    so that no one net of a wide fanout (a RAM's address, a shifter's amount) slows every
+    path that reads it. Synthesis merges registers loaded alike unless their resets differ,
+    so each copy's reset differs from ``sig``'s (whose reset value must be 0) and the
+    others': a reset value of all ones, no reset, no reset with initial value all ones."""
+    kinds = ({"init": (1 << len(sig)) - 1}, {"reset_less": True},
+             {"reset_less": True, "init": (1 << len(sig)) - 1})
+    if len(names) > len(kinds):
+        raise ValueError(f"at most {len(kinds)} copies of a register, not {len(names)}")
+    return [Signal(len(sig), name=f"{sig.name}_{n}", **k) for n, k in zip(names, kinds)]

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
 from mrcnic.base.records import ACK_DESC, ErrorCause, RtxCause, RESOURCE_NACKS, FeedbackKind
-from mrcnic.base.gates import assign, take as _take
+from mrcnic.base.gates import assign, register_copies, take as _take
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.tx.retransmit_tracker.common import (
     EPOCH_BITS, PSN, WORD, _after, _clamp, _clamp_max, _clamp_signed, _clamp_signed_less64,
@@ -196,11 +196,9 @@ class AckStages:
         ]
         e = Signal(ACK_DESC)
         # Copies of the QP index that address stage E's three distributed RAMs (context,
-        # next PSN, mark), each its own register (a reset value of its own keeps synthesis
-        # from merging them with e_q): each fans out to one memory's cells, not to all
-        # three and every comparison with e_q.
-        e_q_rd = [Signal(qb, name=f"sack_e_q_{n}", init=(i + 1) % (1 << qb))
-                  for i, n in enumerate(("ctx", "nxt", "mark"))]
+        # next PSN, mark), each its own register: each fans out to one memory's cells, not
+        # to all three and every comparison with e_q (register_copies).
+        e_q_rd = register_copies(e_q, ("ctx", "nxt", "mark"))
         e_trig1 = Signal(PSN, name="sack_e_trig1")
         e_found = Signal(name="sack_e_found")
         e_pg, e_ehx = Signal(PSN, name="sack_e_pg"), Signal(8, name="sack_e_ehx")
@@ -251,9 +249,9 @@ class AckStages:
             m.d.sync += e_valid.eq(0)
 
         vars(v).update(
-            e=e, e_q_rd=e_q_rd, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found, e_hcand=e_hcand,
-            e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo, qa=qa,
-            e_tag_lo=e_tag_lo, e_trig1=e_trig1, e_w1=e_w1)
+            e=e, e_q_rd=e_q_rd, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found,
+            e_hcand=e_hcand, e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo,
+            qa=qa, e_tag_lo=e_tag_lo, e_trig1=e_trig1, e_w1=e_w1)
 
     def _ack_stage_e(self, m, v):
         """SACK/NACK path, stage E: the record against its QP's context, bitmap words, hole
