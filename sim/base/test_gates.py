@@ -1,5 +1,8 @@
-"""mrcnic.base.gates.register_copies: the copies of a register survive synthesis as
-registers of their own (Yosys merges registers loaded alike when their resets are alike)."""
+"""Small gateware helpers: mrcnic.base.gates.register_copies (the copies of a register
+survive synthesis as registers of their own: Yosys merges registers loaded alike when their
+resets are alike), and the retransmit tracker's bit searches against Python."""
+
+import random
 
 import pytest
 from amaranth.hdl import Cat, Module, Signal
@@ -35,3 +38,35 @@ def test_names_and_limit():
     assert [c.name for c in cs] == ["q_x", "q_y"] and all(len(c) == 3 for c in cs)
     with pytest.raises(ValueError, match="at most 3 copies"):
         register_copies(r, ("a", "b", "c", "d"))
+
+
+def test_lowest_set_and_at_most_one_against_python():
+    """The retransmit tracker's bit searches (common.py) on every pattern of up to three
+    bits set in 16, and on random ones: the carry-chain and the chainless lowest set bit
+    agree with Python's, and at_most_one with a bit count."""
+    from amaranth.sim import Simulator
+    from mrcnic.tx.retransmit_tracker.common import at_most_one, lowest_set
+    m = Module()
+    v = Signal(16)
+    found_c, idx_c, _ = lowest_set(m, v, "c")
+    found_n, idx_n, _ = lowest_set(m, v, "n", carry=False)
+    amo = Signal()
+    m.d.comb += amo.eq(at_most_one(v))
+    rng = random.Random(7)
+    pats = {0} | {1 << a | 1 << b | 1 << c for a in range(16) for b in range(16)
+                  for c in range(16)} | {rng.getrandbits(16) for _ in range(200)}
+
+    async def bench(ctx):
+        for p in sorted(pats):
+            ctx.set(v, p)
+            low = (p & -p).bit_length() - 1
+            got = ctx.get(Cat(found_c, idx_c, found_n, idx_n, amo))
+            f_c, i_c = got & 1, got >> 1 & 15
+            f_n, i_n, a = got >> 5 & 1, got >> 6 & 15, got >> 10 & 1
+            assert (f_c, f_n) == (p != 0,) * 2 and a == (bin(p).count("1") <= 1), hex(p)
+            if p:
+                assert i_c == i_n == low, hex(p)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()

@@ -81,12 +81,29 @@ def _or_index(onehot):
     return Cat(*((onehot & mask) != 0 for mask in masks))
 
 
-def lowest_set(m, vec, name):
-    """``(found, index)`` of the lowest set bit of ``vec``: isolate it (x & -x), then encode."""
+def lowest_set(m, vec, name, carry=True):
+    """``(found, index, one-hot)`` of the lowest set bit of ``vec``: isolate it (x & -x, a
+    carry chain; or with ``carry`` False, each bit ANDed with none below it set: two LUT
+    levels for 8 bits, no chain to enter and leave), then encode."""
     n = len(vec)
     iso = Signal(n, name=f"{name}_iso")
-    m.d.comb += iso.eq(vec & (~vec + 1)[:n])
+    if carry:
+        m.d.comb += iso.eq(vec & (~vec + 1)[:n])
+    else:
+        m.d.comb += iso.eq(Cat(*(vec[i] & ~vec[:i].any() if i else vec[0] for i in range(n))))
     return vec.any(), _or_index(iso), iso
+
+
+def at_most_one(vec):
+    """Whether at most one bit of ``vec`` is set: per four bits, any and two or more (one
+    LUT each), then no group with two and at most one group with any (no carry chain)."""
+    groups = [vec[i:i + 4] for i in range(0, len(vec), 4)]
+    anys = Cat(*(g.any() for g in groups))
+    twos = Cat(*(Cat(*(g[a] & g[b] for a in range(len(g)) for b in range(a + 1, len(g)))).any()
+                 for g in groups))
+    if len(groups) == 1:
+        return ~twos[0]
+    return ~twos.any() & at_most_one(anys)
 
 
 def highest_set(m, vec, name, derived=()):

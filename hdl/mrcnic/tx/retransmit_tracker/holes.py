@@ -21,7 +21,7 @@ from amaranth.hdl import Cat, Mux, Signal
 
 from mrcnic.base.records import RtxCause, TIME_BITS
 from mrcnic.base.gates import assign, take as _take
-from mrcnic.tx.retransmit_tracker.common import HOLE_GROUP, PSN, WORD, lowest_set
+from mrcnic.tx.retransmit_tracker.common import HOLE_GROUP, PSN, WORD, at_most_one, lowest_set
 
 __all__ = ["HoleEngine"]
 
@@ -80,9 +80,10 @@ class HoleEngine:
                                               (e_valid & (qs == e_q)) | (w_valid & (qs == w_q))))]
         h_issue = h_cur_v & fifos["rtx"].room5
         _, c_idx, c_iso = lowest_set(m, h_cur, "hole_cur")
-        # The current group's last hole: no other bit set.
+        # The current group's last hole: at most one bit set (from the group's bits, beside
+        # the search, not after it).
         c_last = Signal(name="hole_cur_last")
-        m.d.comb += c_last.eq(~(h_cur & ~c_iso).any())
+        m.d.comb += c_last.eq(at_most_one(h_cur))
         # The hole's PSN, p0 + 16 x group + bit: p0 is 64-aligned, so its low 6 bits are
         # the group's low 2 bits and the bit's index, and above them p0's word number plus
         # the group's high bit (the request's block RAM address takes none of that carry at
@@ -91,8 +92,11 @@ class HoleEngine:
         h_pos = Signal(7, name="hole_r_pos")
         m.d.comb += h_next_psn.eq(Cat(c_idx, h_cur_g[:2], h_p0[6:] + h_cur_g[2]))
         # The next group: the lowest of those left, taken when the current one empties.
-        _, r_idx, r_iso = lowest_set(m, h_rest, "hole_rest")
+        _, r_idx, r_iso = lowest_set(m, h_rest, "hole_rest", carry=False)
         refill = ~h_cur_v | (h_issue & c_last)
+        # The next group's bits, taken by the one-hot (an AND-OR), not by its index.
+        r_pick = Cat(*(Cat(*(r_iso[g] & h_vec[g * G + i] for g in range(NG))).any()
+                       for i in range(G)))
         # For the time guard (TIME_RULE): the trigger PSN's send time, to write the mark
         # back at the first hole too young to count as lost.
         h_ttime = Signal(TIME_BITS)
@@ -114,7 +118,7 @@ class HoleEngine:
             # groups are taken (refill) and h_nz falls.
             m.d.sync += h_nz.eq(w.ok_u & k_nonempty)
         with m.Elif(refill):
-            m.d.sync += [h_cur.eq(h_vec.word_select(r_idx, G)), h_cur_g.eq(r_idx),
+            m.d.sync += [h_cur.eq(r_pick), h_cur_g.eq(r_idx),
                          h_cur_v.eq(h_rest.any()), h_rest.eq(h_rest & ~r_iso),
                          h_nz.eq(h_rest.any())]
         with m.Elif(h_issue):
