@@ -17,7 +17,7 @@ Stall: a record waits in S1 while stage E holds an ack record of its QP (E's dec
 not forwarded, to keep it off this path); a retransmission also while stage E holds any
 record, stage W one it does not apply this cycle, or the hole engine a SACK of its QP."""
 
-from amaranth.hdl import Mux, Signal
+from amaranth.hdl import Const, Mux, Signal, Value
 from amaranth.utils import ceil_log2
 
 from mrcnic.base.gates import assign, take as _take
@@ -28,6 +28,34 @@ __all__ = ["SentPath"]
 
 class SentPath:
     """Stage S1 of the sent path and the ring write; mixed into the tracker."""
+
+    @staticmethod
+    def _credit_tests(O):
+        """``(credit, credit_lt)``: whether a QP with ``n_out`` PSNs outstanding may send
+        its next PSN (``credit``), or one more (``credit_lt``), given its MPR and window."""
+        # The tests compare n_out, the PSNs outstanding (n - CACK, against the stored CACK
+        # or stage W's), with each bound on the low log2(outstanding) + 1 bits alone: a
+        # QP's n - CACK is 0 .. outstanding + 1 (as the ring-full test in _sent_path uses),
+        # so a bound at or above 2^(log2(outstanding) + 1) always holds and the others
+        # compare exactly there.
+        nb = ceil_log2(O) + 1
+
+        def small(x, n_out, strict):
+            x = Value.cast(x)
+            lo = (n_out[:nb] < x[:nb]) if strict else (n_out[:nb] <= x[:nb])
+            return lo if len(x) <= nb else (x[nb:].any() | lo)
+
+        def credit(n_out, mpr, cw, strict=False):
+            # n_out x 2^pmtu_log2 <= cwnd, as n_out <= floor(cwnd / 2^pmtu_log2): the table
+            # keeps the window in packets (the shift on the cwnd input, not after a read).
+            return (small(mpr << 7, n_out, strict) & small(Const(O, nb), n_out, strict) &
+                    small(cw, n_out, strict))
+
+        def credit_lt(n_out, mpr, cw):
+            # credit(n_out + 1, ...): each bound compared strictly.
+            return credit(n_out, mpr, cw, strict=True)
+
+        return credit, credit_lt
 
     def _sent_path(self, m, v):
         """The sent path, stage S1: each record judged against the stored CACK and stage
@@ -86,14 +114,7 @@ class SentPath:
         s_err = err.bit_select(qs, 1) | (w_fwd_fatal & (w_q == qs))
         s_n = nxt_rs.data
 
-        def credit(n_out, mpr, cw):
-            # n_out x 2^pmtu_log2 <= cwnd, as n_out <= floor(cwnd / 2^pmtu_log2): the table
-            # keeps the window in packets (the shift on the cwnd input, not after a read).
-            return (n_out <= (mpr << 7)) & (n_out <= O) & (n_out <= cw)
-
-        def credit_lt(n_out, mpr, cw):
-            # credit(n_out + 1, ...): each bound compared strictly.
-            return (n_out < (mpr << 7)) & (n_out < O) & (n_out < cw)
+        credit, credit_lt = self._credit_tests(O)
 
         cwnd_rs = cwnd.read_port(domain="comb")
         m.d.comb += cwnd_rs.addr.eq(qs)

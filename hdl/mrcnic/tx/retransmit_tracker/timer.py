@@ -23,7 +23,7 @@ first PSN's way through stages S0 to S3, and the end of the visit)."""
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
 
 from mrcnic.base.records import ErrorCause, RtxCause, FeedbackKind, TIME_BITS
 from mrcnic.base.gates import assign, take as _take
@@ -78,14 +78,19 @@ class TimerStages:
         # (scan_s2_kstale) makes stage S2 try the PSN again.
         m.d.comb += [retries.rs.addr.eq(s1_q), epoch.rs.addr.eq(s1_q)]
         r_s1 = retries.rs.data
-        # The retries past retry_linear here, the exponent from them in S2 (t_exp + excess,
-        # at most MAX_TIMEOUT_EXP): one carry chain a stage after the distributed RAM read.
-        t_excess = Signal(5, name="scan_s2_excess")
-        r_diff = Signal(6, name="scan_s1_rdiff")
-        m.d.comb += r_diff.eq(r_s1 - r_lin)
-        k_sum = Signal(7)
-        m.d.comb += k_sum.eq(t_exp + t_excess)
-        t_k = Signal(5, name="scan_s3_kexp")
+        # The exponent k = min(timeout_exp + max(0, r - retry_linear), MAX_TIMEOUT_EXP) here,
+        # from the count r read: three short carry chains side by side against registers
+        # that follow the configuration a cycle late (r <= retry_linear; r + timeout_exp -
+        # retry_linear; r past the count at which that sum passes MAX_TIMEOUT_EXP), then a
+        # pick. (S2 decodes it into the mask of 2^k and above beside the time elapsed.)
+        k_c = Signal(signed(8), name="scan_k_c")        # timeout_exp - retry_linear
+        k_thr = Signal(signed(8), name="scan_k_thr")    # MAX_TIMEOUT_EXP - k_c
+        k_e0 = Signal(5, name="scan_k_exp0")            # min(timeout_exp, MAX_TIMEOUT_EXP)
+        m.d.sync += [k_c.eq(t_exp - r_lin), k_thr.eq(MAX_TIMEOUT_EXP - (t_exp - r_lin)),
+                     k_e0.eq(Mux(t_exp > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, t_exp))]
+        k_sum = Signal(signed(8), name="scan_s1_ksum")
+        m.d.comb += k_sum.eq(r_s1 + k_c)
+        t_k = Signal(5, name="scan_s2_kexp")
         t_rmax = Signal(name="scan_s2_rmax")
         t_epoch = Signal(EPOCH_BITS, name="scan_s2_epoch")
         t_kstale = Signal(name="scan_s2_kstale")
@@ -93,8 +98,8 @@ class TimerStages:
         # Stage W writing the QP's bitmap words in the cycle S1 reads them (the read gives
         # the old words, while S2 reads the context after the write): the PSN is stale.
         t_wstale = Signal(name="scan_s2_wstale")
-        m.d.comb += t_k.eq(Mux(k_sum > MAX_TIMEOUT_EXP, MAX_TIMEOUT_EXP, k_sum))
-        m.d.sync += [t_excess.eq(Mux(r_diff[-1], 0, r_diff[:5])),
+        m.d.sync += [t_k.eq(Mux(r_s1 <= r_lin, k_e0,
+                                Mux(r_s1 > k_thr, MAX_TIMEOUT_EXP, k_sum[:5]))),
                      t_rmax.eq(r_s1 == r_max), t_epoch.eq(epoch.rs.data),
                      t_kstale.eq(r_written), t_wstale.eq(w_valid & (w_q == s1_q))]
         # Stage S2 works out what the memories read say about the PSN (acknowledged, late,
@@ -120,23 +125,24 @@ class TimerStages:
                      s3.in_win.eq(~t_behind & (t_dp < t_dn)), s3.head.eq(t_dp == 1)]
         s3_epoch = Signal(EPOCH_BITS, name="scan_s3_epoch")
         s3_rec = Signal(REC, name="scan_s3_rec")
-        # The record's send time leaves the block RAM in S2, where it is subtracted from
-        # the time S2 sees (into scan_s3_elapsed); stage S3 tests that against 2^k.
         n_pairs = (len(Value.cast(rq_d)) + 1) // 2
         s3_fired_parts = Signal((n_pairs + 3) // 4, name="scan_s3_fired_parts")
         m.d.comb += s3.fired.eq(s3_fired_parts.all())
-        # 2^k and above as a mask, decoded in S2 from the exponent: S3 ANDs it with the time
-        # elapsed and ORs the bits (t_el >= 2^k), no decode after its registers.
-        s3_kmask = Signal(TIME_BITS, name="scan_s3_kmask")
-        t_el = Signal(TIME_BITS, name="scan_s3_elapsed")
-        m.d.comb += s3.late.eq((t_el & s3_kmask).any())   # t_el >= 2^k
+        # Late: the time elapsed (now less the send time, as the block RAM gives it) at or
+        # above 2^k. S2 ANDs it with the mask of 2^k and above (decoded from S1's exponent,
+        # beside the subtraction) and ORs the result by pairs of bits; S3 ORs the 16 parts.
+        t_el = Signal(TIME_BITS, name="scan_s2_elapsed")
+        t_kmask = Signal(TIME_BITS, name="scan_s2_kmask")
+        m.d.comb += [t_el.eq(self.now - rec_rh.data.time), t_kmask.eq(ge_mask(t_k, TIME_BITS))]
+        s3_late_parts = Signal(TIME_BITS // 2, name="scan_s3_late_parts")
+        m.d.comb += s3.late.eq(s3_late_parts.any())
         s3_squash = Signal()                  # stage S3 sends the scan elsewhere
         r_written2 = Signal()                 # the retry count of s2_q written this cycle
         m.d.sync += [
             s3_valid.eq(s2_valid & ~cmd_busy & ~s3_squash), s3_q.eq(s2_q), s3_p.eq(s2_p),
             s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data),
-            t_el.eq(self.now - rec_rh.data.time),
-            s3_kmask.eq(ge_mask(t_k, TIME_BITS)),
+            s3_late_parts.eq(Cat(*((t_el & t_kmask)[i:i + 2].any()
+                                   for i in range(0, TIME_BITS, 2)))),
             s3.port.eq(s2_port), s3.kstale.eq(t_kstale | r_written2),
             s3.rmax.eq(t_rmax),
             s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
