@@ -25,7 +25,8 @@ from mrcnic.model import packet as pk
 from mrcnic.model.rx import ack_generator as ack_model
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
-from testkit.simtools import run, seeded, sibling, soak
+from testkit.simtools import (command_cases, run, seeded, sibling, soak, start_traffic,
+                              until_clear, until_moved)
 from testkit.streams import AxisSink, beats_to_frame, gated, handshake_watcher
 from testkit.meta import MetaSource
 
@@ -609,52 +610,40 @@ def test_a_context_write_while_records_are_in_flight_is_applied():
         regs = driver(ctx, dut)
         cfg = random_cfg(rng)
         await write_cfg(regs, cfg)
-        for hold, lead in [(0, 0), (hold_cycles, 0), (hold_cycles, 20)]:
-            for phase in range(6):
-                # Staged before the traffic: only the strobe and one register write come
-                # during it.
-                qp, c = phase % qps, random_ctx(rng)
-                await regs.write("ctx_qp", qp)
-                await regs.write_mac("ctx", c["mac"])
-                await regs.write_ipv6("ctx", c["ip"])
-                await regs.write("ctx_remote_qp", c["remote_qp"])
-                cfg = dict(cfg, pkey=rng.getrandbits(16))
-                st["ready_at"] = st["cycle"] + hold
-                st["on"] = True
-                for _ in range(lead + phase):
-                    await ctx.tick()
-                t0 = st["cycle"]
-                what = f"ctx_write {lead + phase} cycles into the traffic, m_axis held {hold}"
-                await regs.write_fields("control", ctx_write=1)
-                assert len(got["desc"]) + len(got["nak"]) > len(got["frames"]), \
-                    f"{what}: no record in flight"
-                await regs.write_fields("config", udp_dport=cfg["dport"], pkey=cfg["pkey"])
-                while (await regs.read_fields("status"))["ctx_busy"]:
-                    assert st["cycle"] - t0 < bound, \
-                        f"{what}: ctx_busy still set {bound} cycles after the write"
-                while await regs.read_field("status", "cfg_pending"):
-                    assert st["cycle"] - t0 < bound, \
-                        f"{what}: cfg_pending still set {bound} cycles after the write"
-                assert (await regs.read_fields("status"))["ctx_dropped"] == 0
-                # The block keeps working (after m_axis's release, too).
-                seen = (len(got["desc"]), len(got["frames"]))
-                def moved():
-                    return all(a > b for a, b in zip((len(got["desc"]), len(got["frames"])),
-                                                      seen))
-                limit = max(st["cycle"], st["ready_at"]) + 100
-                while st["cycle"] < limit and not moved():
-                    await ctx.tick()
-                assert moved(), f"{what}: no progress after the write"
-                st["on"] = False
-                await ctx.tick().repeat(30)
-                assert len(got["frames"]) == len(got["desc"]) + len(got["nak"]), \
-                    f"{what}: records taken without a frame"
-                # The QP's next frame: the new context and P_Key.
-                d = random_desc(rng, qps)
-                d["qp"] = qp
-                st["extra"].append(d)
-                await ctx.tick().repeat(20)
-                assert got["frames"][-1] == model_frame(d, c, cfg), what
+        for _, hold, lead, phase in command_cases(hold_cycles):
+            # Staged before the traffic: only the strobe and one register write come
+            # during it.
+            qp, c = phase % qps, random_ctx(rng)
+            await regs.write("ctx_qp", qp)
+            await regs.write_mac("ctx", c["mac"])
+            await regs.write_ipv6("ctx", c["ip"])
+            await regs.write("ctx_remote_qp", c["remote_qp"])
+            cfg = dict(cfg, pkey=rng.getrandbits(16))
+            await start_traffic(ctx, st, hold, lead + phase)
+            t0 = st["cycle"]
+            what = f"ctx_write {lead + phase} cycles into the traffic, m_axis held {hold}"
+            await regs.write_fields("control", ctx_write=1)
+            assert len(got["desc"]) + len(got["nak"]) > len(got["frames"]), \
+                f"{what}: no record in flight"
+            await regs.write_fields("config", udp_dport=cfg["dport"], pkey=cfg["pkey"])
+            await until_clear(st, lambda: regs.read_field("status", "ctx_busy"), t0, bound,
+                              f"{what}: ctx_busy")
+            await until_clear(st, lambda: regs.read_field("status", "cfg_pending"), t0, bound,
+                              f"{what}: cfg_pending")
+            assert (await regs.read_fields("status"))["ctx_dropped"] == 0
+            # The block keeps working (after m_axis's release, too).
+            await until_moved(ctx, st, lambda: (len(got["desc"]), len(got["frames"])), 100,
+                              f"{what}: no progress after the write")
+            st["on"] = False
+            await ctx.tick().repeat(30)
+            assert len(got["frames"]) == len(got["desc"]) + len(got["nak"]), \
+                f"{what}: records taken without a frame"
+            # The QP's next frame: the new context and P_Key.
+            d = random_desc(rng, qps)
+            d["qp"] = qp
+            st["extra"].append(d)
+            await ctx.tick().repeat(20)
+            assert got["frames"][-1] == model_frame(d, c, cfg), what
         st["stop"] = True
 
     run(dut, control, feeder(dut.desc, "desc", 1), feeder(dut.nak, "nak", 8), sink)

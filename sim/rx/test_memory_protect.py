@@ -15,7 +15,8 @@ from mrcnic.model.rx.memory_protect import (CAUSES, MemoryProtectModel, apply_op
 from mrcnic.base.records import NAK, RX_PKT
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
-from testkit.simtools import run, seeded, soak
+from testkit.simtools import (command_cases, offer, run, seeded, soak, start_traffic,
+                              until_clear, until_moved)
 
 # The search that places table writes between records recurses once per optional placement.
 sys.setrecursionlimit(20000)
@@ -531,21 +532,7 @@ def test_table_commands_while_records_are_in_flight_are_applied():
         return rec(i % 4, 0x7, psn=i & 0xFFFFFF)
 
     async def source(ctx):
-        i, r = 0, None
-        while not st["stop"]:
-            if r is None and st["extra"]:
-                r = st["extra"].pop(0)
-            elif r is None and st["on"]:
-                r = record(i)
-                i += 1
-            ctx.set(dut.pkt.valid, r is not None)
-            if r is not None:
-                ctx.set(dut.pkt.payload.as_value(), pack(RX_PKT, r))
-            _, _, ready = await ctx.tick().sample(dut.pkt.ready)
-            if r is not None and ready:
-                taken.append(r)
-                r = None
-        ctx.set(dut.pkt.valid, 0)
+        await offer(ctx, st, dut.pkt, record, taken, st["extra"])
 
     async def sink(ctx):
         while not st["stop"]:
@@ -565,59 +552,49 @@ def test_table_commands_while_records_are_in_flight_are_applied():
         axil = AxiLiteSimMaster(ctx, dut.s_axil)
         drv = RegisterDriver(MP_REGS, axil.read, axil.write)
         await table_op(drv, ("region", 0, 0x7, 0x100, 0x100, 1, 0))
-        for case, (hold, lead) in enumerate([(0, 0), (hold_cycles, 0), (hold_cycles, 20)]):
-            for phase in range(6):
-                # Staged before the traffic: only the strobe comes during it.
-                rkey, pd = 0x100 + 8 * case + phase, phase // 2 % 2
-                if phase % 2 == 0:
-                    await drv.write_fields("region_select", entry=1)
-                    await drv.write_fields("region_rkey", rkey=rkey)
-                    await drv.write_fields("region_base_lo", base=0x100)
-                    await drv.write_fields("region_length_lo", length=0x100)
-                    await drv.write_fields("region_attr", writable=1, pd=0)
-                else:
-                    await drv.write_fields("qp_select", qp=4)
-                    await drv.write_fields("qp_pd", pd=pd)
-                st["ready_at"] = st["cycle"] + hold
-                st["on"] = True
-                for _ in range(lead + phase):
-                    await ctx.tick()
-                t0 = st["cycle"]
-                what = f"command {lead + phase} cycles into the traffic, outputs held {hold}"
-                if phase % 2 == 0:
-                    await drv.write_fields("region_command", write=1)
-                else:
-                    await drv.write_fields("qp_command", set_pd=1)
-                assert len(taken) > len(outs), f"{what}: no record in flight"
-                while (await drv.read_fields("status"))["busy"]:
-                    assert st["cycle"] - t0 < bound + hold, \
-                        f"{what}: status.busy still set {bound + hold} cycles after the write"
-                # The block keeps working: records taken and passed on after the command
-                # (and after the outputs' release).
-                n_in, n_out = len(taken), len(outs)
-                def moved():
-                    return len(taken) > n_in and len(outs) > n_out
-                limit = max(st["cycle"], st["ready_at"]) + 100
-                while st["cycle"] < limit and not moved():
-                    await ctx.tick()
-                assert moved(), f"{what}: no progress after the command"
-                st["on"] = False
-                for _ in range(100):
-                    if len(outs) == len(taken):
-                        break
-                    await ctx.tick()
-                assert len(outs) == len(taken), f"{what}: records taken and never out"
-                assert (await drv.read_fields("error"))["busy"] == 0
-                # The command took effect: the new region is known, QP 4 has its domain.
-                st["extra"].append(rec(0, rkey) if phase % 2 == 0 else rec(4, 0x7))
-                await ctx.tick().repeat(16)
-                assert len(outs) == len(taken)
-                want = 0 if phase % 2 == 0 else pd
-                assert outs[-1]["deny"] == want, what
-                for q in sorted(st["used"]):
-                    await drv.write_fields("qp_select", qp=q)
-                    await drv.write_fields("qp_command", clear_error=1)
-                st["used"] = {4}
+        for case, hold, lead, phase in command_cases(hold_cycles):
+            # Staged before the traffic: only the strobe comes during it.
+            rkey, pd = 0x100 + 8 * case + phase, phase // 2 % 2
+            if phase % 2 == 0:
+                await drv.write_fields("region_select", entry=1)
+                await drv.write_fields("region_rkey", rkey=rkey)
+                await drv.write_fields("region_base_lo", base=0x100)
+                await drv.write_fields("region_length_lo", length=0x100)
+                await drv.write_fields("region_attr", writable=1, pd=0)
+            else:
+                await drv.write_fields("qp_select", qp=4)
+                await drv.write_fields("qp_pd", pd=pd)
+            await start_traffic(ctx, st, hold, lead + phase)
+            t0 = st["cycle"]
+            what = f"command {lead + phase} cycles into the traffic, outputs held {hold}"
+            if phase % 2 == 0:
+                await drv.write_fields("region_command", write=1)
+            else:
+                await drv.write_fields("qp_command", set_pd=1)
+            assert len(taken) > len(outs), f"{what}: no record in flight"
+            await until_clear(st, lambda: drv.read_field("status", "busy"), t0, bound + hold,
+                              f"{what}: status.busy")
+            # The block keeps working: records taken and passed on after the command
+            # (and after the outputs' release).
+            await until_moved(ctx, st, lambda: (len(taken), len(outs)), 100,
+                              f"{what}: no progress after the command")
+            st["on"] = False
+            for _ in range(100):
+                if len(outs) == len(taken):
+                    break
+                await ctx.tick()
+            assert len(outs) == len(taken), f"{what}: records taken and never out"
+            assert (await drv.read_fields("error"))["busy"] == 0
+            # The command took effect: the new region is known, QP 4 has its domain.
+            st["extra"].append(rec(0, rkey) if phase % 2 == 0 else rec(4, 0x7))
+            await ctx.tick().repeat(16)
+            assert len(outs) == len(taken)
+            want = 0 if phase % 2 == 0 else pd
+            assert outs[-1]["deny"] == want, what
+            for q in sorted(st["used"]):
+                await drv.write_fields("qp_select", qp=q)
+                await drv.write_fields("qp_command", clear_error=1)
+            st["used"] = {4}
         st["stop"] = True
 
     run(dut, control, source, sink)

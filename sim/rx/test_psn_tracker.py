@@ -16,7 +16,8 @@ from mrcnic.model.rx.psn_tracker import PsnTrackerModel, random_arrivals
 from mrcnic.base.proto import Opcode
 from mrcnic.rx.psn_tracker import TRACKER_REGS, PsnTracker
 from testkit.axil import AxiLiteSimMaster
-from testkit.simtools import run, seeded, soak
+from testkit.simtools import (command_cases, offer, run, seeded, soak, start_traffic,
+                              until_clear, until_moved)
 from testkit.meta import MetaSink, MetaSource
 
 
@@ -226,21 +227,7 @@ def test_a_qp_command_while_records_are_in_flight_is_applied():
                            Opcode.WRITE_MIDDLE, ack_req=int(p % 8 == 7), imm=p, tag=p)
 
     async def source(ctx):
-        i, rec = 0, None
-        while not st["stop"]:
-            if rec is None and st["extra"]:
-                rec = st["extra"].pop(0)
-            elif rec is None and st["on"]:
-                rec = record(i % 4)
-                i += 1
-            ctx.set(dut.pkt.valid, rec is not None)
-            if rec is not None:
-                ctx.set(dut.pkt.payload, rec)
-            _, _, ready = await ctx.tick().sample(dut.pkt.ready)
-            if rec is not None and ready:
-                taken.append(rec)
-                rec = None
-        ctx.set(dut.pkt.valid, 0)
+        await offer(ctx, st, dut.pkt, lambda i: record(i % 4), taken, st["extra"])
 
     async def sinks(ctx):
         ports = [getattr(dut, name) for name in outs]
@@ -262,43 +249,33 @@ def test_a_qp_command_while_records_are_in_flight_is_applied():
             pass
         await regs.write_fields("qp_select", qp=1)
         await regs.write_fields("qp_mpr", mpr=0)
-        for case, (hold, lead) in enumerate([(0, 0), (hold_cycles, 0), (hold_cycles, 20)]):
-            for phase in range(6):
-                start = 0x800000 + 0x1000 * phase + 0x100 * case
-                await regs.write_fields("qp_start", psn=start)
-                st["ready_at"] = st["cycle"] + hold
-                st["on"] = True
-                for _ in range(lead + phase):
-                    await ctx.tick()
-                t0 = st["cycle"]
-                what = f"open {lead + phase} cycles into the traffic, outputs held {hold}"
-                await regs.write_fields("qp_command", open=1)
-                assert len(taken) > len(outs["verdict"]), f"{what}: no record in flight"
-                while (await regs.read_fields("status"))["busy"]:
-                    assert st["cycle"] - t0 < bound, \
-                        f"{what}: status.busy still set {bound} cycles after the write"
-                # The block keeps working: records taken and answered after the command
-                # (and after the outputs' release).
-                n_in, n_out = len(taken), len(outs["verdict"])
-                def moved():
-                    return len(taken) > n_in and len(outs["verdict"]) > n_out
-                limit = max(st["cycle"], st["ready_at"]) + 100
-                while st["cycle"] < limit and not moved():
-                    await ctx.tick()
-                assert moved(), f"{what}: no progress after the command"
-                st["on"] = False
-                for _ in range(200):
-                    if len(outs["verdict"]) == len(taken):
-                        break
-                    await ctx.tick()
-                assert len(outs["verdict"]) == len(taken), f"{what}: records without a verdict"
-                assert (await regs.read_fields("error"))["busy"] == 0
-                # The QP opened takes its start PSN.
-                st["extra"].append(data_packet(1, start))
-                await ctx.tick().repeat(24)
-                assert len(outs["verdict"]) == len(taken)
-                v = fields(VERDICT, outs["verdict"][-1])
-                assert (v["qp"], v["psn"], v["verdict"]) == (1, start, Verdict.PLACE), what
+        for case, hold, lead, phase in command_cases(hold_cycles):
+            start = 0x800000 + 0x1000 * phase + 0x100 * case
+            await regs.write_fields("qp_start", psn=start)
+            await start_traffic(ctx, st, hold, lead + phase)
+            t0 = st["cycle"]
+            what = f"open {lead + phase} cycles into the traffic, outputs held {hold}"
+            await regs.write_fields("qp_command", open=1)
+            assert len(taken) > len(outs["verdict"]), f"{what}: no record in flight"
+            await until_clear(st, lambda: regs.read_field("status", "busy"), t0, bound,
+                              f"{what}: status.busy")
+            # The block keeps working: records taken and answered after the command
+            # (and after the outputs' release).
+            await until_moved(ctx, st, lambda: (len(taken), len(outs["verdict"])), 100,
+                              f"{what}: no progress after the command")
+            st["on"] = False
+            for _ in range(200):
+                if len(outs["verdict"]) == len(taken):
+                    break
+                await ctx.tick()
+            assert len(outs["verdict"]) == len(taken), f"{what}: records without a verdict"
+            assert (await regs.read_fields("error"))["busy"] == 0
+            # The QP opened takes its start PSN.
+            st["extra"].append(data_packet(1, start))
+            await ctx.tick().repeat(24)
+            assert len(outs["verdict"]) == len(taken)
+            v = fields(VERDICT, outs["verdict"][-1])
+            assert (v["qp"], v["psn"], v["verdict"]) == (1, start, Verdict.PLACE), what
         st["stop"] = True
 
     run(dut, control, source, sinks)

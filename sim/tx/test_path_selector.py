@@ -15,7 +15,8 @@ from mrcnic.model.tx.path_selector import PathSelectorModel, plane_of, random_fe
 from mrcnic.tx.path_selector import COUNTERS, EVENT, SELECTOR_REGS, PathSelector
 from mrcnic.base.proto import EvMode, EvState
 from testkit.axil import AxiLiteSimMaster
-from testkit.simtools import run, seeded, soak
+from testkit.simtools import (command_cases, run, seeded, soak, start_traffic, until_clear,
+                              until_moved)
 
 
 def fields(layout, value):
@@ -675,7 +676,7 @@ def test_commands_while_requests_and_feedback_are_in_flight_are_applied():
     top.submodules.dut = dut
     cyc = Signal(32, name="cycle")
     top.d.sync += cyc.eq(cyc + 1)
-    st = {"on": False, "stop": False, "ready_at": 0}
+    st = {"on": False, "stop": False, "ready_at": 0, "cycle": 0}
     got = {"req": 0, "fb": 0, "rsp": 0, "event": 0}
     rng = seeded()
 
@@ -688,7 +689,7 @@ def test_commands_while_requests_and_feedback_are_in_flight_are_applied():
             # (EVs 0 .. 2 only: the commands act on EVs 3 .. 10.)
             ctx.set(dut.fb.payload, fb(i % 2, i % 3, FeedbackKind.SKIP_ONCE if i % 2
                                        else FeedbackKind.ACKED))
-            ready = ctx.get(cyc) >= st["ready_at"]
+            ready = st["cycle"] >= st["ready_at"]
             for name in ("rsp", "event", "probe"):
                 ctx.set(getattr(dut, name).ready, ready)
             _, _, rq, fq, rv, ev = await ctx.tick().sample(
@@ -698,6 +699,7 @@ def test_commands_while_requests_and_feedback_are_in_flight_are_applied():
             got["rsp"] += ready and rv
             got["event"] += ready and ev
             i += 1 if st["on"] and rq and fq else 0
+            st["cycle"] += 1
         for name in ("req", "fb"):
             ctx.set(getattr(dut, name).valid, 0)
 
@@ -711,48 +713,38 @@ def test_commands_while_requests_and_feedback_are_in_flight_are_applied():
                         raws=[rand_raw(rng) for _ in range(n)])
         await b.qp(0, 0, 0)
         await b.qp(1, 0, 5)
-        for case, (hold, lead) in enumerate([(0, 0), (hold_cycles, 0), (hold_cycles, 20)]):
-            for phase in range(6):
-                # Staged before the traffic: only the command comes during it. Even phases
-                # force EV e DENIED, odd ones load it again (GOOD).
-                e = 3 + 2 * case + phase // 2
-                force = phase % 2 == 0
-                await regs.write_fields("select", profile=0, ev=e)
-                await regs.write_fields("force", state=int(EvState.DENIED))
-                raw = rand_raw(rng)
-                for k in range(8):
-                    await regs.write_fields(f"raw{k}", value=int.from_bytes(
-                        raw[4 * k:4 * k + 4], "big"))
-                st["ready_at"] = ctx.get(cyc) + hold
-                st["on"] = True
-                for _ in range(lead + phase):
-                    await ctx.tick()
-                t0 = ctx.get(cyc)
-                what = (f"{'force_state' if force else 'write_ev'} {lead + phase} cycles "
-                        f"into the traffic, outputs held {hold}")
-                seen = dict(got)
-                await regs.write_fields("command", **{"force_state" if force
-                                                      else "write_ev": 1})
-                assert got["req"] > got["rsp"] or hold, f"{what}: no request in flight"
-                assert got["fb"] > seen["fb"], f"{what}: no feedback in flight"
-                while (await regs.read_fields("status"))["busy"]:
-                    assert ctx.get(cyc) - t0 < bound, \
-                        f"{what}: status.busy still set {bound} cycles after the write"
-                # The block keeps working (after the outputs' release, too).
-                seen = dict(got)
-                def moved():
-                    return all(got[k] > seen[k] for k in ("req", "fb", "rsp"))
-                limit = max(ctx.get(cyc), st["ready_at"]) + 100
-                while ctx.get(cyc) < limit and not moved():
-                    await ctx.tick()
-                assert moved(), f"{what}: no progress after the command ({seen} -> {got})"
-                st["on"] = False
-                await ctx.tick().repeat(16)
-                assert got["rsp"] == got["req"], f"{what}: requests without a response"
-                status = await regs.read_fields("ev_status")
-                assert (status["state"], status["loaded"]) == (
-                    EvState.DENIED if force else EvState.GOOD, 1), what
-                assert (await regs.read_fields("error"))["busy"] == 0
+        for case, hold, lead, phase in command_cases(hold_cycles):
+            # Staged before the traffic: only the command comes during it. Even phases
+            # force EV e DENIED, odd ones load it again (GOOD).
+            e = 3 + 2 * case + phase // 2
+            force = phase % 2 == 0
+            await regs.write_fields("select", profile=0, ev=e)
+            await regs.write_fields("force", state=int(EvState.DENIED))
+            raw = rand_raw(rng)
+            for k in range(8):
+                await regs.write_fields(f"raw{k}", value=int.from_bytes(
+                    raw[4 * k:4 * k + 4], "big"))
+            await start_traffic(ctx, st, hold, lead + phase)
+            t0 = st["cycle"]
+            what = (f"{'force_state' if force else 'write_ev'} {lead + phase} cycles "
+                    f"into the traffic, outputs held {hold}")
+            seen = dict(got)
+            await regs.write_fields("command", **{"force_state" if force
+                                                  else "write_ev": 1})
+            assert got["req"] > got["rsp"] or hold, f"{what}: no request in flight"
+            assert got["fb"] > seen["fb"], f"{what}: no feedback in flight"
+            await until_clear(st, lambda: regs.read_field("status", "busy"), t0, bound,
+                              f"{what}: status.busy")
+            # The block keeps working (after the outputs' release, too).
+            await until_moved(ctx, st, lambda: (got["req"], got["fb"], got["rsp"]), 100,
+                              f"{what}: no progress after the command")
+            st["on"] = False
+            await ctx.tick().repeat(16)
+            assert got["rsp"] == got["req"], f"{what}: requests without a response"
+            status = await regs.read_fields("ev_status")
+            assert (status["state"], status["loaded"]) == (
+                EvState.DENIED if force else EvState.GOOD, 1), what
+            assert (await regs.read_fields("error"))["busy"] == 0
         st["stop"] = True
 
     run(top, control, traffic)

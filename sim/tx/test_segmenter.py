@@ -12,7 +12,8 @@ from mrcnic.tx.segmenter import SEG_REGS, TxSegmenter
 from mrcnic.base.records import SEG_PKT, WR_DONE
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
-from testkit.simtools import run, seeded, soak
+from testkit.simtools import (command_cases, offer, run, seeded, soak, start_traffic,
+                              until_clear, until_moved)
 
 
 def unpack(layout, value):
@@ -198,24 +199,13 @@ def test_an_open_while_operations_are_in_flight_is_applied():
     dut = TxSegmenter(4, 8)
     st = {"on": False, "stop": False, "ready_at": 0, "cycle": 0}
     queues = {"wr": [], "rel": [], "rtx": []}
-    got = {"wr": 0, "pkts": [], "done": 0}
+    got = {"wr": [], "pkts": [], "done": 0}
+
+    def wr(i):
+        return dict(random_wr(rng, i % 4, 600), wr_id=i & 0xFFFF)
 
     async def wrs(ctx):
-        i, w = 0, None
-        while not st["stop"]:
-            if w is None and queues["wr"]:
-                w = queues["wr"].pop(0)
-            elif w is None and st["on"]:
-                w = dict(random_wr(rng, i % 4, 600), wr_id=i & 0xFFFF)
-                i += 1
-            ctx.set(dut.wr.valid, w is not None)
-            if w is not None:
-                ctx.set(dut.wr.payload, w)
-            _, _, ready = await ctx.tick().sample(dut.wr.ready)
-            if w is not None and ready:
-                got["wr"] += 1
-                w = None
-        ctx.set(dut.wr.valid, 0)
+        await offer(ctx, st, dut.wr, wr, got["wr"], queues["wr"])
 
     def feeder(port, name):
         async def feed(ctx):
@@ -254,39 +244,28 @@ def test_an_open_while_operations_are_in_flight_is_applied():
     async def control(ctx):
         regs = await ready_regs(ctx, dut)
         await regs.write_fields("qp_select", qp=1)
-        for case, (hold, lead) in enumerate([(0, 0), (hold_cycles, 0), (hold_cycles, 20)]):
-            for phase in range(6):
-                start = 0x800000 + 0x1000 * phase + 0x100 * case
-                await regs.write_fields("qp_start", psn=start)
-                st["ready_at"] = st["cycle"] + hold
-                st["on"] = True
-                for _ in range(lead + phase):
-                    await ctx.tick()
-                t0, n0 = st["cycle"], len(got["pkts"])
-                what = f"open {lead + phase} cycles into the traffic, outputs held {hold}"
-                await regs.write_fields("qp_command", open=1)
-                assert got["wr"] > 0, f"{what}: no work request in flight"
-                while (await regs.read_fields("status"))["busy"]:
-                    assert st["cycle"] - t0 < bound + hold, \
-                        f"{what}: status.busy still set {bound + hold} cycles after the write"
-                # The block keeps working (after the outputs' release, too).
-                seen = (got["wr"], len(got["pkts"]), got["done"])
-                def moved():
-                    return all(a > b for a, b in zip((got["wr"], len(got["pkts"]),
-                                                      got["done"]), seen))
-                limit = max(st["cycle"], st["ready_at"]) + 150
-                while st["cycle"] < limit and not moved():
-                    await ctx.tick()
-                assert moved(), f"{what}: no progress after the open"
-                st["on"] = False
-                await ctx.tick().repeat(60)
-                # The QP opened sends its next message from its start PSN (this one, if no
-                # work request of it came after the open).
-                queues["wr"].append(random_wr(rng, 1, 600))
-                await ctx.tick().repeat(30)
-                psns = [p["psn"] for p in got["pkts"][n0:] if p["qp"] == 1 and not p["rtx"]]
-                assert start in psns, f"{what}: QP 1 never sent from {start:#x}"
-                got["wr"] = 0
+        for case, hold, lead, phase in command_cases(hold_cycles):
+            start = 0x800000 + 0x1000 * phase + 0x100 * case
+            await regs.write_fields("qp_start", psn=start)
+            await start_traffic(ctx, st, hold, lead + phase)
+            t0, n0 = st["cycle"], len(got["pkts"])
+            what = f"open {lead + phase} cycles into the traffic, outputs held {hold}"
+            await regs.write_fields("qp_command", open=1)
+            assert got["wr"], f"{what}: no work request in flight"
+            await until_clear(st, lambda: regs.read_field("status", "busy"), t0, bound + hold,
+                              f"{what}: status.busy")
+            # The block keeps working (after the outputs' release, too).
+            await until_moved(ctx, st, lambda: (len(got["wr"]), len(got["pkts"]), got["done"]),
+                              150, f"{what}: no progress after the open")
+            st["on"] = False
+            await ctx.tick().repeat(60)
+            # The QP opened sends its next message from its start PSN (this one, if no
+            # work request of it came after the open).
+            queues["wr"].append(random_wr(rng, 1, 600))
+            await ctx.tick().repeat(30)
+            psns = [p["psn"] for p in got["pkts"][n0:] if p["qp"] == 1 and not p["rtx"]]
+            assert start in psns, f"{what}: QP 1 never sent from {start:#x}"
+            got["wr"].clear()
         st["stop"] = True
 
     run(dut, control, wrs, feeder(dut.release, "rel"), feeder(dut.rtx, "rtx"), sinks)
