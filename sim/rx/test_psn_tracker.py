@@ -510,22 +510,20 @@ def test_first_set_finds_the_lowest_set_bit(n):
 @pytest.mark.parametrize("mpr_max,chunks", [(1, 2), (8, 3), (64, 3)])
 def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks):
     """Stage F's tests of a PSN against the CACK an advancing record writes (its window
-    base plus its run, split in W and tested with a few bits in F) give the 24-bit tests'
+    base plus its run, split in R and tested with a few bits in F) give the 24-bit tests'
     answers: at or before it, in the window above it, just after it."""
     from types import SimpleNamespace
-    from amaranth.lib import data
     from amaranth.sim import Simulator
     rng = seeded()
     dut = PsnTracker(4, mpr_max, 4, chunks)
     dut._MustUse__silence = True               # its helpers are used, not the whole
-    dut._stage_registers()                     # sets the split's width
+    st = dut._stage_registers()                # sets the split's width
     M, cbits = dut._adv_bits, dut._cbits
     psn, base = Signal(proto.PSN_BITS), Signal(proto.PSN_BITS)
     run, mpr_m1 = Signal(range(dut.window)), Signal(max(1, cbits))
-    f = SimpleNamespace(adv=Signal(data.StructLayout({
-        "lo": M, "up0": 1, "up1": 1, "s0": 1, "s1": 1})))
+    f = SimpleNamespace(adv=Signal(st.f.adv.shape()))
     m = Module()
-    m.d.comb += dut._adv_offset(m, f, psn - base)
+    m.d.comb += dut._adv_offset(m, f, psn, base)
     got = Signal(3)
     m.d.comb += got.eq(dut._adv_tests(m, f.adv, run, mpr_m1))
     mask = (1 << proto.PSN_BITS) - 1

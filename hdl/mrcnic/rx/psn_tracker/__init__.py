@@ -156,21 +156,22 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
       64-bit banks, :class:`~mrcnic.base.bram.BlockRam`: the words out of its register two
       cycles later);
     * ``r_`` read: the block RAM reads; how the ring write of the record in D would reach
-      the window; the PSN's position plus one;
+      the window; the PSN's position plus one; the PSN's offset from the window base of
+      the record in F (split into low bits and flags for F's short tests two stages on);
     * ``w_`` window: the bank words, out of the block RAM's register with the two writes
-      after the address forwarded (as a read in R transparent to its cycle's write), into
-      registers, and the first level of the own and next bit's selects; which
+      after the address forwarded (as a read in R transparent to its cycle's write), lap
+      parity removed, into registers, and the first level of the own and next bit's
+      selects; which
       ring write the read missed reaches this window (that of the record in U or of the
       one in D) and where, and whether it is made (the record in D's placement registered
       as D decides it, a stage ahead of the search it steers); the positions up to the
-      packet's own as a mask; the PSN's offsets from the record in D's window base (split
-      into low bits and flags for F's short tests) and PSN; the QP's context (distributed
+      packet's own as a mask; the PSN against the record in D's; the QP's context (distributed
       RAM) into registers, and the PSN tested against the highest PSN seen in it and in
       the context the record in U writes;
     * ``f_`` fetch: the PSN tested against the context (or the one the record past U
       wrote) and against the CACK the record in U writes if it advances, and the tests
       that hold picked; whether the pool will be full; the window, each position one
-      function of six registers (the write it missed forwarded), searched per 16-bit
+      function of five registers (the write it missed forwarded), searched per 16-bit
       word; the packet's own bit and the next;
     * ``d_`` decide: the verdict, the search combined (the first word with a hole, its
       number and index, by a tree of priority merges), the SACK triggers, the ring
@@ -272,7 +273,7 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         fifos, room = self._output_fifos(m)
         # The registers between the stages, and of the continuation, drain and commands.
         st = self._stage_registers()
-        st.sack_every = f["config"]["sack_every"]
+        st.sack_every = self._sack_every_regs(m, f["config"]["sack_every"])
         ctl = self._control_regs(m)
         # The input queue; stage I issues from it.
         q = self._queue(m, st, ctl)
@@ -340,6 +341,24 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
                                pool_w=pool_data.write_port(),
                                pool_r=pool_data.read_port(domain="comb"))
 
+    @staticmethod
+    def _sack_every_regs(m, field):
+        """What the decisions compare with ``config.sack_every``, worked out from it into
+        registers (a write takes effect a cycle later): ``thr[k]`` = sack_every - k and
+        ``le[k]`` = sack_every <= k for k = 1, 2, 3, ``is1`` and ``nz``; a count then goes
+        straight into one compare."""
+        reset = field.init
+        cfg = SimpleNamespace(
+            thr={k: Signal(8, name=f"cfg_every_thr{k}", init=max(0, reset - k))
+                 for k in (1, 2, 3)},
+            le={k: Signal(name=f"cfg_every_le{k}", init=reset <= k) for k in (1, 2, 3)},
+            is1=Signal(name="cfg_every_is1", init=reset == 1),
+            nz=Signal(name="cfg_every_nz", init=reset != 0))
+        m.d.sync += [*[cfg.thr[k].eq((field - k)[:8]) for k in (1, 2, 3)],
+                     *[cfg.le[k].eq(field <= k) for k in (1, 2, 3)],
+                     cfg.is1.eq(field == 1), cfg.nz.eq(field != 0)]
+        return cfg
+
     def _output_fifos(self, m):
         """The output FIFOs (distributed RAM, read as it stands: no output register), by
         port name, and ``room`` (a register): each can take the records in flight."""
@@ -393,7 +412,12 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
                                init=(1 << CHUNK // WORD) - 2),
             cmd_word_eq=Signal(CHUNK // WORD, name="cmd_word_eq", init=1),
             cmd_bit_ge=Signal(WORD, name="cmd_bit_ge", init=(1 << WORD) - 1),
-            cmd_mpr_m1=Signal(max(1, cbits), init=mpr_max - 1, name="cmd_mpr_m1"))
+            cmd_mpr_m1=Signal(max(1, cbits), init=mpr_max - 1, name="cmd_mpr_m1"),
+            # A command's write of the context and statistics (stage U's write ports, which
+            # the command's QP index reaches through ``u_qpi``), and when it runs.
+            cmd_run=Signal(name="cmd_run"), cmd_ctx_we=Signal(name="cmd_ctx_we"),
+            cmd_ctx=Signal(self._ctx_layout, name="cmd_ctx"),
+            cmd_stats=Signal(self._stats_layout, name="cmd_stats"))
 
     def _queue(self, m, st, ctl):
         """The input queue: records are written as they are accepted and kept until they
@@ -437,8 +461,8 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         # From registers only: room for this cycle's record and the next.
         m.d.sync += [wr.eq(wr_next), cmt.eq(cmt_next),
                      ready.eq(((wr - cmt)[:pbits] < depth - 2) & ~ctl.cmd_busy)]
-        return SimpleNamespace(rd=qr, at_u=qu, len_at_d=ld, chunks=ci.data, wr=wr, iss=iss, cmt=cmt, cmt_next=cmt_next,
-                               take=take,
+        return SimpleNamespace(rd=qr, at_u=qu, len_at_d=ld, chunks=ci.data, wr=wr, iss=iss,
+                               cmt=cmt, cmt_next=cmt_next, take=take,
                                empty=(cmt == wr), pending=(iss != wr))
 
     # --- Stage I: issue --------------------------------------------------------------------
@@ -599,7 +623,8 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         m.d.sync += idle.eq(ctl.cmd_busy & q.empty & ~q.take & ~st.r.valid & ~st.w.valid &
                             ~st.f.valid & ~st.d.valid & ~st.u.valid & ~st.a.valid &
                             ~ctl.cont_valid & ~ctl.drain_busy)
-        cmd_run = ctl.cmd_busy & idle
+        cmd_run = ctl.cmd_run
+        m.d.comb += cmd_run.eq(ctl.cmd_busy & idle)
         # Held completions of the QP (the pool does not change while a command waits).
         drop = Signal(N, name="cmd_drop")
         m.d.sync += drop.eq(Cat(*(pool[i].qpi == cmd_qp for i in range(N))))
@@ -615,7 +640,12 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         j = cmd_j[:cbits] if cbits else Const(0, 1)
         m.d.sync += [w_valid.eq(0), after.eq(j > s_hi), here.eq(j == s_hi)]
         with m.If(idle):
-            m.d.sync += st.u.ring_addr.eq(self._ring_addr(cmd_qp, cmd_j))
+            m.d.sync += [st.u.ring_addr.eq(self._ring_addr(cmd_qp, cmd_j)),
+                         st.u.qpi.eq(cmd_qp)]
+        start_m1 = (cmd_start - 1)[:PSN]
+        m.d.comb += [*assign(ctl.cmd_ctx, cack=start_m1, hi=start_m1, mpr_m1=ctl.cmd_mpr_m1,
+                             open=ctl.cmd_open),
+                     *assign(ctl.cmd_stats, pbase=start_m1)]
         par = parity(cmd_start)
         fresh = Signal(CHUNK, name="cmd_fresh")
         for k in range(CHUNK):
@@ -630,12 +660,7 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
             with m.If(cmd_j < mpr_max):
                 m.d.sync += [cmd_j.eq(cmd_j + 1), w_valid.eq(1)]
             with m.Else():
-                start_m1 = (cmd_start - 1)[:PSN]
-                m.d.comb += [mem.ctx_w.addr.eq(cmd_qp), mem.ctx_w.en.eq(1),
-                             *assign(mem.ctx_w.data, cack=start_m1, hi=start_m1,
-                                     mpr_m1=ctl.cmd_mpr_m1, open=ctl.cmd_open),
-                             mem.stats_w.addr.eq(cmd_qp), mem.stats_w.en.eq(1),
-                             *assign(mem.stats_w.data, pbase=start_m1)]
+                m.d.comb += ctl.cmd_ctx_we.eq(1)
                 for i in range(N):
                     with m.If(drop[i]):
                         m.d.sync += pool[i].valid.eq(0)

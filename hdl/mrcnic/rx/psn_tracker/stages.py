@@ -19,7 +19,7 @@ from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
 from mrcnic.base.records import ACK_DESC, COMPLETION, VERDICT, Verdict
-from mrcnic.base.gates import assign
+from mrcnic.base.gates import assign, register_copies
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET
 
@@ -166,6 +166,9 @@ class TrackerStages:
         # The low bits of the PSN's offset from a window base that F's tests against an
         # advancing CACK compute with (see _adv_tests): the ring's, and at least the run's.
         self._adv_bits = max(7 + self._cbits, ceil_log2(self.window))
+        self._adv_layout = data.StructLayout({"lo": self._adv_bits, "up0": 1, "up1": 1,
+                                              "s0": 1, "s1": 1, "lo1": self._adv_bits,
+                                              "z1": 1})
 
         def stage(prefix, **shapes):
             return SimpleNamespace(**{k: Signal(v, name=f"{prefix}_{k}")
@@ -180,15 +183,14 @@ class TrackerStages:
         self._fwd_layout = data.StructLayout({
             "hit": C * CHUNK // WORD, "bsel": WORD, "val": C, "own": 1, "next": 1,
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
-        st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout, next_low=7 + self._cbits,
-                     psn_m1=PSN)
+        st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout,
+                     next_low=7 + self._cbits, psn_m1=PSN, par=C, adv=self._adv_layout)
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
                      ctx=CTX, ctx_uw=1, sel=1, every=2,
                      act=1, fwd=self._fwd_layout,
                      next_par=1, next_val=1, own_act=1, next_act=1,
                      par=C, lap_own=CHUNK, th_lt=CHUNK // WORD, forced=CHUNK,
-                     adv=data.StructLayout({"lo": self._adv_bits, "up0": 1, "up1": 1,
-                                            "s0": 1, "s1": 1}),
+                     adv=self._adv_layout,
                      pp_above=1, pp_new_hole=1, hi_ram=2, hi_uw=2,
                      own_pre=CHUNK // 4, next_pre=CHUNK // 4)
         st.d = stage("d", **common, held=1, arrived=1, nextbit=1, pos0=1,
@@ -206,6 +208,14 @@ class TrackerStages:
                      stats=self._stats_layout, length=16)
         st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
+        # Registers loaded alike with others, kept apart (synthesis merges registers loaded
+        # alike unless their resets differ) so that each drives its own stage's logic:
+        # stage A's CACK (``uw``'s feeds F's tests), the ring's write address (the QP index
+        # in it is ``u_qpi``, which addresses the context), the run's end for F's tests (U's
+        # feeds its CACK, the releases and the descriptor).
+        st.a.cack = Signal(PSN, name="a_cack", reset_less=True)
+        st.u.ring_addr = Signal(qbits + self._cbits, name="u_ring_addr", reset_less=True)
+        st.u.run_f, = register_copies(st.u.run, ["f"])
         tail = dict(valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, tail=ACK_TAIL)
         st.b = stage("b", valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, plain=1,
                      trigger=PSN, ooo=PSN)
@@ -214,13 +224,23 @@ class TrackerStages:
         # The packet's own completion, written in stage U.
         st.own = stage("own", valid=1, cpl=COMPLETION)
         st.uw = stage("uw", ctx=CTX, every=2)
-        # The packet's position in its chunk, for the select of its own bit alone (a reset
-        # value of its own keeps synthesis from merging it with the PSN's bits, which drive
-        # much else).
-        st.f.own_pos = Signal(7, name="f_own_pos", init=1)
-        # The same, for the select of the next PSN's bit (a copy: each select has its own).
-        st.f.next_pos = Signal(7, name="f_next_pos", init=2)
+        # The packet's position in its chunk, for the select of its own bit alone, the same
+        # for the select of the next PSN's bit, and the PSN's offset from a window base
+        # (whose low seven bits are the position again): registers loaded alike with the
+        # PSN's bits, which drive much else, each kept apart from them by a reset of its own
+        # (synthesis merges registers bit by bit where their loads and resets agree: see
+        # :func:`~mrcnic.base.gates.register_copies`).
+        st.f.own_pos = Signal(7, name="f_own_pos", init=(1 << 7) - 1)
+        st.f.next_pos = Signal(7, name="f_next_pos", reset_less=True, init=(1 << 7) - 1)
+        st.f.adv = Signal(self._adv_layout, name="f_adv", reset_less=True)
+        st.w.adv = Signal(self._adv_layout, name="w_adv", reset_less=True)
+        st.f.bsel_copies = register_copies(Signal(WORD, name="f_fwd_bsel"),
+                                           [f"c{j}" for j in range(1, C)])
         st.kill = Signal(name="d_kill")
+        # (The flush and stage D's window tests again, for W's forwarding decision: kept
+        # apart as those above.)
+        st.kill_w, = register_copies(st.kill, ["w"])
+        st.d.t_w = data.View(st.d.t.shape(), register_copies(st.d.t.as_value(), ["w"])[0])
         # Stage D's placement, before its register (stage W registers the forwarding it
         # steers a cycle ahead).
         st.d_place = Signal(name="d_place")
@@ -251,6 +271,11 @@ class TrackerStages:
                      w.next_low.eq(r.op.psn[:len(w.next_low)] + 1),
                      # (The PSN less one, for W's new-hole tests.)
                      w.psn_m1.eq(r.op.psn - 1),
+                     # (The lap parity of each window chunk, which W removes from the words.)
+                     w.par.eq(Cat(*(self._chunk_parity(c) for c in chunks))),
+                     # (The PSN's offset from the window base of the record in F, in D when
+                     # this one is in W, and in U when it is in F.)
+                     *self._adv_offset(m, w, r.op.psn, f.op.psn),
                      w.fwd_u.eq(self._fwd_flags(m, "r", r.op.psn, chunks, d.op.psn))]
 
     def _fwd_flags(self, m, prefix, psn, chunks, a_psn, next_low=None):
@@ -281,21 +306,21 @@ class TrackerStages:
     # --- Stage W: window -------------------------------------------------------------------
 
     def _stage_w_window(self, m, mem, st):
-        """Stage W: the window's bank words, as the block RAM gives them, into registers;
+        """Stage W: the window's bank words, lap parity removed, into registers;
         beside them, how the ring writes this read misses reach it: that of the record in U
         (its placement known now) or of the record in D (its placement decided now,
         ``d_place``), whichever is of this QP (never both: they are a cycle apart). Whether
         the write is made and the window words it lands in (any lap), registered with that
-        decision so that F's search starts from registers alone; the value its bit will
-        read there, whether it is this packet's own bit or the next, or its bank word (for
-        the write back); the search masks (the positions up to the packet's own in its
-        chunk, the words before its word); the PSN's offsets from the record in D's window
-        base (its low bits and flags, :meth:`_adv_offset`) and PSN, against which stage F
-        tests the CACK and highest PSN that record will write. The QP's context, read
-        (distributed RAM) into registers; whether the record in U (whose context write that
-        read misses: F takes it from ``uw``) or the one in D is of this QP; the PSN against
-        the highest PSN seen in the context read and in the one the record in U writes now
-        (F picks)."""
+        decision so that F's search starts from registers alone; the value its bit will read
+        there, whether it is this packet's own bit or the next, or its bank word (for the
+        write back); the search masks (the positions up to the packet's own in its chunk,
+        the words before its word); the PSN against the record in D's PSN, and its offset
+        from that record's window base (worked out in R, :meth:`_adv_offset`) passed on,
+        against which stage F tests the highest PSN and CACK that record will write. The
+        QP's context, read (distributed RAM) into registers; whether the record in U (whose
+        context write that read misses: F takes it from ``uw``) or the one in D is of this
+        QP; the PSN against the highest PSN seen in the context read and in the one the
+        record in U writes now (F picks)."""
         w, f, d, u = st.w, st.f, st.d, st.u
         C = self.window_chunks
         op = w.op
@@ -309,14 +334,14 @@ class TrackerStages:
             m.d.comb += chunk.eq(psn[7:] + j)
             chunks.append(chunk)
         fwd_d = self._fwd_flags(m, "w", psn, chunks, d.op.psn, w.next_low)
-        pars = [self._chunk_parity(chunk) for chunk in chunks]
+        pars = list(w.par)
         fwd = Signal(self._fwd_layout, name="w_fwd")
         m.d.comb += fwd.eq(Mux(from_u, w.fwd_u, fwd_d))
         # (D's placement, ``d_place``, written again here from D's registers in two kept
         # halves, so that the register it steers is three LUT levels from them.)
-        d_fresh = named(m, from_d & ~st.kill & d.data & ~d.arrived & d.t.in_win,
+        d_fresh = named(m, from_d & ~st.kill_w & d.data & ~d.arrived & d.t_w.in_win,
                         "w_fwd_d_fresh", keep=True)
-        d_refuse = named(m, d.op.wimm & ~d.t.imm &
+        d_refuse = named(m, d.op.wimm & ~d.t_w.imm &
                          Mux(u.valid & u.admit, d.pool_full[1], d.pool_full[0]),
                          "w_fwd_d_refuse", keep=True)
         act = Signal(name="w_fwd_act")
@@ -326,8 +351,12 @@ class TrackerStages:
         raw = [Cat(mem.lo.r_data[j], mem.hi.r_data[j]) for j in range(2)]
         m.d.sync += [
             f.valid.eq(w.valid & ~st.kill), f.op.eq(op), f.qpi.eq(w.qpi), f.qp_in.eq(w.qp_in),
-            *[f.lo[j].eq(mem.lo.r_data[j]) for j in range(C)],
-            *[f.hi[j].eq(mem.hi.r_data[j]) for j in range(C)],
+            # The words with the lap parity removed: a bit reads 1 for "arrived".
+            *[f.lo[j].eq(mem.lo.r_data[j] ^ pars[j].replicate(HALF)) for j in range(C)],
+            *[f.hi[j].eq(mem.hi.r_data[j] ^ pars[j].replicate(HALF)) for j in range(C)],
+            # (The forwarded write's bit in the word, a copy for each chunk but the first:
+            # each a share of the window's loads.)
+            *[b.eq(fwd.bsel) for b in f.bsel_copies],
             # Whether the write is there, known a cycle ahead: the record in U placed its
             # packet, or the record in D places it now (its decision, ``d_place``).
             f.act.eq(act),
@@ -354,7 +383,7 @@ class TrackerStages:
             f.forced.eq(Cat(Const(0, 1), *((rel7[WORD_BITS:] == i // WORD) &
                                            (rel7[:WORD_BITS] >= i % WORD)
                                            for i in range(1, CHUNK)))),
-            *self._adv_offset(m, f, psn - Cat(Const(0, 7), d.op.psn[7:])),
+            f.adv.eq(w.adv),
             # The QP's context, read here; the write it misses (that of the record now in
             # U) is taken from ``uw`` in F.
             f.ctx.eq(mem.ctx_r.data),
@@ -367,10 +396,10 @@ class TrackerStages:
         m.d.comb += mem.ctx_r.addr.eq(w.qpi)
         if self._lap_chunks:
             m.d.sync += f.lap_own.eq(Mux(op.cont, 0, Const(1, CHUNK) << rel7))
-        pp = Signal(PSN, name="w_dist_d")
-        m.d.comb += pp.eq(psn - d.op.psn)
-        m.d.sync += [f.pp_above.eq((pp != 0) & ~pp[-1]),
-                     f.pp_new_hole.eq((pp != 0) & ~pp[-1] & (pp != 1))]
+        # The PSN against the one the record in D places (the highest PSN seen if it places
+        # above it).
+        m.d.sync += Cat(f.pp_above, f.pp_new_hole).eq(
+            self._hi_tests(m, psn, w.psn_m1, d.op.psn, "w_pp"))
         # The tests against the highest PSN seen, here rather than in F: against the
         # context read, and against the one the record in U writes now (``uw`` when this
         # record is in F): its PSN when it places above the highest, else what it read
@@ -386,27 +415,36 @@ class TrackerStages:
         select."""
         return Cat(*(vec[g:g + 4].bit_select(sel, 1) for g in range(0, len(vec), 4)))
 
-    def _adv_offset(self, m, f, off):
-        """The PSN's offset from the window base of the record in D, for F's tests against
-        the CACK that record writes if it advances (the base plus its run, less than
-        2^``_adv_bits``): its low bits, whether its high bits are 0 or 1, and the sign
-        of the offset and of the offset less 2^``_adv_bits`` (a borrow out of the low
-        bits)."""
+    def _adv_offset(self, m, to, psn, base_psn):
+        """The offset of ``psn`` from the window base of ``base_psn`` (its chunk's first
+        PSN), for F's tests against the CACK the record of ``base_psn`` writes if it
+        advances (the base plus its run, less than 2^``_adv_bits``), into ``to.adv``: its
+        low bits, whether its high bits are 0 or 1, and the sign of the offset and of the
+        offset less 2^``_adv_bits`` (a borrow out of the low bits); and of the offset less
+        one, the low bits and whether the high bits are 0 (the PSN just after that CACK is
+        where they equal the run). Worked out in R, two stages ahead of F's tests."""
         M = self._adv_bits
-        w_off, up_m1 = Signal(PSN, name="w_adv_off"), Signal(PSN - M, name="w_adv_up_m1")
-        m.d.comb += [w_off.eq(off), up_m1.eq(w_off[M:] - 1)]
-        return [f.adv.lo.eq(w_off[:M]), f.adv.up0.eq(w_off[M:] == 0),
-                f.adv.up1.eq(w_off[M:] == 1), f.adv.s0.eq(w_off[-1]), f.adv.s1.eq(up_m1[-1])]
+        off, off1 = Signal(PSN, name="r_adv_off"), Signal(PSN, name="r_adv_off_m1")
+        base = Cat(Const(0, 7), base_psn[7:])
+        m.d.comb += [off.eq(psn - base), off1.eq(psn + ~base)]
+        up, up0 = off[M:], off[M:] == 0
+        # (The sign of the high bits less one, without a second carry chain: they are 0,
+        # or negative but for the most negative value.)
+        s1 = up0 | (up[-1] & (up[:-1] != 0))
+        return [to.adv.lo.eq(off[:M]), to.adv.up0.eq(up0), to.adv.up1.eq(up == 1),
+                to.adv.s0.eq(off[-1]), to.adv.s1.eq(s1),
+                to.adv.lo1.eq(off1[:M]), to.adv.z1.eq(off1[M:] == 0)]
 
-    @staticmethod
-    def _hi_tests(m, psn, psn_m1, hi, name):
-        """``psn`` above ``hi`` (the highest PSN seen), and above it by more than one (a
-        new hole), each the sign of one subtraction (``psn`` - ``hi`` - 1 >= 0, ``psn`` -
-        ``hi`` - 2 >= 0): no compare after the carry chain. Exact for the PSNs these tests
-        steer, which are in the window: they and ``hi`` lie within ``mpr_max`` x 128 of
-        CACK, far from the 2^23 the sign misreads."""
-        d1, d2 = Signal(PSN, name=f"{name}_dist_m1"), Signal(PSN, name=f"{name}_dist_m2")
-        m.d.comb += [d1.eq(psn + ~hi), d2.eq(psn_m1 + ~hi)]
+    def _hi_tests(self, m, psn, psn_m1, hi, name):
+        """``psn`` above ``hi`` (the highest PSN seen, or a PSN placed), and above it by
+        more than one (a new hole), each the sign of one subtraction (``psn`` - ``hi`` - 1
+        >= 0, ``psn`` - ``hi`` - 2 >= 0) on the low 9 + log2(``mpr_max``) bits alone: no
+        compare after the carry chain. Exact for the PSNs these tests steer, which are in
+        the window: they and ``hi`` lie within ``mpr_max`` x 128 of CACK (``hi`` at or
+        after it), so their difference, less two, fits that many bits with its sign."""
+        B = min(PSN, 9 + self._cbits)
+        d1, d2 = Signal(B, name=f"{name}_dist_m1"), Signal(B, name=f"{name}_dist_m2")
+        m.d.comb += [d1.eq(psn[:B] + ~hi[:B]), d2.eq(psn_m1[:B] + ~hi[:B])]
         return Cat(~d1[-1], ~d2[-1])
 
     # --- Stage F: fetch --------------------------------------------------------------------
@@ -423,16 +461,18 @@ class TrackerStages:
         f, d, u = st.f, st.d, st.u
         C, nw, W = self.window_chunks, self.words, self.window
         nwc = CHUNK // WORD
-        # Each position from registers in one function of six: the bit as read (lap parity
-        # removed), or the value the forwarded write gives it (the write there, known in W);
+        # Each position from registers in one function of five: the bit as read (lap parity
+        # removed in W), or the value the forwarded write gives it (the write there, known
+        # in W);
         # positions up to the packet's own read as arrived (``forced``: in the packet's own
         # word the bits up to its own; the words before it, whose search words are then all
         # arrived, by clearing their ``found`` below).
         hitw, forced = f.fwd.hit, f.forced
         parts = []
         for j in range(C):
-            a = Cat(f.lo[j], f.hi[j]) ^ f.par[j].replicate(CHUNK)
-            hit = Cat(*(Mux(hitw[k], f.fwd.bsel, 0) for k in range(j * nwc, (j + 1) * nwc)))
+            a = Cat(f.lo[j], f.hi[j])
+            bsel = f.fwd.bsel if j == 0 else f.bsel_copies[j - 1]
+            hit = Cat(*(Mux(hitw[k], bsel, 0) for k in range(j * nwc, (j + 1) * nwc)))
             vec = (a & ~hit) | (f.fwd.val[j].replicate(CHUNK) & hit)
             if j in self._lap_chunks:
                 vec = vec & ~f.lap_own
@@ -461,7 +501,7 @@ class TrackerStages:
         next_raw = select_bit(m, f.next_pre, f.next_pos[2:], "f_next_sel")
         own_act, next_act, act = f.own_act, f.next_act, f.act
         raw_own = Signal(HALF, name="f_raw_own")
-        m.d.comb += raw_own.eq(Mux(op.psn[6], f.hi[0], f.lo[0]))
+        m.d.comb += raw_own.eq(Mux(op.psn[6], f.hi[0], f.lo[0]) ^ f.par[0].replicate(HALF))
         phys = Signal(HALF, name="f_phys_mask")
         m.d.comb += phys.eq(Mux(f.fwd.phys_en & act, Const(1, HALF) << f.fwd.phys_bit, 0))
         m.d.sync += [
@@ -486,13 +526,12 @@ class TrackerStages:
         self._context_tests(m, f_regs, mem, st)
 
     @staticmethod
-    def _every(since, sack_every, more=(1, 2)):
+    def _every(since, cfg, more=(1, 2)):
         """``since`` + k at or past ``sack_every``, for each k in ``more`` (by default one
         and two: the count since the last SACK, with one or two more packets placed). As
         ``since`` >= ``sack_every`` - k: the count, read from distributed RAM, goes straight
-        into one compare; the thresholds come from the register, beside the read."""
-        return Cat(*((sack_every <= k) | (since >= (sack_every - k)[:len(sack_every)])
-                     for k in more))
+        into one compare with a register (``cfg``, :meth:`PsnTracker._sack_every_regs`)."""
+        return Cat(*(cfg.le[k] | (since >= cfg.thr[k]) for k in more))
 
     def _psn_tests(self, m, dd, dm, mpr_m1, name):
         """(before, in_win, imm) from ``dd`` = PSN - CACK and ``dm`` = ``dd`` - 1."""
@@ -506,7 +545,7 @@ class TrackerStages:
 
     def _adv_tests(self, m, adv, run, mpr_m1):
         """:meth:`_psn_tests` of ``off`` - ``run``, ``off`` the PSN's offset from a window
-        base (split in W, :meth:`_adv_offset`) and ``run`` < 2^M (M = ``_adv_bits``):
+        base (worked out in R, :meth:`_adv_offset`) and ``run`` < 2^M (M = ``_adv_bits``):
         with M-bit carry chains rather than 24-bit ones. The low bits give ``lo`` - ``run``
         and ``lo`` - ``run`` - 1 and their borrows; the high bits then read 0 when they
         were 0 without a borrow or 1 with one, and the sign is the offset's, or with a
@@ -525,7 +564,10 @@ class TrackerStages:
             in_win = in_win & (low_m[K:M] == 0)
         if cbits:
             in_win = in_win & (low_m[7:K] <= mpr_m1)
-        return Cat(before, in_win, is_zero(m, low_m[:M], "f_adv_dm") & dm_up_zero)
+        # Just after it: the offset less one equals the run (no carry chain).
+        imm = named(m, Cat(*(adv.lo1[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
+                    "f_adv_imm_eq", keep=True).all() & adv.z1
+        return Cat(before, in_win, imm)
 
     def _context_tests(self, m, f_regs, mem, st):
         """Stage F's tests of the packet's PSN: against the context read in W or, when the
@@ -536,39 +578,47 @@ class TrackerStages:
         the tests that hold picked by what the record in U does when it is of this QP, and
         the SACK triggers known here."""
         f, d, u = st.f, st.d, st.u
-        ctx = Signal(self._ctx_layout, name="f_context")
-        m.d.comb += ctx.eq(Mux(f.ctx_uw, st.uw.ctx, f.ctx))
         # The count since the last SACK, one more and two more, against sack_every (worked
         # out with the context read, or written).
         every = Mux(f.ctx_uw, st.uw.every, f.every)
         psn = f.op.psn
-        dd, dm = Signal(PSN, name="f_dist"), Signal(PSN, name="f_dist_m1")
-        m.d.comb += [dd.eq(psn - ctx.cack), dm.eq(psn + ~ctx.cack)]
+        # (Whether the QP is open and its window, from the context read in W alone: stage U
+        # writes them back as it read them, and only a QP command, which runs with the
+        # stages empty, changes them.)
+        is_open, mpr_m1 = f.ctx.open, f.ctx.mpr_m1
+
+        def cack_tests(cack, name):
+            dd, dm = Signal(PSN, name=f"{name}_dist"), Signal(PSN, name=f"{name}_dist_m1")
+            m.d.comb += [dd.eq(psn - cack), dm.eq(psn + ~cack)]
+            return self._psn_tests(m, dd, dm, mpr_m1, name)
 
         # Against the highest PSN seen: both contexts tested in W, picked here.
         hi_t = Mux(f.ctx_uw, f.hi_uw, f.hi_ram)
-        sack_every = f_regs["config"]["sack_every"]
+        cfg = st.sack_every
         op = f.op
         # What the record in U changes in this QP's context, picked here: its CACK (if it
         # advances), its highest PSN (if it places above it), its count since the last SACK.
         fwd_adv, fwd_hi = f.sel & u.adv, f.sel & u.place & u.above_hi
         fwd_sack, fwd_inc = f.sel & u.pkt_op & u.due, f.sel & u.place
+        t = Signal(d.t.shape(), name="f_tests")
+        m.d.comb += t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run_f, mpr_m1),
+                             # (Against the CACK read and the one U wrote, picked after.)
+                             Mux(f.ctx_uw, cack_tests(st.uw.ctx.cack, "f_uw"),
+                                 cack_tests(f.ctx.cack, "f_ram"))))
         m.d.sync += [
             # The QP is open; and the record is a WRITE (not a probe, not trimmed) to it.
-            d.qp_ok.eq(f.qp_in & ctx.open),
+            d.qp_ok.eq(f.qp_in & is_open),
             # ``data``: and the record is a packet going on to D.
             d.data.eq(f.valid & ~st.kill & ~op.cont &
-                      f.qp_in & ctx.open & ~op.probe & ~op.trimmed & op.write),
-            d.t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run, ctx.mpr_m1),
-                       self._psn_tests(m, dd, dm, ctx.mpr_m1, "f_ram"))),
+                      f.qp_in & is_open & ~op.probe & ~op.trimmed & op.write),
+            d.t.eq(t), d.t_w.eq(t),
             d.above_hi.eq(Mux(fwd_hi, f.pp_above, hi_t[0])),
             # The SACK triggers known here: the packet asks (BTH A, a retransmission, ECN
             # CE), opens a new hole, or is the sack_every-th since the last SACK (with the
             # count read, one more: the record in U placed its packet, or 0: it was SACKed).
             d.trig.eq(op.asks |
                       Mux(fwd_hi, f.pp_new_hole, hi_t[1]) |
-                      Mux(fwd_sack, sack_every == 1,
-                          (sack_every != 0) & Mux(fwd_inc, every[1], every[0]))),
+                      Mux(fwd_sack, cfg.is1, cfg.nz & Mux(fwd_inc, every[1], every[0]))),
         ]
 
     # --- Stage D: decide -------------------------------------------------------------------
@@ -648,7 +698,8 @@ class TrackerStages:
             u.stats.eq(mem.stats_r.data), u.length.eq(q.len_at_d.data),
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
             u.qp_ok.eq(qp_ok), u.place.eq(place),
-            u.adv.eq(adv), u.run.eq(run), u.verdict.eq(verdict), u.pkt_op.eq(pkt_op),
+            u.adv.eq(adv), u.run.eq(run), u.run_f.eq(run), u.verdict.eq(verdict),
+            u.pkt_op.eq(pkt_op),
             # (Not after a continuation's advance: U clears it then, ``sack``.)
             # (A SACK: a probe, a duplicate, a placement that triggers one, or a
             # continuation's due; written flat, the placement's terms folded in.)
@@ -666,12 +717,18 @@ class TrackerStages:
             # the packet's bit set.
             u.word.eq((d.raw & ~own) | ((~self._parity(op.psn)).replicate(HALF) & own)),
             *[getattr(u.events, name).eq(sig) for name, sig in v.items()],
-            st.kill.eq(adv & (~found | d.held)), st.kill_held.eq(adv & d.held),
+            st.kill.eq(adv & (~found | d.held)), st.kill_w.eq(adv & (~found | d.held)),
+            st.kill_held.eq(adv & d.held),
         ]
         # A continuation takes up the advance where the window ended, issued while the
         # stages behind are flushed (the packet's fields are kept by stage U).
+        # (Its registers follow stage D while none waits, so that only ``cont_valid``
+        # waits for the search's verdict: no continuation can be due while one waits, as
+        # the flush before it empties D.)
         with m.If(need_cont):
-            m.d.sync += [ctl.cont_valid.eq(1), ctl.cont_qpi.eq(d.qpi),
+            m.d.sync += ctl.cont_valid.eq(1)
+        with m.If(~ctl.cont_valid):
+            m.d.sync += [ctl.cont_qpi.eq(d.qpi),
                          assign(ctl.cont_op, psn=wb + self.window, cont=1, due=due)]
 
     def _combine(self, m, d):
@@ -683,8 +740,10 @@ class TrackerStages:
         nw = self.words
         wbits = ceil_log2(nw)
         run = Signal(range(self.window), name="d_run_end")
-        # Pairs of (any hole, the first hole's position) merged two by two, the earlier
-        # first: each bit of a merge one LUT of three inputs, ceil(log2(words)) levels. (A
+        # Pairs of (any hole, the first hole's position) merged three by three, the
+        # earliest first: each bit of a merge one function of five inputs (a LUT5: two
+        # LUT4s and the slice's multiplexer, with no routing between them),
+        # ceil(log3(words)) levels (three for 24 words, where merging by two took five). (A
         # carry chain isolating the first word would gather the 24 word registers, spread
         # over the search's logic, into one column of the fabric: routing, not logic, set
         # that path.)
@@ -692,12 +751,19 @@ class TrackerStages:
         i = 0
         while len(level) > 1:
             merged = []
-            for g in range(0, len(level) - 1, 2):
-                (f0, x0), (f1, x1) = level[g], level[g + 1]
-                name = f"d_first{i}_{g // 2}"
-                merged.append((named(m, f0 | f1, f"{name}_any", keep=True),
-                               named(m, Mux(f0, x0, x1), f"{name}_pos", keep=True)))
-            level = merged + level[len(level) & ~1:]
+            for g in range(0, len(level), 3):
+                group = level[g:g + 3]
+                if len(group) == 1:
+                    merged.append(group[0])
+                    continue
+                name = f"d_first{i}_{g // 3}"
+                pos = group[-1][1]
+                for fk, xk in reversed(group[:-1]):
+                    pos = Mux(fk, xk, pos)
+                merged.append((named(m, Cat(*(fk for fk, _ in group)).any(), f"{name}_any",
+                                     keep=True),
+                               named(m, pos, f"{name}_pos", keep=True)))
+            level = merged
             i += 1
         m.d.comb += run.eq(level[0][1])
         # A hole inside the window: in a word but the last, or in the last word but the
@@ -740,21 +806,29 @@ class TrackerStages:
             m.d.comb += new.hi.eq(op.psn)
         # The statistics (read in D), updated and written here.
         new_stats = Signal(self._stats_layout, name="u_stats_new")
-        m.d.comb += [new_stats.pbase.eq(u.stats.pbase + u.place),
-                     new_stats.bytes.eq(u.stats.bytes + Mux(u.place, u.length, 0))]
+        # (Both sums from registers, the placement picking after them: no carry chain
+        # behind the decision's register.)
+        m.d.comb += [new_stats.pbase.eq(Mux(u.place, u.stats.pbase + 1, u.stats.pbase)),
+                     new_stats.bytes.eq(Mux(u.place, u.stats.bytes + u.length,
+                                            u.stats.bytes))]
         # For formal checks: the context write and the placement (see ``probe``).
         self.probe = SimpleNamespace(cack_write=mem.ctx_w.en, cack=mem.ctx_w.data.cack,
                                      place=u.valid & u.place, place_psn=op.psn)
-        with m.If(u.valid & u.qp_ok):
-            m.d.comb += [mem.ctx_w.addr.eq(u.qpi), mem.ctx_w.data.eq(new),
-                         mem.ctx_w.en.eq(1),
-                         mem.stats_w.addr.eq(u.qpi), mem.stats_w.data.eq(new_stats),
-                         mem.stats_w.en.eq(1)]
+        # (A QP command writes through these ports too, at ``u_qpi``, with the stages
+        # empty: see _qp_command_run.)
+        we = (u.valid & u.qp_ok) | ctl.cmd_ctx_we
+        m.d.comb += [mem.ctx_w.addr.eq(u.qpi),
+                     mem.ctx_w.data.eq(Mux(ctl.cmd_run, ctl.cmd_ctx, new)),
+                     mem.ctx_w.en.eq(we),
+                     mem.stats_w.addr.eq(u.qpi),
+                     mem.stats_w.data.eq(Mux(ctl.cmd_run, ctl.cmd_stats, new_stats)),
+                     mem.stats_w.en.eq(we)]
         # The new count against sack_every, from the count read (each case compared in
         # parallel): 0 after a SACK; one more (0 past 255) after a placement; else as read.
         se, since = st.sack_every, c.since
-        every_new = Mux(u.pkt_op & u.due, self._every(Const(0, 8), se),
-                        Mux(u.place, Mux(since == 255, self._every(Const(0, 8), se),
+        at_zero = Cat(se.le[1], se.le[2])
+        every_new = Mux(u.pkt_op & u.due, at_zero,
+                        Mux(u.place, Mux(since == 255, at_zero,
                                          self._every(since, se, (2, 3))),
                             self._every(since, se)))
         m.d.sync += [uw.ctx.eq(new), uw.every.eq(every_new)]
