@@ -4,7 +4,7 @@ import random
 
 import pytest
 from amaranth.asserts import AnyConst
-from amaranth.hdl import Assert, Module, Signal
+from amaranth.hdl import Assert, Cat, Const, Module, Signal
 from amaranth.lib import wiring
 
 from mrcnic.base import proto
@@ -510,8 +510,10 @@ def test_first_set_finds_the_lowest_set_bit(n):
 @pytest.mark.parametrize("mpr_max,chunks", [(1, 2), (8, 3), (64, 3)])
 def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks):
     """Stage F's tests of a PSN against the CACK an advancing record writes (its window
-    base plus its run, split in R and tested with a few bits in F) give the 24-bit tests'
-    answers: at or before it, in the window above it, just after it."""
+    base plus its run, split in R and tested with a few bits in F) and against the CACK
+    read (split in W at bit ``_adv_bits``: its high bits subtracted there, the low ones
+    taken as the run) give the 24-bit tests' answers: at or before it, in the window above
+    it, just after it."""
     from types import SimpleNamespace
     from amaranth.sim import Simulator
     rng = seeded()
@@ -523,9 +525,14 @@ def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks)
     run, mpr_m1 = Signal(range(dut.window)), Signal(max(1, cbits))
     f = SimpleNamespace(adv=Signal(st.f.adv.shape()))
     m = Module()
-    m.d.comb += dut._adv_offset(m, f, psn, base)
+    m.d.comb += f.adv.eq(dut._adv_offset(m, "adv", psn, base))
     got = Signal(3)
     m.d.comb += got.eq(dut._adv_tests(m, f.adv, run, mpr_m1))
+    # The split at bit M, against a CACK read.
+    psn2, cack = Signal(proto.PSN_BITS), Signal(proto.PSN_BITS)
+    psn2_m1, got2 = Signal(proto.PSN_BITS), Signal(3)
+    adv2 = dut._adv_offset(m, "adv_ram", psn2, Cat(Const(0, M), cack[M:]), psn_m1=psn2_m1)
+    m.d.comb += [psn2_m1.eq(psn2 - 1), got2.eq(dut._adv_tests(m, adv2, cack[:M], mpr_m1))]
     mask = (1 << proto.PSN_BITS) - 1
 
     def want(off, r, mm1):
@@ -550,6 +557,14 @@ def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks)
             ctx.set(run, r)
             ctx.set(mpr_m1, mm1)
             assert ctx.get(got) == want(off, r, mm1), (off, r, mm1)
+            c = rng.choice([rng.getrandbits(proto.PSN_BITS), b + rng.choice(near),
+                            b + rng.randrange(1 << M)]) & mask
+            p = (c + rng.choice([rng.getrandbits(proto.PSN_BITS), rng.randrange(-3, 4),
+                                 rng.randrange(-200, 1200), rng.choice(near)])) & mask
+            ctx.set(psn2, p)
+            ctx.set(cack, c)
+            low = c & ((1 << M) - 1)
+            assert ctx.get(got2) == want((p - (c - low)) & mask, low, mm1), (p, c, mm1)
 
     sim = Simulator(m)
     sim.add_testbench(tb)

@@ -191,8 +191,8 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
     wider than a LUT is split across stages or precomputed. A QP's ring writes reach the
     records two and three behind by forwarding (the window's read forwards U's writes up to
     the one in R's cycle, which the record four behind reads); its context write reaches the
-    records two and three behind by forwarding (F's tests against the record in U, the
-    register ``uw``), the later ones by the read in W.
+    records two and three behind by forwarding (F's tests against the records in U and past
+    it, their runs and windows), the later ones by the read in W.
 
     For formal checks, :meth:`elaborate` sets ``probe``: the context write (``cack_write``,
     ``cack``) and the placement decided in U (``place``, ``place_psn``).

@@ -160,8 +160,9 @@ class TrackerStages:
         return chunk[lap - 7] if lap < PSN else Const(0, 1)
 
     def _stage_registers(self):
-        """The registers each stage hands the next, by stage (``r`` .. ``c``); ``uw``, the
-        context stage U wrote (forwarded); ``kill`` and ``commit``."""
+        """The registers each stage hands the next, by stage (``r`` .. ``c``); ``uw``, what
+        of the context stage U wrote its next record of the QP needs (forwarded); ``kill``
+        and ``commit``."""
         CTX, qbits, nw, C = self._ctx_layout, self._qbits, self.words, self.window_chunks
         # The low bits of the PSN's offset from a window base that F's tests against an
         # advancing CACK compute with (see _adv_tests): the ring's, and at least the run's.
@@ -186,7 +187,7 @@ class TrackerStages:
         st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout,
                      next_low=7 + self._cbits, psn_m1=PSN, par=C, adv=self._adv_layout)
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
-                     ctx=CTX, ctx_uw=1, sel=1, every=2,
+                     ctx=CTX, ctx_uw=1, uw_adv=1, sel=1, every=2,
                      act=1, fwd=self._fwd_layout,
                      next_par=1, next_val=1, own_act=1, next_act=1,
                      par=C, lap_own=CHUNK, th_lt=CHUNK // WORD, forced=CHUNK,
@@ -209,11 +210,10 @@ class TrackerStages:
         st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
         # Registers loaded alike with others, kept apart (synthesis merges registers loaded
-        # alike unless their resets differ) so that each drives its own stage's logic:
-        # stage A's CACK (``uw``'s feeds F's tests), the ring's write address (the QP index
-        # in it is ``u_qpi``, which addresses the context), the run's end for F's tests (U's
-        # feeds its CACK, the releases and the descriptor).
-        st.a.cack = Signal(PSN, name="a_cack", reset_less=True)
+        # alike unless their resets differ) so that each drives its own stage's logic: the
+        # ring's write address (the QP index in it is ``u_qpi``, which addresses the
+        # context), the run's end for F's tests (U's feeds its CACK, the releases and the
+        # descriptor).
         st.u.ring_addr = Signal(qbits + self._cbits, name="u_ring_addr", reset_less=True)
         st.u.run_f, = register_copies(st.u.run, ["f"])
         tail = dict(valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, tail=ACK_TAIL)
@@ -223,7 +223,7 @@ class TrackerStages:
         st.t = stage("t", valid=1, shift=4, nack=1, tail=ACK_TAIL, coarse=BITMAP_BITS + 15)
         # The packet's own completion, written in stage U.
         st.own = stage("own", valid=1, cpl=COMPLETION)
-        st.uw = stage("uw", ctx=CTX, every=2)
+        st.uw = stage("uw", run=range(self.window), every=2)
         # The packet's position in its chunk, for the select of its own bit alone, the same
         # for the select of the next PSN's bit, and the PSN's offset from a window base
         # (whose low seven bits are the position again): registers loaded alike with the
@@ -233,6 +233,11 @@ class TrackerStages:
         st.f.own_pos = Signal(7, name="f_own_pos", init=(1 << 7) - 1)
         st.f.next_pos = Signal(7, name="f_next_pos", reset_less=True, init=(1 << 7) - 1)
         st.f.adv = Signal(self._adv_layout, name="f_adv", reset_less=True)
+        # (The same split of the PSN against the CACK read in W: its low bits are the
+        # PSN's as in ``f_adv``, which share them.)
+        st.f.ram_adv = Signal(self._adv_layout, name="f_ram_adv", reset_less=True)
+        # (And against the window base of the record in U when this one is in W.)
+        st.f.uw_adv_off = Signal(self._adv_layout, name="f_uw_adv_off", reset_less=True)
         st.w.adv = Signal(self._adv_layout, name="w_adv", reset_less=True)
         st.f.bsel_copies = register_copies(Signal(WORD, name="f_fwd_bsel"),
                                            [f"c{j}" for j in range(1, C)])
@@ -275,7 +280,8 @@ class TrackerStages:
                      w.par.eq(Cat(*(self._chunk_parity(c) for c in chunks))),
                      # (The PSN's offset from the window base of the record in F, in D when
                      # this one is in W, and in U when it is in F.)
-                     *self._adv_offset(m, w, r.op.psn, f.op.psn),
+                     w.adv.eq(self._adv_offset(m, "r_adv", r.op.psn,
+                                               Cat(Const(0, 7), f.op.psn[7:]))),
                      w.fwd_u.eq(self._fwd_flags(m, "r", r.op.psn, chunks, d.op.psn))]
 
     def _fwd_flags(self, m, prefix, psn, chunks, a_psn, next_low=None):
@@ -317,9 +323,11 @@ class TrackerStages:
         the words before its word); the PSN against the record in D's PSN, and its offset
         from that record's window base (worked out in R, :meth:`_adv_offset`) passed on,
         against which stage F tests the highest PSN and CACK that record will write. The
-        QP's context, read (distributed RAM) into registers; whether the record in U (whose
-        context write that read misses: F takes it from ``uw``) or the one in D is of this
-        QP; the PSN against the highest PSN seen in the context read and in the one the
+        QP's context, read (distributed RAM) into registers, and the PSN's offset from its
+        CACK less the low bits; whether the record in U (whose context write that read
+        misses) or the one in D is of this QP, and the PSN's offset from the window base of
+        the record in U if it advances CACK (F tests the PSN against the CACK it wrote);
+        the PSN against the highest PSN seen in the context read and in the one the
         record in U writes now (F picks)."""
         w, f, d, u = st.w, st.f, st.d, st.u
         C = self.window_chunks
@@ -385,10 +393,21 @@ class TrackerStages:
                                            for i in range(1, CHUNK)))),
             f.adv.eq(w.adv),
             # The QP's context, read here; the write it misses (that of the record now in
-            # U) is taken from ``uw`` in F.
+            # U) changes only its CACK (F tests against it, ``uw_adv``), its highest PSN
+            # (tested below) and its count since the last SACK (``uw_every``).
             f.ctx.eq(mem.ctx_r.data),
+            # The PSN against that CACK, its high bits subtracted here (F takes the low bits
+            # as the run).
+            f.ram_adv.eq(self._adv_offset(
+                m, "w_ram_adv", psn, Cat(Const(0, self._adv_bits),
+                                         mem.ctx_r.data.cack[self._adv_bits:]),
+                psn_m1=w.psn_m1)),
             f.every.eq(self._every(mem.ctx_r.data.since, st.sack_every)),
             f.ctx_uw.eq(u.valid & u.qp_ok & (u.qpi == w.qpi)),
+            # And the record in U advances CACK: the PSN's offset from its window base.
+            f.uw_adv.eq(u.valid & u.qp_ok & (u.qpi == w.qpi) & u.adv),
+            f.uw_adv_off.eq(self._adv_offset(m, "w_uw_adv", psn,
+                                             Cat(Const(0, 7), u.op.psn[7:]))),
             # The record in D is of this QP (in U next cycle, unless the stages are
             # flushed, this record with them).
             f.sel.eq(d.valid & d.qp_ok & (d.qpi == w.qpi)),
@@ -401,8 +420,7 @@ class TrackerStages:
         m.d.sync += Cat(f.pp_above, f.pp_new_hole).eq(
             self._hi_tests(m, psn, w.psn_m1, d.op.psn, "w_pp"))
         # The tests against the highest PSN seen, here rather than in F: against the
-        # context read, and against the one the record in U writes now (``uw`` when this
-        # record is in F): its PSN when it places above the highest, else what it read
+        # context read, and against the one the record in U writes now: its PSN when it places above the highest, else what it read
         # (both tested, picked after).
         hi_tests = functools.partial(self._hi_tests, m, psn, w.psn_m1)
         u_hi = Mux(u.place & u.above_hi, hi_tests(u.op.psn, "w_hi_u"),
@@ -415,25 +433,32 @@ class TrackerStages:
         select."""
         return Cat(*(vec[g:g + 4].bit_select(sel, 1) for g in range(0, len(vec), 4)))
 
-    def _adv_offset(self, m, to, psn, base_psn):
-        """The offset of ``psn`` from the window base of ``base_psn`` (its chunk's first
-        PSN), for F's tests against the CACK the record of ``base_psn`` writes if it
-        advances (the base plus its run, less than 2^``_adv_bits``), into ``to.adv``: its
-        low bits, whether its high bits are 0 or 1, and the sign of the offset and of the
-        offset less 2^``_adv_bits`` (a borrow out of the low bits); and of the offset less
-        one, the low bits and whether the high bits are 0 (the PSN just after that CACK is
-        where they equal the run). Worked out in R, two stages ahead of F's tests."""
+    def _adv_offset(self, m, name, psn, base, psn_m1=None):
+        """The offset of ``psn`` from ``base`` (a PSN whose low 7 bits are 0), for F's tests
+        of the PSN against ``base`` plus a run less than 2^``_adv_bits``
+        (:meth:`_adv_tests`), as a value of ``_adv_layout``: its low bits, whether its high
+        bits are 0 or 1, and the sign of the offset and of the offset less 2^``_adv_bits``
+        (a borrow out of the low bits); and of the offset less one, the low bits and
+        whether the high bits are 0 (the PSN just after base plus run is where they equal
+        the run). With ``psn_m1`` (``psn`` - 1, a register) and a base whose low
+        ``_adv_bits`` bits are 0, only the high bits are subtracted (two short carry
+        chains side by side)."""
         M = self._adv_bits
-        off, off1 = Signal(PSN, name="r_adv_off"), Signal(PSN, name="r_adv_off_m1")
-        base = Cat(Const(0, 7), base_psn[7:])
-        m.d.comb += [off.eq(psn - base), off1.eq(psn + ~base)]
+        off, off1 = Signal(PSN, name=f"{name}_off"), Signal(PSN, name=f"{name}_off_m1")
+        if psn_m1 is None:
+            m.d.comb += [off.eq(psn - base), off1.eq(psn + ~base)]
+        else:
+            m.d.comb += [off.eq(Cat(psn[:M], psn[M:] - base[M:])),
+                         off1.eq(Cat(psn_m1[:M], psn_m1[M:] - base[M:]))]
         up, up0 = off[M:], off[M:] == 0
         # (The sign of the high bits less one, without a second carry chain: they are 0,
         # or negative but for the most negative value.)
         s1 = up0 | (up[-1] & (up[:-1] != 0))
-        return [to.adv.lo.eq(off[:M]), to.adv.up0.eq(up0), to.adv.up1.eq(up == 1),
-                to.adv.s0.eq(off[-1]), to.adv.s1.eq(s1),
-                to.adv.lo1.eq(off1[:M]), to.adv.z1.eq(off1[M:] == 0)]
+        adv = Signal(self._adv_layout, name=name)
+        m.d.comb += [adv.lo.eq(off[:M]), adv.up0.eq(up0), adv.up1.eq(up == 1),
+                     adv.s0.eq(off[-1]), adv.s1.eq(s1),
+                     adv.lo1.eq(off1[:M]), adv.z1.eq(off1[M:] == 0)]
+        return adv
 
     def _hi_tests(self, m, psn, psn_m1, hi, name):
         """``psn`` above ``hi`` (the highest PSN seen, or a PSN placed), and above it by
@@ -533,30 +558,24 @@ class TrackerStages:
         into one compare with a register (``cfg``, :meth:`PsnTracker._sack_every_regs`)."""
         return Cat(*(cfg.le[k] | (since >= cfg.thr[k]) for k in more))
 
-    def _psn_tests(self, m, dd, dm, mpr_m1, name):
-        """(before, in_win, imm) from ``dd`` = PSN - CACK and ``dm`` = ``dd`` - 1."""
-        cbits = self._cbits
-        before = is_zero(m, dd, f"{name}_dd") | dd[-1]
-        in_win = ~before & is_zero(m, dm[7 + cbits:], f"{name}_far")
-        if cbits:
-            in_win = in_win & (dm[7:7 + cbits] <= mpr_m1)
-        low = named(m, dm[:7 + cbits] == 0, f"{name}_low")
-        return Cat(before, in_win, low & is_zero(m, dm[7 + cbits:], f"{name}_hi"))
-
-    def _adv_tests(self, m, adv, run, mpr_m1):
-        """:meth:`_psn_tests` of ``off`` - ``run``, ``off`` the PSN's offset from a window
-        base (worked out in R, :meth:`_adv_offset`) and ``run`` < 2^M (M = ``_adv_bits``):
-        with M-bit carry chains rather than 24-bit ones. The low bits give ``lo`` - ``run``
+    def _adv_tests(self, m, adv, run, mpr_m1, name="f_adv"):
+        """The PSN's tests against a CACK (before: at or before it, in_win: in the window
+        above it, imm: just after it; as the signs and zeros of PSN - CACK and PSN - CACK -
+        1 on 24 bits would give them) for CACK = base + ``run``, from ``off`` the PSN's
+        offset from the base
+        (worked out stages ahead, :meth:`_adv_offset`: a window base in R, the CACK read
+        less its low bits in W) and ``run`` < 2^M (M = ``_adv_bits``): with M-bit carry
+        chains rather than 24-bit ones. The low bits give ``lo`` - ``run``
         and ``lo`` - ``run`` - 1 and their borrows; the high bits then read 0 when they
         were 0 without a borrow or 1 with one, and the sign is the offset's, or with a
         borrow that of its high bits less one. (Checked against the 24-bit tests in
         sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23, random ones.)"""
         M, K, cbits = self._adv_bits, 7 + self._cbits, self._cbits
         run_m = Cat(run, Const(0, M - len(run)))
-        low_d, low_m = Signal(M + 1, name="f_adv_low"), Signal(M + 1, name="f_adv_low_m1")
+        low_d, low_m = Signal(M + 1, name=f"{name}_low"), Signal(M + 1, name=f"{name}_low_m1")
         m.d.comb += [low_d.eq(Cat(adv.lo, Const(1, 1)) - run_m), low_m.eq(adv.lo + ~run_m)]
         borrow, carry = ~low_d[M], low_m[M]
-        before = (is_zero(m, low_d[:M], "f_adv_dd") & Mux(borrow, adv.up1, adv.up0)) | \
+        before = (is_zero(m, low_d[:M], f"{name}_dd") & Mux(borrow, adv.up1, adv.up0)) | \
             Mux(borrow, adv.s1, adv.s0)
         dm_up_zero = Mux(carry, adv.up0, adv.up1)
         in_win = ~before & dm_up_zero
@@ -566,17 +585,18 @@ class TrackerStages:
             in_win = in_win & (low_m[7:K] <= mpr_m1)
         # Just after it: the offset less one equals the run (no carry chain).
         imm = named(m, Cat(*(adv.lo1[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
-                    "f_adv_imm_eq", keep=True).all() & adv.z1
+                    f"{name}_imm_eq", keep=True).all() & adv.z1
         return Cat(before, in_win, imm)
 
     def _context_tests(self, m, f_regs, mem, st):
         """Stage F's tests of the packet's PSN: against the context read in W or, when the
-        record now past U is of this QP, the one it wrote (``uw``) (CACK, packets since the
-        last SACK; the highest PSN seen was tested against both in W), and against the CACK
-        the record in U writes if it advances (its window base plus the end of its run: the
-        PSN's offset from that base, taken in W, less the run's end, :meth:`_adv_tests`);
-        the tests that hold picked by what the record in U does when it is of this QP, and
-        the SACK triggers known here."""
+        record now past U is of this QP, what it wrote (CACK, packets since the last SACK;
+        the highest PSN seen was tested against both in W), and against the CACK the record
+        in U writes if it advances; each CACK as a base and a run (a window base plus the
+        end of the run, or the CACK read less its low bits plus them: the PSN's offset from
+        the base taken stages ahead, less the run, :meth:`_adv_tests`); the tests that hold
+        picked by what the records in U and past it do when they are of this QP, and the
+        SACK triggers known here."""
         f, d, u = st.f, st.d, st.u
         # The count since the last SACK, one more and two more, against sack_every (worked
         # out with the context read, or written).
@@ -586,11 +606,6 @@ class TrackerStages:
         # writes them back as it read them, and only a QP command, which runs with the
         # stages empty, changes them.)
         is_open, mpr_m1 = f.ctx.open, f.ctx.mpr_m1
-
-        def cack_tests(cack, name):
-            dd, dm = Signal(PSN, name=f"{name}_dist"), Signal(PSN, name=f"{name}_dist_m1")
-            m.d.comb += [dd.eq(psn - cack), dm.eq(psn + ~cack)]
-            return self._psn_tests(m, dd, dm, mpr_m1, name)
 
         # Against the highest PSN seen: both contexts tested in W, picked here.
         hi_t = Mux(f.ctx_uw, f.hi_uw, f.hi_ram)
@@ -602,9 +617,12 @@ class TrackerStages:
         fwd_sack, fwd_inc = f.sel & u.pkt_op & u.due, f.sel & u.place
         t = Signal(d.t.shape(), name="f_tests")
         m.d.comb += t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run_f, mpr_m1),
-                             # (Against the CACK read and the one U wrote, picked after.)
-                             Mux(f.ctx_uw, cack_tests(st.uw.ctx.cack, "f_uw"),
-                                 cack_tests(f.ctx.cack, "f_ram"))))
+                             # (Against the CACK the record past U wrote if it advanced,
+                             # else against the CACK read, which it did not change.)
+                             Mux(f.uw_adv, self._adv_tests(m, f.uw_adv_off, st.uw.run,
+                                                           mpr_m1, "f_uw"),
+                                 self._adv_tests(m, f.ram_adv, f.ctx.cack[:self._adv_bits],
+                                                 mpr_m1, "f_ram"))))
         m.d.sync += [
             # The QP is open; and the record is a WRITE (not a probe, not trimmed) to it.
             d.qp_ok.eq(f.qp_in & is_open),
@@ -775,7 +793,8 @@ class TrackerStages:
 
     def _stage_u_update(self, m, mem, fifos, st, ctl, q):
         """Stage U: the QP's context, read (the record before it has written), the new CACK
-        and context (written, and forwarded in ``uw``); the ring bit
+        and context (written; the run and the count since the last SACK forwarded in
+        ``uw``); the ring bit
         written back in its bank word; the packet's completion held, or the held ones the new
         CACK passes released; the packet kept for a continuation; the verdict, completion
         and descriptor's body into their FIFOs, and to A what its tail needs."""
@@ -831,7 +850,7 @@ class TrackerStages:
                         Mux(u.place, Mux(since == 255, at_zero,
                                          self._every(since, se, (2, 3))),
                             self._every(since, se)))
-        m.d.sync += [uw.ctx.eq(new), uw.every.eq(every_new)]
+        m.d.sync += [uw.run.eq(u.run), uw.every.eq(every_new)]
         # The packet's bit, written back in its bank word (made in D).
         # (Address and enables are registers, which a QP command's writes share.)
         for bank, en in ((mem.lo, u.ring_lo), (mem.hi, u.ring_hi)):
