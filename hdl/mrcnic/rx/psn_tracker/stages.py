@@ -88,19 +88,6 @@ def is_zero(m, value, name):
     return groups.all()
 
 
-def any_set(m, vec, name):
-    """``vec`` != 0 as an OR in levels of four inputs, each kept (LUT-area mapping would
-    chain a wide OR). Not a carry chain: one gathers its inputs, spread over the logic
-    that makes them, into one column of the fabric, and the routing costs more than the
-    levels."""
-    level, i = list(vec), 0
-    while len(level) > 4:
-        level = [named(m, Cat(*level[g:g + 4]).any(), f"{name}_{i}_{g // 4}", keep=True)
-                 for g in range(0, len(level), 4)]
-        i += 1
-    return Cat(*level).any()
-
-
 def select_bit(m, vec, sel, name):
     """Bit ``sel`` of ``vec``: a tree of 4:1 multiplexers (one LUT level each)."""
     level, i = vec, 0
@@ -242,6 +229,9 @@ class TrackerStages:
         st.f.bsel_copies = register_copies(Signal(WORD, name="f_fwd_bsel"),
                                            [f"c{j}" for j in range(1, C)])
         st.kill = Signal(name="d_kill")
+        # (The search's word flags again, for the OR that tells a hole inside the window.)
+        st.d.found_c = Signal(nw, name="d_found_c", reset_less=True)
+        st.d.found_last_c = Signal(name="d_found_last_c", reset_less=True)
         # (The flush and stage D's window tests again, for W's forwarding decision: kept
         # apart as those above.)
         st.kill_w, = register_copies(st.kill, ["w"])
@@ -541,6 +531,7 @@ class TrackerStages:
                           named(m, u.valid & u.admit & (u.qpi == f.qpi), "f_held_u",
                                 keep=True)).any()),
             d.found.eq(Cat(*found)), d.found_last.eq(found_last),
+            d.found_c.eq(Cat(*found)), d.found_last_c.eq(found_last),
             *[d.idx[k].eq(idx[k]) for k in range(nw)],
             d.arrived.eq(Mux(own_act, f.fwd.val[0], own_raw ^ f.par[0])),
             d.nextbit.eq(Mux(next_act, f.next_val, next_raw ^ f.next_par)),
@@ -753,8 +744,8 @@ class TrackerStages:
         """The search combined over the words: the window position of the end of the run
         (the search position of the first hole: the first word with one, its number and
         index) by a tree of priority merges, and whether a hole was found inside the
-        window (the last word always has one: the position after the window) as an OR
-        (:func:`any_set`)."""
+        window (the last word always has one: the position after the window) as an
+        OR."""
         nw = self.words
         wbits = ceil_log2(nw)
         run = Signal(range(self.window), name="d_run_end")
@@ -784,9 +775,14 @@ class TrackerStages:
             level = merged
             i += 1
         m.d.comb += run.eq(level[0][1])
-        # A hole inside the window: in a word but the last, or in the last word but the
-        # window's last position.
-        found = any_set(m, Cat(d.found[:nw - 1], d.found_last), "d_found_hole")
+        # A hole inside the window: an OR of the words' flags, from a copy of their
+        # registers (from the same registers, synthesis would work the OR out of the merges'
+        # outputs, whose word numbers encode the flags, and chain through them), the last
+        # word's before the window's end.
+        found = Cat(d.found_c[:nw - 1], d.found_last_c)
+        while len(found) > 1:
+            found = Cat(*(named(m, found[g:g + 4].any(), f"d_found_hole{len(found)}_{g // 4}",
+                                keep=True) for g in range(0, len(found), 4)))
         return run, found
 
     # --- Stage U: update -------------------------------------------------------------------
