@@ -148,7 +148,8 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
     Records wait in a :data:`QUEUE_DEPTH`-entry input queue until they have passed stage U,
     and flow through stages that each do one job in one cycle (their signals carry the
     stage's prefix; stages R to U are :mod:`mrcnic.rx.psn_tracker.stages` and
-    :mod:`~mrcnic.rx.psn_tracker.pool`, A to T :mod:`~mrcnic.rx.psn_tracker.sack`):
+    :mod:`~mrcnic.rx.psn_tracker.pool`, A to T :mod:`~mrcnic.rx.psn_tracker.sack`, the
+    logic they share :mod:`~mrcnic.rx.psn_tracker.logic`):
 
     * ``i_`` issue: a continuation, else the queue's next record, unless it is of the QP
       issued in the cycle before (the one stall: a QP's records are two cycles apart);

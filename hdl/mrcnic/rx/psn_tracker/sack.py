@@ -6,7 +6,8 @@ from amaranth.hdl import Cat, Const, Mux, Signal
 
 from mrcnic.base.gates import signed_fits
 from mrcnic.base.rules import SACK_BITMAP_BITS as BITMAP_BITS, SACK_OFFSET
-from mrcnic.rx.psn_tracker.stages import HALF, PSN, named
+from mrcnic.rx.psn_tracker.logic import named
+from mrcnic.rx.psn_tracker.stages import HALF, PSN
 
 __all__ = ["SackStages"]
 

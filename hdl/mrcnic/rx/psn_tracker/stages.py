@@ -22,6 +22,7 @@ from mrcnic.base.records import ACK_DESC, COMPLETION, VERDICT, Verdict
 from mrcnic.base.gates import assign, register_copies
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET
+from mrcnic.rx.psn_tracker.logic import PsnTests, named, select_bit, word_search
 
 __all__ = ["TrackerStages", "PSN", "CHUNK", "HALF", "WORD", "WINDOW_CHUNKS", "LATE_SACK",
            "BITMAP_BITS", "QUEUE_DEPTH", "FIFO_DEPTH", "IN_FLIGHT", "POOL_DATA", "OP", "CONT",
@@ -71,58 +72,7 @@ ACK_BODY = data.StructLayout({name: f.shape for name, f in ACK_DESC
                               if name not in ("bitmap", "ooo_count", "ack_psn_offset")})
 
 
-def named(m, value, name, keep=False):
-    """``value`` in a Signal named ``name``: a level of a wide function written out (each
-    at most about six inputs of the one before), which a timing report then names; with
-    ``keep``, kept as a boundary of LUT mapping (which otherwise, area first, may chain
-    the levels)."""
-    sig = Signal(len(value), name=name, attrs={"keep": 1} if keep else {})
-    m.d.comb += sig.eq(value)
-    return sig
-
-
-def is_zero(m, value, name):
-    """``value`` == 0, in groups of six bits (two LUT levels for up to 36 bits)."""
-    groups = named(m, Cat(*(value[i:i + 6] == 0 for i in range(0, len(value), 6))),
-                  f"{name}_z")
-    return groups.all()
-
-
-def select_bit(m, vec, sel, name):
-    """Bit ``sel`` of ``vec``: a tree of 4:1 multiplexers (one LUT level each)."""
-    level, i = vec, 0
-    while len(level) > 1:
-        s = sel[i:i + 2]
-        nxt = Cat(*(Cat(*(level[g + k] if g + k < len(level) else Const(0, 1)
-                          for k in range(4))).bit_select(s, 1)
-                    for g in range(0, len(level), 4)))
-        level = named(m, nxt, f"{name}_{i // 2}", keep=True) if len(nxt) > 1 else nxt
-        i += 2
-    return level
-
-
-def first_of_four(flags):
-    """``(any, index)`` of the first set bit of up to four bits (a 2-bit index)."""
-    n = len(flags)
-    idx = Const(n - 1, 2)
-    for i in reversed(range(n - 1)):
-        idx = Mux(flags[i], i, idx)
-    return Cat(*flags).any(), idx
-
-
-def word_search(m, holes, name):
-    """``(found, index)`` of the first set bit of a :data:`WORD`-bit vector: each nibble's,
-    then the first nibble that has one (three LUT levels)."""
-    nib = [first_of_four([holes[4 * n + i] for i in range(4)]) for n in range(4)]
-    nf = named(m, Cat(*(f for f, _ in nib)), f"{name}_nib", keep=True)
-    ni = named(m, Cat(*(i for _, i in nib)), f"{name}_nibidx", keep=True)
-    half = named(m, Cat(Mux(nf[0], ni[0:2], ni[2:4]), Mux(nf[2], ni[4:6], ni[6:8])),
-                f"{name}_half", keep=True)
-    found, which = first_of_four([nf[n] for n in range(4)])
-    return found, Cat(Mux(nf[0] | nf[1], half[0:2], half[2:4]), which)
-
-
-class TrackerStages:
+class TrackerStages(PsnTests):
     """Stages R (read), W (window), F (fetch), D (decide) and U (update) of
     :class:`~mrcnic.rx.psn_tracker.PsnTracker`, and the registers between all its stages
     (those of A, B, C and T, :class:`~mrcnic.rx.psn_tracker.sack.SackStages`, too). Mixed
@@ -410,8 +360,8 @@ class TrackerStages:
         m.d.sync += Cat(f.pp_above, f.pp_new_hole).eq(
             self._hi_tests(m, psn, w.psn_m1, d.op.psn, "w_pp"))
         # The tests against the highest PSN seen, here rather than in F: against the
-        # context read, and against the one the record in U writes now: its PSN when it places above the highest, else what it read
-        # (both tested, picked after).
+        # context read, and against the one the record in U writes now: its PSN when it
+        # places above the highest, else what it read (both tested, picked after).
         hi_tests = functools.partial(self._hi_tests, m, psn, w.psn_m1)
         u_hi = Mux(u.place & u.above_hi, hi_tests(u.op.psn, "w_hi_u"),
                    hi_tests(mem.ctx_u.data.hi, "w_hi_uread"))
@@ -422,47 +372,6 @@ class TrackerStages:
         """Every fourth bit of ``vec`` from bit ``sel`` (2 bits): a 4:1 level of a wide
         select."""
         return Cat(*(vec[g:g + 4].bit_select(sel, 1) for g in range(0, len(vec), 4)))
-
-    def _adv_offset(self, m, name, psn, base, psn_m1=None):
-        """The offset of ``psn`` from ``base`` (a PSN whose low 7 bits are 0), for F's tests
-        of the PSN against ``base`` plus a run less than 2^``_adv_bits``
-        (:meth:`_adv_tests`), as a value of ``_adv_layout``: its low bits, whether its high
-        bits are 0 or 1, and the sign of the offset and of the offset less 2^``_adv_bits``
-        (a borrow out of the low bits); and of the offset less one, the low bits and
-        whether the high bits are 0 (the PSN just after base plus run is where they equal
-        the run). With ``psn_m1`` (``psn`` - 1, a register) and a base whose low
-        ``_adv_bits`` bits are 0, only the high bits are subtracted (two short carry
-        chains side by side)."""
-        M = self._adv_bits
-        off, off1 = Signal(PSN, name=f"{name}_off"), Signal(PSN, name=f"{name}_off_m1")
-        if psn_m1 is None:
-            m.d.comb += [off.eq(psn - base), off1.eq(psn + ~base)]
-        else:
-            m.d.comb += [off.eq(Cat(psn[:M], psn[M:] - base[M:])),
-                         off1.eq(Cat(psn_m1[:M], psn_m1[M:] - base[M:]))]
-        up, up0 = off[M:], off[M:] == 0
-        # (The sign of the high bits less one, without a second carry chain: they are 0,
-        # or negative but for the most negative value.)
-        s1 = up0 | (up[-1] & (up[:-1] != 0))
-        adv = Signal(self._adv_layout, name=name)
-        m.d.comb += [adv.lo.eq(off[:M]), adv.up0.eq(up0), adv.up1.eq(up == 1),
-                     adv.s0.eq(off[-1]), adv.s1.eq(s1),
-                     adv.lo1.eq(off1[:M]), adv.z1.eq(off1[M:] == 0)]
-        return adv
-
-    def _hi_tests(self, m, psn, psn_m1, hi, name):
-        """``psn`` above ``hi`` (the highest PSN seen, or a PSN placed), and above it by
-        more than one (a new hole), each the sign of one subtraction (``psn`` - ``hi`` - 1
-        >= 0, ``psn`` - ``hi`` - 2 >= 0) on the low 9 + log2(``mpr_max``) bits alone: no
-        compare after the carry chain. Exact for the PSNs these tests steer, which are in
-        the window: they and ``hi`` lie within ``mpr_max`` x 128 of CACK (``hi`` at or
-        after it), so their difference, less two, fits that many bits with its sign."""
-        B = min(PSN, 9 + self._cbits)
-        d1, d2 = Signal(B, name=f"{name}_dist_m1"), Signal(B, name=f"{name}_dist_m2")
-        m.d.comb += [d1.eq(psn[:B] + ~hi[:B]), d2.eq(psn_m1[:B] + ~hi[:B])]
-        return Cat(~d1[-1], ~d2[-1])
-
-    # --- Stage F: fetch --------------------------------------------------------------------
 
     def _stage_f_fetch(self, m, f_regs, mem, st):
         """Stage F: the tests of this packet's PSN against the QP's context, and against the
@@ -548,36 +457,6 @@ class TrackerStages:
         ``since`` >= ``sack_every`` - k: the count, read from distributed RAM, goes straight
         into one compare with a register (``cfg``, :meth:`PsnTracker._sack_every_regs`)."""
         return Cat(*(cfg.le[k] | (since >= cfg.thr[k]) for k in more))
-
-    def _adv_tests(self, m, adv, run, mpr_m1, name="f_adv"):
-        """The PSN's tests against a CACK (before: at or before it, in_win: in the window
-        above it, imm: just after it; as the signs and zeros of PSN - CACK and PSN - CACK -
-        1 on 24 bits would give them) for CACK = base + ``run``, from ``off`` the PSN's
-        offset from the base
-        (worked out stages ahead, :meth:`_adv_offset`: a window base in R, the CACK read
-        less its low bits in W) and ``run`` < 2^M (M = ``_adv_bits``): with M-bit carry
-        chains rather than 24-bit ones. The low bits give ``lo`` - ``run``
-        and ``lo`` - ``run`` - 1 and their borrows; the high bits then read 0 when they
-        were 0 without a borrow or 1 with one, and the sign is the offset's, or with a
-        borrow that of its high bits less one. (Checked against the 24-bit tests in
-        sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23, random ones.)"""
-        M, K, cbits = self._adv_bits, 7 + self._cbits, self._cbits
-        run_m = Cat(run, Const(0, M - len(run)))
-        low_d, low_m = Signal(M + 1, name=f"{name}_low"), Signal(M + 1, name=f"{name}_low_m1")
-        m.d.comb += [low_d.eq(Cat(adv.lo, Const(1, 1)) - run_m), low_m.eq(adv.lo + ~run_m)]
-        borrow, carry = ~low_d[M], low_m[M]
-        before = (is_zero(m, low_d[:M], f"{name}_dd") & Mux(borrow, adv.up1, adv.up0)) | \
-            Mux(borrow, adv.s1, adv.s0)
-        dm_up_zero = Mux(carry, adv.up0, adv.up1)
-        in_win = ~before & dm_up_zero
-        if M > K:
-            in_win = in_win & (low_m[K:M] == 0)
-        if cbits:
-            in_win = in_win & (low_m[7:K] <= mpr_m1)
-        # Just after it: the offset less one equals the run (no carry chain).
-        imm = named(m, Cat(*(adv.lo1[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
-                    f"{name}_imm_eq", keep=True).all() & adv.z1
-        return Cat(before, in_win, imm)
 
     def _context_tests(self, m, f_regs, mem, st):
         """Stage F's tests of the packet's PSN: against the context read in W or, when the
