@@ -146,16 +146,16 @@ class NeverReleasedOrResentWhenAcked(wiring.Component):
         return m
 
 
-# Depth 11 (about a minute of CPU with Yices): the reset sweep, PSNs sent, SACKs and NACKs
+# Depth 12 (about a minute and a half of CPU with Yices): the reset sweep, PSNs sent, SACKs and NACKs
 # taken and applied, NACK requests and timeout requests written into the FIFO (the timer
 # decides in its fourth stage), two NACKs for one PSN (the pending check fails at step 3
 # without the table), and a SACK hole's request: it needs reorder_guard + 1 = 2 PSNs sent
-# before the SACK that reports it (the guard 1 from reset, GuardOneTracker), and comes 8
-# cycles after the SACK is taken (step 10). The tracker's counters are left out
-# (counter_width 0: they add state, not behaviour). make soak runs depth 13. Both unreachability claims must fail within the depth: a
+# before the SACK that reports it (the guard 1 from reset, GuardOneTracker), and comes 9
+# cycles after the SACK is taken (step 11). The tracker's counters are left out
+# (counter_width 0: they add state, not behaviour). make soak runs depth 14. Both unreachability claims must fail within the depth: a
 # timeout request for x, and a SACK hole request for any PSN.
 @pytest.mark.formal
-@pytest.mark.parametrize("depth", [11, pytest.param(13, marks=pytest.mark.soak)])
+@pytest.mark.parametrize("depth", [12, pytest.param(14, marks=pytest.mark.soak)])
 def test_formal_never_released_or_resent_once_acknowledged(tmp_path, depth):
     prove_not_vacuous(NeverReleasedOrResentWhenAcked, "rt_acked", depth, tmp_path)
     hole = NeverReleasedOrResentWhenAcked(claim_unreachable=True, reach=RtxCause.HOLE)

@@ -167,7 +167,7 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     -------
     A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 4
     (:attr:`nack_latency`); a SACK's release in t + 3 (:attr:`sack_latency`), its feedback
-    in t + 4 (:attr:`feedback_latency`), its first hole request in t + 10 (:attr:`hole_latency`), then one per
+    in t + 4 (:attr:`feedback_latency`), its first hole request in t + 11 (:attr:`hole_latency`), then one per
     cycle. A timeout is seen at most one timer
     pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 5) cycles,
     at most ``qps`` x (``outstanding`` + 5), plus the cycles it yields to the output FIFOs.
@@ -186,8 +186,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     ``sim/tx/test_retransmit_tracker.py``, with 4 QPs at random too). The ``ack`` input
     also pauses while the hole engine sends requests (one cycle per hole, requested or
     skipped as pending, after those to find the first and read its records: the next ack
-    record is applied k + 6 cycles (:attr:`hole_pause` + k) after a SACK that opens k
-    holes, 2 after one whose search is not empty but finds every PSN in it acknowledged) or an output FIFO is full; a retransmission record waits while stage E
+    record is applied k + 7 cycles (:attr:`hole_pause` + k) after a SACK that opens k
+    holes, 3 after one whose search is not empty but finds every PSN in it acknowledged) or an output FIFO is full; a retransmission record waits while stage E
     holds a record or stage W one it does not apply in that cycle, or a SACK of its QP is
     in stage E, W or the hole engine. The pending table adds no cycle and no pause.
 
@@ -232,8 +232,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     nack_latency = 4
     sack_latency = 3
     feedback_latency = 4
-    hole_latency = 10
-    hole_pause = 6
+    hole_latency = 11
+    hole_pause = 7
     # The register map (a harness may put one with other reset values here:
     # RegisterMap.with_resets).
     regs = RT_REGS

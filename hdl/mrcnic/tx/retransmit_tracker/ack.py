@@ -20,7 +20,7 @@ Latency (cycles from the record taken): release 3 (``sack_latency``), feedback 4
 (``feedback_latency``), a NACK's retransmit request 4. Throughput: one record a cycle
 across QPs. Stall: a record of the QP stage W holds waits one cycle in E (E reads the
 context and words after W's write; nothing is forwarded from W into E), and the input waits
-while the hole engine works on a SACK's holes (k + 2 cycles for k holes; one cycle for a
+while the hole engine works on a SACK's holes (k + 3 cycles for k holes; two cycles for a
 search that is not empty and finds none)."""
 
 from types import SimpleNamespace

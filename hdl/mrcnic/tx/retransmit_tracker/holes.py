@@ -12,7 +12,7 @@ search after registers picks the hole), its PSN registered (``hole_r_*``: the ri
 address), the block RAMs' read (``hole_m_*``) and their output registers (``hole_d_*``),
 then stage J (``hole_j_*``) registers the hole's records with its age, judges the time guard
 from registers and writes the retransmit request; the mark moves to the first hole too young
-the cycle after J. Latency: SACK taken to its first request 10 cycles, then one a cycle
+the cycle after J. Latency: SACK taken to its first request 11 cycles, then one a cycle
 with no idle cycle between groups. Forwarding: the pending table's insertions of the
 cycles in flight are part of its lookup (a hole already requested is skipped, taking its
 cycle)."""
@@ -33,8 +33,9 @@ class HoleEngine:
         """The hole engine: the holes one SACK found, requested oldest first, one a cycle.
 
         The search over the two words is split by groups of :data:`HOLE_GROUP` bits: when
-        stage W goes, the engine keeps the holes (``hole_vec``) and which groups have one
-        (``hole_rest``); one cycle later the lowest such group is its current group
+        stage W goes, the engine keeps the holes (``hole_vec``); one cycle later which groups
+        have one (``hole_rest``, ``hole_load``); one more and the lowest such group is its
+        current group
         (``hole_cur``), whose lowest bit is requested each cycle. The cycle the current
         group's last bit is requested, the next group is taken from ``hole_rest`` (a
         priority over 8 bits and a word select, into registers), so groups follow each
@@ -102,21 +103,24 @@ class HoleEngine:
         h_ttime = Signal(TIME_BITS)
         h_tok = Signal()
         h_young_seen = Signal()
+        # The groups with a hole are found the cycle after the holes are registered
+        # (hole_load: hole_rest from hole_vec), not from stage W's masks in one cycle.
+        h_load = Signal(name="hole_load")
+        m.d.sync += h_load.eq(w_go & w.ok_u)
         with m.If(w_go):
             # Loaded whenever stage W goes (the engine is idle then): no enable behind the
             # hole search, which ends the longest path of stage W. (Its SACK is applied when
             # it goes: w.ok_u, not sack_ok, keeps W's go off the data.)
-            m.d.sync += [h_vec.eq(holes), h_q.eq(w_q),
-                         h_rest.eq(Mux(w.ok_u, Cat(*(holes[g * G:(g + 1) * G].any()
-                                                      for g in range(NG))), 0)),
-                         h_cur_v.eq(0),
+            m.d.sync += [h_vec.eq(holes), h_q.eq(w_q), h_rest.eq(0), h_cur_v.eq(0),
                          h_p0.eq(p0), h_ttime.eq(w_rec.time), h_tok.eq(trig_rec),
                          h_young_seen.eq(0)]
             # Busy while the search was not empty (a comparison of its bounds), not
             # whether it found a hole (an OR over 128 bits after the masks): a search
-            # whose PSNs were all acknowledged keeps the engine one cycle, as its empty
-            # groups are taken (refill) and h_nz falls.
+            # whose PSNs were all acknowledged keeps the engine two cycles, as its groups
+            # are found empty (hole_load, then refill) and h_nz falls.
             m.d.sync += h_nz.eq(w.ok_u & k_nonempty)
+        with m.Elif(h_load):
+            m.d.sync += h_rest.eq(Cat(*(h_vec[g * G:(g + 1) * G].any() for g in range(NG))))
         with m.Elif(refill):
             m.d.sync += [h_cur.eq(r_pick), h_cur_g.eq(r_idx),
                          h_cur_v.eq(h_rest.any()), h_rest.eq(h_rest & ~r_iso),
@@ -163,7 +167,8 @@ class HoleEngine:
             m.d.comb += [mark_w.addr.eq(h_q), mark_w.en.eq(1), mark_w.data.eq(mk_psn)]
         m.d.comb += [ev.rtx_hole.eq(h_rtx), ev.hole_young.eq(j_valid & h_young)]
         h_nz_next = Signal(name="hole_nz_next")
-        m.d.comb += h_nz_next.eq(Mux(w_go, w.ok_u & k_nonempty, Mux(refill, h_rest.any(), h_nz)))
+        m.d.comb += h_nz_next.eq(Mux(w_go, w.ok_u & k_nonempty,
+                                     Mux(~h_load & refill, h_rest.any(), h_nz)))
         m.d.sync += busy_r.eq(h_nz_next | h_issue | h_emit | h_rd | h_dv |
                               (j_valid & h_young & ~h_young_seen))
 

@@ -43,10 +43,10 @@ class TimerStages:
         looks it up, into registers for stage S3 (:meth:`_timer_decide`)."""
         (qb, cmd_busy, rec_addr, rec_rh, h_emit, h_q, h_psn, tag_rh, rq_r, banks, bank_addr,
          retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
-         ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr, qa) = _take(v, """
+         ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr, qa, err) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_emit h_q h_psn tag_rh rq_r banks bank_addr retries
             t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s ctx_rt nxt_rt qs w_valid w_q ring_we
-            ring_addr qa""")
+            ring_addr qa err""")
         # --- Timer scan ---------------------------------------------------------------------
         # Stage S0 (sc_*): the PSN whose record and timeout mark are read, addressed from
         # registers, their words out of the block RAMs in stage S2; its tag is read in S1,
@@ -113,7 +113,7 @@ class TimerStages:
                                 Signal(PSN, name="scan_s3_p"))
         s3 = SimpleNamespace(**{n: Signal(name=f"scan_s3_{n}") for n in (
             "port", "kstale", "rmax", "acked", "late", "fired", "stale", "behind", "in_win",
-            "head")})
+            "head", "err")})
         # The PSN against its QP's CACK and next PSN, read here (a write to them in this
         # cycle, by stage W or a sent record of this PSN, makes the PSN stale in S3).
         m.d.comb += [ctx_rt.addr.eq(s2_q), nxt_rt.addr.eq(s2_q)]
@@ -145,6 +145,9 @@ class TimerStages:
                                    for i in range(0, TIME_BITS, 2)))),
             s3.port.eq(s2_port), s3.kstale.eq(t_kstale | r_written2),
             s3.rmax.eq(t_rmax),
+            # The QP's error flag, read here (S3 adds the one its own timeout set a cycle
+            # before: scan_s3_exhausted; stage W's fatal NACK of the QP holds S3).
+            s3.err.eq(err.bit_select(s2_q, 1)),
             s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
                         t_word.bits.bit_select(s2_p[:6], 1)),
             # The fired mark's fields against the record's, as partial equalities of eight
@@ -177,10 +180,10 @@ class TimerStages:
         """The timer scan's stage S3: the PSN against the QP's context, the decision (end
         the visit, go back to CACK + 1, try the PSN again, step, or time it out), and where
         the scan goes next."""
-        (qb, cmd_busy, err, r_max, room3, qps, ctx,
+        (qb, cmd_busy, r_max, room3, qps, ctx,
          issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q, w_valid,
          s3_cack, s1_valid, h_flight) = _take(v, """
-            qb cmd_busy err r_max room3 qps ctx issue
+            qb cmd_busy r_max room3 qps ctx issue
             s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid s3_cack
             s1_valid h_flight""")
         # The pending table looked up for S3's PSN in S2 (scan_s3_pmatch, pending table)
@@ -194,7 +197,10 @@ class TimerStages:
         t_cack = s3_cack
         t_behind = s3.behind
         t_in = s3.in_win
-        t_err = err.bit_select(s3_q, 1)
+        # The QP's error: read in S2, or set by the timeout S3 fired the cycle before (the
+        # PSN in S2 then is of the same QP: the scan visits one QP at a time).
+        t_exh_d = Signal(name="scan_s3_exhausted")
+        t_err = s3.err | t_exh_d
         expired = ~s3.acked & s3.late & ~s3.fired
         head = s3.head
         exhaust = expired & head & s3.rmax & (r_max < RETRY_FOREVER)
@@ -213,6 +219,7 @@ class TimerStages:
         t_fire = t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~t_phit
         t_timeout = t_fire & ~exhaust
         t_exhaust = t_fire & exhaust
+        m.d.sync += t_exh_d.eq(t_exhaust)
         next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
         start_ctx = ctx.read_port(domain="comb")
         m.d.comb += start_ctx.addr.eq(sc_q)
