@@ -361,6 +361,13 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         cwnd_rc = cwnd.read_port(domain="comb")
 
         err = Signal(qps, name="qp_err")
+        # The timer scan's retries exhausted set a QP's flag a cycle late, from registers
+        # (qp_err_timer, its QP qp_err_timer_q); meanwhile every reader sees it (err_of).
+        err_late = Signal(name="qp_err_timer")
+        err_late_q = Signal(max(1, ceil_log2(qps)), name="qp_err_timer_q")
+
+        def err_of(q):
+            return err.bit_select(q, 1) | (err_late & (err_late_q == q))
         # Per QP in distributed RAM: the epoch (an open's count, kept through a reset: the
         # sweep after a reset must start a new epoch, since the block RAMs keep their
         # contents) and the retry count (zeroed by the sweep's opens). Each has one writer
@@ -416,6 +423,7 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         vars(v).update(
             banks=banks, ctx=ctx, ctx_rc=ctx_rc, ctx_re=ctx_re, ctx_rs=ctx_rs, ctx_rt=ctx_rt,
             ctx_w=ctx_w, cwnd=cwnd, cwnd_rc=cwnd_rc, cwnd_w=cwnd_w, epoch=epoch, err=err,
+            err_of=err_of, err_late=err_late, err_late_q=err_late_q,
             mark_re=mark_re, mark_w=mark_w, nxt_rc=nxt_rc, nxt_re=nxt_re, nxt_rs=nxt_rs,
             nxt_rt=nxt_rt, nxt_w=nxt_w, rec_ra=rec_ra, rec_rh=rec_rh, rec_w=rec_w, retries=retries,
             rq_r=rq_r, rq_w=rq_w, tag_ra=tag_ra, tag_rh=tag_rh, tag_w=tag_w)
@@ -533,9 +541,9 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
 
     def _credit_query(self, m, v):
         """The credit query: may ``credit_qp`` send its next PSN."""
-        (qb, qidx, ctx_rc, nxt_rc, cwnd_rc, qps, err, cmd_busy, credit, credit_lt, s, qs,
+        (qb, qidx, ctx_rc, nxt_rc, cwnd_rc, qps, err_of, cmd_busy, credit, credit_lt, s, qs,
          s1_valid, s1_qp_ok) = _take(v, """
-            qb qidx ctx_rc nxt_rc cwnd_rc qps err cmd_busy credit credit_lt s qs s1_valid
+            qb qidx ctx_rc nxt_rc cwnd_rc qps err_of cmd_busy credit credit_lt s qs s1_valid
             s1_qp_ok""")
         # --- Credit query -----------------------------------------------------------------
         qc = Signal(qb)
@@ -552,16 +560,17 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         m.d.comb += c_out.eq(nxt_rc.data - ctx_rc.data.cack)
         mpr, cw = ctx_rc.data.mpr, cwnd_rc.data
         m.d.sync += self.credit_ready.eq(
-            (self.credit_qp < qps) & ~err.bit_select(qc, 1) & ~cmd_busy &
+            (self.credit_qp < qps) & ~err_of(qc) & ~cmd_busy &
             Mux(c_s1, credit_lt(c_out, mpr, cw), credit(c_out, mpr, cw)))
 
 
     def _error_and_retries(self, m, v):
         """Per-QP error flag and retry count."""
         (r_written, r_written2, cmd_apply, sack_ok, w, w_q, s1_q, t_timeout, head, s2_q, s3_q,
-         qps, cmd_qp, err, retries, epoch, fatal, t_exhaust, t_eval, expired) = _take(v, """
+         qps, cmd_qp, err, retries, epoch, fatal, err_late, err_late_q, t_eval, expired,
+         s3) = _take(v, """
             r_written r_written2 cmd_apply sack_ok w w_q s1_q t_timeout head s2_q s3_q qps
-            cmd_qp err retries epoch fatal t_exhaust t_eval expired""")
+            cmd_qp err retries epoch fatal err_late err_late_q t_eval expired s3""")
         # --- Per-QP error and retry count --------------------------------------------------
         # A retry count maybe written this cycle for the QP of stage S1 (or S2): its timeout
         # is worked out again. (Maybe: a timeout of the QP's oldest PSN that stage S3
@@ -575,20 +584,21 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         for i in range(qps):
             with m.If(cmd_apply & (cmd_qp == i)):
                 m.d.sync += err[i].eq(0)
-            with m.Elif((fatal & (w_q == i)) | (t_exhaust & (s3_q == i))):
+            with m.Elif((fatal & (w_q == i)) | (err_late & (err_late_q == i))):
                 m.d.sync += err[i].eq(1)
         m.d.comb += [epoch.rw.addr.eq(cmd_qp), epoch.w.addr.eq(cmd_qp),
-                     epoch.w.data.eq(epoch.rw.data + 1), epoch.w.en.eq(cmd_apply),
-                     retries.rt.addr.eq(s3_q)]
+                     epoch.w.data.eq(epoch.rw.data + 1), epoch.w.en.eq(cmd_apply)]
         # The retry count's one write a cycle: an open zeroes it, and so does a CACK
-        # advance; a timeout of the QP's oldest PSN counts one (saturating at 31).
+        # advance; a timeout of the QP's oldest PSN counts one (saturating at 31: the count
+        # read in stage S2, and its increment, are registers, scan_s3_retries_*; a write of
+        # the count in between makes S3 try the PSN again, without a timeout).
         with m.If(cmd_apply):
             m.d.comb += [retries.w.addr.eq(cmd_qp), retries.w.data.eq(0), retries.w.en.eq(1)]
         with m.Elif(sack_ok & w.adv):
             m.d.comb += [retries.w.addr.eq(w_q), retries.w.data.eq(0), retries.w.en.eq(1)]
         with m.Else():
-            m.d.comb += [retries.w.addr.eq(s3_q), retries.w.data.eq(retries.rt.data + 1),
-                         retries.w.en.eq(t_timeout & head & (retries.rt.data != 31))]
+            m.d.comb += [retries.w.addr.eq(s3_q), retries.w.data.eq(s3.r_inc),
+                         retries.w.en.eq(t_timeout & head & ~s3.r_sat)]
 
 
     def _open_sweep_writes(self, m, v):

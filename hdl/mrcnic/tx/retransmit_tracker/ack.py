@@ -257,10 +257,10 @@ class AckStages:
         """SACK/NACK path, stage E: the record against its QP's context, bitmap words, hole
         mark and next PSN (read here, written only by stage W), every check, and the
         bounds of the hole search, registered for stage W."""
-        (e_go, e_valid, hole_busy, h_q, ctx_re, e_q, e_q_rd, nxt_re, mark_re, e_qp_ok, err,
+        (e_go, e_valid, hole_busy, h_q, ctx_re, e_q, e_q_rd, nxt_re, mark_re, e_qp_ok, err_of,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
          e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra) = _take(v, """
-            e_go e_valid hole_busy h_q ctx_re e_q e_q_rd nxt_re mark_re e_qp_ok err e_base
+            e_go e_valid hole_busy h_q ctx_re e_q e_q_rd nxt_re mark_re e_qp_ok err_of e_base
             banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O e_lo e_hx e_w1
             w_valid w_go w_q rec_ra tag_ra""")
         # A record goes on to stage W when W is free or emptied on this edge, and neither
@@ -272,7 +272,7 @@ class AckStages:
             ctx_re.addr.eq(e_q_rd[0]), nxt_re.addr.eq(e_q_rd[1]), mark_re.addr.eq(e_q_rd[2])]
         c = ctx_re.data
         n = nxt_re.data
-        in_err = err.bit_select(e_q, 1)
+        in_err = err_of(e_q)
         live_u = e_valid & e_qp_ok & ~in_err
         ew0 = e_base[6:]
         d_even, d_odd = banks[0][1].data, banks[1][1].data

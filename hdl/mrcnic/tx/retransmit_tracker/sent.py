@@ -60,9 +60,9 @@ class SentPath:
     def _sent_path(self, m, v):
         """The sent path, stage S1: each record judged against the stored CACK and stage
         W's (forwarded), recorded or refused."""
-        (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err, O, cwnd, qps, rec_w,
+        (cmd_busy, e_valid, qb, qidx, ctx_rs, nxt_rs, err_of, O, cwnd, qps, rec_w,
          rec_addr, tag_w, nxt_w, ev, w_valid, w_go, w_q, epoch) = _take(v, """
-            cmd_busy e_valid qb qidx ctx_rs nxt_rs err O cwnd qps rec_w rec_addr tag_w
+            cmd_busy e_valid qb qidx ctx_rs nxt_rs err_of O cwnd qps rec_w rec_addr tag_w
             nxt_w ev w_valid w_go w_q epoch""")
         e_go = Signal(name="sack_e_go")
         # Stage S1 (sent_s1_*): the input record in a register, with its QP's index, so that
@@ -111,7 +111,7 @@ class SentPath:
         # a stage in front of them.
         s_fwd_w = Signal(name="sent_s1_fwd_w")
         m.d.comb += s_fwd_w.eq(w_fwd_we & (w_q == qs))
-        s_err = err.bit_select(qs, 1) | (w_fwd_fatal & (w_q == qs))
+        s_err = err_of(qs) | (w_fwd_fatal & (w_q == qs))
         s_n = nxt_rs.data
 
         credit, credit_lt = self._credit_tests(O)

@@ -43,10 +43,10 @@ class TimerStages:
         looks it up, into registers for stage S3 (:meth:`_timer_decide`)."""
         (qb, cmd_busy, rec_addr, rec_rh, h_emit, h_q, h_psn, tag_rh, rq_r, banks, bank_addr,
          retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
-         ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr, qa, err) = _take(v, """
+         ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr, qa, err, err_late) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_emit h_q h_psn tag_rh rq_r banks bank_addr retries
             t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s ctx_rt nxt_rt qs w_valid w_q ring_we
-            ring_addr qa err""")
+            ring_addr qa err err_late""")
         # --- Timer scan ---------------------------------------------------------------------
         # Stage S0 (sc_*): the PSN whose record and timeout mark are read, addressed from
         # registers, their words out of the block RAMs in stage S2; its tag is read in S1,
@@ -114,6 +114,9 @@ class TimerStages:
         s3 = SimpleNamespace(**{n: Signal(name=f"scan_s3_{n}") for n in (
             "port", "kstale", "rmax", "acked", "late", "fired", "stale", "behind", "in_win",
             "head", "err")})
+        s3.r_sat = Signal(name="scan_s3_retries_sat")     # the retry count at 31
+        s3.r_inc = Signal(5, name="scan_s3_retries_inc")  # the retry count plus one
+        m.d.comb += retries.rt.addr.eq(s2_q)
         # The PSN against its QP's CACK and next PSN, read here (a write to them in this
         # cycle, by stage W or a sent record of this PSN, makes the PSN stale in S3).
         m.d.comb += [ctx_rt.addr.eq(s2_q), nxt_rt.addr.eq(s2_q)]
@@ -126,36 +129,39 @@ class TimerStages:
         s3_epoch = Signal(EPOCH_BITS, name="scan_s3_epoch")
         s3_rec = Signal(REC, name="scan_s3_rec")
         n_pairs = (len(Value.cast(rq_d)) + 1) // 2
-        s3_fired_parts = Signal((n_pairs + 3) // 4, name="scan_s3_fired_parts")
+        s3_fired_parts = Signal((n_pairs + 7) // 8, name="scan_s3_fired_parts")
         m.d.comb += s3.fired.eq(s3_fired_parts.all())
         # Late: the time elapsed (now less the send time, as the block RAM gives it) at or
         # above 2^k. S2 ANDs it with the mask of 2^k and above (decoded from S1's exponent,
-        # beside the subtraction) and ORs the result by pairs of bits; S3 ORs the 16 parts.
+        # beside the subtraction) and ORs the result by bytes; S3 ORs the 4 parts.
         t_el = Signal(TIME_BITS, name="scan_s2_elapsed")
         t_kmask = Signal(TIME_BITS, name="scan_s2_kmask")
         m.d.comb += [t_el.eq(self.now - rec_rh.data.time), t_kmask.eq(ge_mask(t_k, TIME_BITS))]
-        s3_late_parts = Signal(TIME_BITS // 2, name="scan_s3_late_parts")
+        s3_late_parts = Signal(TIME_BITS // 8, name="scan_s3_late_parts")
         m.d.comb += s3.late.eq(s3_late_parts.any())
         s3_squash = Signal()                  # stage S3 sends the scan elsewhere
         r_written2 = Signal()                 # the retry count of s2_q written this cycle
         m.d.sync += [
             s3_valid.eq(s2_valid & ~cmd_busy & ~s3_squash), s3_q.eq(s2_q), s3_p.eq(s2_p),
             s3_epoch.eq(t_epoch), s3_rec.eq(rec_rh.data),
-            s3_late_parts.eq(Cat(*((t_el & t_kmask)[i:i + 2].any()
-                                   for i in range(0, TIME_BITS, 2)))),
+            s3_late_parts.eq(Cat(*((t_el & t_kmask)[i:i + 8].any()
+                                   for i in range(0, TIME_BITS, 8)))),
             s3.port.eq(s2_port), s3.kstale.eq(t_kstale | r_written2),
             s3.rmax.eq(t_rmax),
             # The QP's error flag, read here (S3 adds the one its own timeout set a cycle
-            # before: scan_s3_exhausted; stage W's fatal NACK of the QP holds S3).
-            s3.err.eq(err.bit_select(s2_q, 1)),
+            # before, qp_err_timer, not yet written: the PSN behind it is of the same QP;
+            # stage W's fatal NACK of the QP holds S3).
+            s3.err.eq(err.bit_select(s2_q, 1) | err_late),
+            # The QP's retry count, for the write of a timeout of its oldest PSN.
+            s3.r_sat.eq(retries.rt.data == 31), s3.r_inc.eq(retries.rt.data + 1),
             s3.acked.eq((t_word.lap == s2w[wq:]) & (t_word.epoch == t_epoch) &
                         t_word.bits.bit_select(s2_p[:6], 1)),
-            # The fired mark's fields against the record's, as partial equalities of eight
-            # bits each (two LUTs after the block RAMs), ANDed in S3.
+            # The fired mark's fields against the record's, as partial equalities of 16
+            # bits each (three LUTs after the block RAMs), ANDed in S3 (one LUT).
             s3_fired_parts.eq(_eq_parts(
                 Cat(rq_d.valid, rq_d.rtx, rq_d.time, rq_d.lap, rq_d.epoch),
                 Cat(Const(1, 1), rec_rh.data.rtx, rec_rh.data.time, s2_p[ob:], t_epoch),
-                group=4)),
+                group=8)),
             # What S1 read may be stale in S3, which reads the context: stage W held a record
             # of the QP as S1 read, stage E or W holds one (W may have written its context
             # and bitmap words), or a sent record of this PSN was taken (its record written,
@@ -182,10 +188,10 @@ class TimerStages:
         the scan goes next."""
         (qb, cmd_busy, r_max, room3, qps, ctx,
          issue, s2_valid, s3, s3_p, s3_q, s3_squash, s3_valid, sc_on, sc_p, sc_q, w_valid,
-         s3_cack, s1_valid, h_flight) = _take(v, """
+         s3_cack, s1_valid, h_flight, err_late, err_late_q) = _take(v, """
             qb cmd_busy r_max room3 qps ctx issue
             s2_valid s3 s3_p s3_q s3_squash s3_valid sc_on sc_p sc_q w_valid s3_cack
-            s1_valid h_flight""")
+            s1_valid h_flight err_late err_late_q""")
         # The pending table looked up for S3's PSN in S2 (scan_s3_pmatch, pending table)
         t_phit = Signal(name="scan_s3_phit")
         # Stage S3 decides. It holds (tries the PSN again) while stage E or W holds a record
@@ -199,8 +205,7 @@ class TimerStages:
         t_in = s3.in_win
         # The QP's error: read in S2, or set by the timeout S3 fired the cycle before (the
         # PSN in S2 then is of the same QP: the scan visits one QP at a time).
-        t_exh_d = Signal(name="scan_s3_exhausted")
-        t_err = s3.err | t_exh_d
+        t_err = s3.err | err_late
         expired = ~s3.acked & s3.late & ~s3.fired
         head = s3.head
         exhaust = expired & head & s3.rmax & (r_max < RETRY_FOREVER)
@@ -219,7 +224,7 @@ class TimerStages:
         t_fire = t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~t_phit
         t_timeout = t_fire & ~exhaust
         t_exhaust = t_fire & exhaust
-        m.d.sync += t_exh_d.eq(t_exhaust)
+        m.d.sync += [err_late.eq(t_exhaust), err_late_q.eq(s3_q)]
         next_q = Mux(sc_q == qps - 1, 0, sc_q + 1)[:qb]
         start_ctx = ctx.read_port(domain="comb")
         m.d.comb += start_ctx.addr.eq(sc_q)
