@@ -215,15 +215,12 @@ class AckStages:
         # Stage E's fields load whenever the stage is free on this edge, whether or not a
         # record is taken (e_valid says whether they hold one): their enable is then one
         # gate after stage E's own state, not the whole of the input's readiness.
-        # The SACK's bits for PSNs after its CACK (bit j: sack_offset + j > 0), from the
-        # offset alone: stage E aligns them to the two words with nothing to drop.
-        off_pos = ~off[-1] & off.any()
-        off_zero = ~off.any()
-        bits_after = Cat(*(off_pos | (off_zero & (j > 0)) |
-                           (off_near & (a.sack_offset[:6] >= WORD + 1 - j))
-                           for j in range(WORD)))
+        # The SACK's bits aligned to the two words here (shifted by base's low bits, the
+        # sum b6), into registers (sack_e_vn_raw): stage E drops those at or before CACK
+        # with a mask from where CACK + 1 falls (sack_e_lo), beside its reads.
+        e_vn_raw = Signal(2 * WORD, name="sack_e_vn_raw")
         with m.If(~e_reread):
-            m.d.sync += [e.eq(a), e.bitmap.eq(a.bitmap & bits_after),
+            m.d.sync += [e.eq(a), e_vn_raw.eq(Cat(a.bitmap, Const(0, WORD)) << b6),
                          e_base.eq(a_base), e_trig1.eq(a_trig + 1),
                          e_w1.eq(w1),
                          e_found.eq(a_found),
@@ -249,7 +246,7 @@ class AckStages:
             m.d.sync += e_valid.eq(0)
 
         vars(v).update(
-            e=e, e_q_rd=e_q_rd, e_base=e_base, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found,
+            e=e, e_q_rd=e_q_rd, e_base=e_base, e_vn_raw=e_vn_raw, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found,
             e_hcand=e_hcand, e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo,
             qa=qa, e_tag_lo=e_tag_lo, e_trig1=e_trig1, e_w1=e_w1)
 
@@ -259,10 +256,10 @@ class AckStages:
         bounds of the hole search, registered for stage W."""
         (e_go, e_valid, hole_busy, h_q, ctx_re, e_q, e_q_rd, nxt_re, mark_re, e_qp_ok, err_of,
          e_base, banks, WORDL, wq, e_epoch, e, e_hcand, e_found, e_pg, e_ehx, e_trig1, O,
-         e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra) = _take(v, """
+         e_lo, e_hx, e_w1, w_valid, w_go, w_q, rec_ra, tag_ra, e_vn_raw) = _take(v, """
             e_go e_valid hole_busy h_q ctx_re e_q e_q_rd nxt_re mark_re e_qp_ok err_of e_base
             banks WORDL wq e_epoch e e_hcand e_found e_pg e_ehx e_trig1 O e_lo e_hx e_w1
-            w_valid w_go w_q rec_ra tag_ra""")
+            w_valid w_go w_q rec_ra tag_ra e_vn_raw""")
         # A record goes on to stage W when W is free or emptied on this edge, and neither
         # stage W nor the hole engine holds its QP: they may write its context, words or
         # mark on this edge, after which stage E reads them again (one cycle later).
@@ -303,10 +300,10 @@ class AckStages:
         b_unsent = e_found & ~dhn[-1]
         sack_ok_u = Signal(name="sack_e_ok_u")
         m.d.comb += sack_ok_u.eq(live_u & ~e.nack & ~stale & ~c_unsent & ~b_unsent)
-        # The SACK's bitmap (the bits at or before CACK dropped in stage A) aligned to the
-        # two words.
+        # The SACK's bits aligned to the two words (stage A), those at or before CACK
+        # dropped: the positions before lo, where CACK + 1 falls.
         e_vn = Signal(2 * WORD, name="sack_e_vn")
-        m.d.comb += e_vn.eq(Cat(e.bitmap, Const(0, WORD)) << e_base[:6])
+        m.d.comb += e_vn.eq(e_vn_raw & ge_mask(e_lo, 2 * WORD))
         # Whether the SACK sets a bit not yet set, per word (each word's test read apart
         # from its lap check, which picks one of them in stage W).
         # (Per quarter of each word, the quarters' ORs in stage W: a 16-bit OR here.)

@@ -21,7 +21,8 @@ from amaranth.hdl import Cat, Mux, Signal
 
 from mrcnic.base.records import RtxCause, TIME_BITS
 from mrcnic.base.gates import assign, take as _take
-from mrcnic.tx.retransmit_tracker.common import HOLE_GROUP, PSN, WORD, at_most_one, lowest_set
+from mrcnic.tx.retransmit_tracker.common import (
+    HOLE_GROUP, PSN, WORD, _or_index, at_most_one, lowest_set)
 
 __all__ = ["HoleEngine"]
 
@@ -37,8 +38,9 @@ class HoleEngine:
         have one (``hole_rest``, ``hole_load``); one more and the lowest such group is its
         current group
         (``hole_cur``), whose lowest bit is requested each cycle. The cycle the current
-        group's last bit is requested, the next group is taken from ``hole_rest`` (a
-        priority over 8 bits and a word select, into registers), so groups follow each
+        group's last bit is requested, the next group is taken from ``hole_rest`` (its
+        lowest group's one-hot kept in a register beside it, ``hole_rest_low``, and a word
+        select by that one-hot, into registers), so groups follow each
         other with no idle cycle, and the request's address is a 16-bit search after
         registers."""
         (h_q, hole_busy, h_busy_qp, qs, s1_qp_ok, e_valid, e_q, fifos, w, w_valid, w_go, w_q,
@@ -92,12 +94,21 @@ class HoleEngine:
         h_next_psn = Signal(PSN)
         h_pos = Signal(7, name="hole_r_pos")
         m.d.comb += h_next_psn.eq(Cat(c_idx, h_cur_g[:2], h_p0[6:] + h_cur_g[2]))
-        # The next group: the lowest of those left, taken when the current one empties.
-        _, r_idx, r_iso = lowest_set(m, h_rest, "hole_rest", carry=False)
+        # The next group: the lowest of those left (hole_rest_low, a register kept with
+        # hole_rest: its one-hot), taken when the current one empties.
+        r_iso = Signal(NG, name="hole_rest_low")
+        r_idx = _or_index(r_iso)
         refill = ~h_cur_v | (h_issue & c_last)
         # The next group's bits, taken by the one-hot (an AND-OR), not by its index.
         r_pick = Cat(*(Cat(*(r_iso[g] & h_vec[g * G + i] for g in range(NG))).any()
                        for i in range(G)))
+        # The groups with a hole as hole_load finds them, and those left after the next
+        # refill, each with its lowest group's one-hot.
+        g_any = Cat(*(h_vec[g * G:(g + 1) * G].any() for g in range(NG)))
+        r_left = Signal(NG, name="hole_rest_left")
+        m.d.comb += r_left.eq(h_rest & ~r_iso)
+        _, _, g_low = lowest_set(m, g_any, "hole_load_low", carry=False)
+        _, _, r_low = lowest_set(m, r_left, "hole_rest_next", carry=False)
         # For the time guard (TIME_RULE): the trigger PSN's send time, to write the mark
         # back at the first hole too young to count as lost.
         h_ttime = Signal(TIME_BITS)
@@ -111,7 +122,7 @@ class HoleEngine:
             # Loaded whenever stage W goes (the engine is idle then): no enable behind the
             # hole search, which ends the longest path of stage W. (Its SACK is applied when
             # it goes: w.ok_u, not sack_ok, keeps W's go off the data.)
-            m.d.sync += [h_vec.eq(holes), h_q.eq(w_q), h_rest.eq(0), h_cur_v.eq(0),
+            m.d.sync += [h_vec.eq(holes), h_q.eq(w_q), h_rest.eq(0), r_iso.eq(0), h_cur_v.eq(0),
                          h_p0.eq(p0), h_ttime.eq(w_rec.time), h_tok.eq(trig_rec),
                          h_young_seen.eq(0)]
             # Busy while the search was not empty (a comparison of its bounds), not
@@ -120,10 +131,10 @@ class HoleEngine:
             # are found empty (hole_load, then refill) and h_nz falls.
             m.d.sync += h_nz.eq(w.ok_u & k_nonempty)
         with m.Elif(h_load):
-            m.d.sync += h_rest.eq(Cat(*(h_vec[g * G:(g + 1) * G].any() for g in range(NG))))
+            m.d.sync += [h_rest.eq(g_any), r_iso.eq(g_low)]
         with m.Elif(refill):
             m.d.sync += [h_cur.eq(r_pick), h_cur_g.eq(r_idx),
-                         h_cur_v.eq(h_rest.any()), h_rest.eq(h_rest & ~r_iso),
+                         h_cur_v.eq(h_rest.any()), h_rest.eq(r_left), r_iso.eq(r_low),
                          h_nz.eq(h_rest.any())]
         with m.Elif(h_issue):
             m.d.sync += h_cur.eq(h_cur & ~c_iso)

@@ -130,7 +130,13 @@ class SentPath:
             # (the low end of its carry chain; outstanding is a power of two).
             ob = ceil_log2(O)
             full = dp[ob] & dp[0]
-            return (full, (dp != 0) & (dp < out), (dp == 0) | dp[-1],
+            # In the window, 0 < dp < out: as out is at most outstanding + 1, dp below it
+            # has no bit above the low log2(outstanding) + 1, where the two compare exactly
+            # (a short comparison beside the test of dp's high bits, not a 24-bit one after
+            # the two subtractions).
+            nb = ob + 1
+            below = ~dp[nb:].any() & (dp[:nb] < out[:nb])
+            return (full, (dp != 0) & below, (dp == 0) | dp[-1],
                     credit(out, ctx_rs.data.mpr, cwnd_rs.data))
 
         j_w, j_c = judge(w_fwd_cack, "w"), judge(ctx_rs.data.cack, "c")

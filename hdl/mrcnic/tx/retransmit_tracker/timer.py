@@ -125,7 +125,11 @@ class TimerStages:
         m.d.comb += [t_dp.eq(s2_p - ctx_rt.data.cack), t_dn.eq(nxt_rt.data - ctx_rt.data.cack)]
         t_behind = (s2_p == ctx_rt.data.cack) | t_dp[-1]
         m.d.sync += [s3_cack.eq(ctx_rt.data.cack), s3.behind.eq(t_behind),
-                     s3.in_win.eq(~t_behind & (t_dp < t_dn)), s3.head.eq(t_dp == 1)]
+                     # (t_dn is at most outstanding + 1: the comparison on the low
+                     # log2(outstanding) + 1 bits, beside the test of t_dp's high ones.)
+                     s3.in_win.eq(~t_behind & ~t_dp[ob + 1:].any() &
+                                  (t_dp[:ob + 1] < t_dn[:ob + 1])),
+                     s3.head.eq(t_dp == 1)]
         s3_epoch = Signal(EPOCH_BITS, name="scan_s3_epoch")
         s3_rec = Signal(REC, name="scan_s3_rec")
         n_pairs = (len(Value.cast(rq_d)) + 1) // 2
