@@ -96,12 +96,13 @@ class AckStages:
         e_reread = Signal(name="sack_e_reread")
         e_w0 = e_base[6:]
         e_w1 = Signal(PSN - 6, name="sack_e_w1")
+        # The even bank holds the even one of words w0 and w1 = w0 + 1, the odd bank the
+        # odd one: their addresses (a word number's bits above bit 0) are w1's and w0's,
+        # whichever of the two is even (no choice on w0's bit 0).
         m.d.comb += [
             e_reread.eq(e_valid & ~e_go),
-            banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, Mux(e_w0[0], e_w1, e_w0)),
-                                    bank_addr(qa, Mux(w0[0], w1, w0)))),
-            banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, Mux(e_w0[0], e_w0, e_w1)),
-                                    bank_addr(qa, Mux(w0[0], w0, w1)))),
+            banks[0][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_w1), bank_addr(qa, w1))),
+            banks[1][1].addr.eq(Mux(e_reread, bank_addr(e_q, e_w0), bank_addr(qa, w0))),
         ]
         # (The read ports read every cycle, with no enable: in a cycle where stage E neither
         # holds its record nor takes one, what they read is not used.)
@@ -140,27 +141,25 @@ class AckStages:
         m.d.comb += a_trig.eq(a.cack + a.ack_psn_offset.as_signed())
         off, gm1, b6, c6, x0, x1, w0, w1, hi0, hi1 = self._ack_stage_a_words(m, a, guard)
         e_base, e_w1, e_reread, e_rec_lo, e_tag_lo = self._ack_stage_a_reads(m, v, qa, w0, w1)
-        # The highest bit counts as after CACK when its index exceeds -sack_offset
-        # saturated to 0 .. 64: always for an offset of 1 or more; for 0, when the index is
-        # not 0; never for -64 or less; between, when the index plus the offset's low 6
-        # bits passes 64.
-        # The offset's range from bit tests, the sum per byte of the bitmap, beside the
-        # search (no negation and saturation in front of a comparison).
+        # The highest bit is after CACK when any bit is (bit j is for PSN CACK +
+        # sack_offset + j, after CACK when sack_offset + j > 0: a mask from the offset
+        # alone, the higher bits first): for an offset of 1 or more, any bit; for 0, any
+        # but bit 0; for -64 or less, none; between, those at or above 65 less the
+        # offset's low 6 bits. The offset's range from bit tests, each bit's test one
+        # comparison of those low bits with a constant, beside the search for the highest
+        # bit (not after it).
         off_near = Signal(name="sack_a_off_near")       # -64 .. -1
         m.d.comb += off_near.eq(off[-1] & off[6:].all())
-
-        def idx_after(idx):
-            s = Signal(7, name="sack_a_idx_off")
-            m.d.comb += s.eq(idx + a.sack_offset[:6])
-            return (~off[-1] & (idx.any() | off.any())) | (off_near & s[6] & s[:6].any())
+        off_pos = ~off[-1] & off.any()
+        off_zero = ~off.any()
+        near_after = Cat(*(a.bitmap[j] & (a.sack_offset[:6] >= WORD + 1 - j)
+                           for j in range(2, WORD)))
         # The highest PSN acknowledged, p0 + base[:6] + its bit (below 128: one carry into
-        # the word number, which picks base[6:] or base[6:] + 1). Both the sum and the test
-        # against -sack_offset are worked out per byte of the bitmap, beside the search.
-        a_found, a_hidx, (after_sel,) = highest_set(
-            m, a.bitmap, "sack_a_hi",
-            derived=(idx_after,))
+        # the word number, which picks base[6:] or base[6:] + 1).
+        a_found, a_hidx, _ = highest_set(m, a.bitmap, "sack_a_hi")
         a_after = Signal(name="sack_a_after")
-        m.d.comb += a_after.eq(a_found & after_sel)
+        m.d.comb += a_after.eq((off_pos & a_found) | (off_zero & a.bitmap[1:].any()) |
+                               (off_near & near_after.any()))
         # Where the end of the search falls, (the PSN hi) - (p0 + guard - 1), clamped:
         # from the SACK's highest bit, or from its CACK, the two worked out side by side.
         # (base[:6] - (guard - 1) beside the search for the highest bit, which it then meets
@@ -426,7 +425,8 @@ class AckStages:
                 wp = banks[b][0]
                 mine = ww0[0] == b
                 m.d.comb += [
-                    wp.addr.eq(bank_addr(w_q, Mux(mine, ww0, w.w1))), wp.en.eq(1),
+                    # (The even bank's word is at w1's address, the odd bank's at w0's.)
+                    wp.addr.eq(bank_addr(w_q, w.w1 if b == 0 else ww0)), wp.en.eq(1),
                     wp.data.lap.eq(Mux(mine, ww0[wq:], w.w1[wq:])),
                     wp.data.epoch.eq(w.epoch),
                     wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
