@@ -7,7 +7,8 @@ decision (``hole_j_pmatch``, ``sack_w_pmatch``, ``scan_s3_*``): the hole engine'
 stage W (a NACK) and the timer's stage S3; the lookup covers the insertion of the cycle in
 flight (``*_pins``). A retransmission sent (stage S1 of the sent path) removes its entry
 the cycle after it is judged (``pend_rm_*``); CACK passing a PSN, an open and an error
-remove the QP's entries. Leaves ``p_hit`` (stage W), ``t_phit`` (timer) and stage J's hit.
+remove the QP's entries (retries exhausted: a cycle later, with the QP's error flag,
+``qp_err_timer``). Leaves ``p_hit`` (stage W), ``t_phit`` (timer) and stage J's hit.
 A request made while the table is full goes out anyway, not remembered (``pending_full``)."""
 
 from amaranth.hdl import Cat, Mux, Signal
@@ -23,11 +24,11 @@ class PendingTable:
     def _pending_table(self, m, v):
         """The pending table: (QP, PSN) of the retransmissions requested, not yet resent."""
         (qb, j_valid, h_q, j_psn, w_valid, w_q, w, s3_q, s3_p, p_hit, nack_ok, h_old,
-         t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, t_exhaust, cmd_qp, cmd_apply, e_go, w_go,
-         ev, ob, s2_q, s2_p, t_phit, h_dv_psn, e_q, e_base) = _take(v, """
+         t_timeout, s_rtx_ok, qs, s, fatal, sack_ok, err_late, err_late_q, cmd_qp, cmd_apply,
+         e_go, w_go, ev, ob, s2_q, s2_p, t_phit, h_dv_psn, e_q, e_base) = _take(v, """
             qb j_valid h_q j_psn w_valid w_q w s3_q s3_p p_hit nack_ok h_old t_timeout
-            s_rtx_ok qs s fatal sack_ok t_exhaust cmd_qp cmd_apply e_go w_go ev ob s2_q s2_p
-            t_phit h_dv_psn e_q e_base""")
+            s_rtx_ok qs s fatal sack_ok err_late err_late_q cmd_qp cmd_apply e_go w_go ev ob
+            s2_q s2_p t_phit h_dv_psn e_q e_base""")
         # --- Pending retransmissions: (QP, PSN) requested, not yet resent ------------------
         # Three requesters, which never request in the same cycle, each with its lookup
         # (below): the hole engine (its stage J), stage W (a NACK needs w_go) and the timer
@@ -116,7 +117,7 @@ class PendingTable:
                 rm_sent[i].eq(live[i] & rm_live[i] & rm_now & (pq[i] == rm_q) &
                               (pp[i] == rm_p)),
                 rm_qp[i].eq(((pq[i] == w_q) & (fatal | (sack_ok & w.adv & at_c))) |
-                            ((pq[i] == s3_q) & t_exhaust) |
+                            ((pq[i] == err_late_q) & err_late) |
                             ((pq[i] == cmd_qp) & cmd_apply)),
             ]
             with m.If(p_slot[i]):
