@@ -167,7 +167,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     -------
     A NACK taken in cycle t has its retransmit request out of the FIFO in cycle t + 4
     (:attr:`nack_latency`); a SACK's release in t + 3 (:attr:`sack_latency`), its feedback
-    in t + 4 (:attr:`feedback_latency`), its first hole request in t + 11 (:attr:`hole_latency`), then one per
+    in t + 4 (:attr:`feedback_latency`), its first hole request in t + 11
+    (:attr:`hole_latency`), then one per
     cycle. A timeout is seen at most one timer
     pass after it expires; a pass takes the sum over QPs of (outstanding PSNs + 5) cycles,
     at most ``qps`` x (``outstanding`` + 5), plus the cycles it yields to the output FIFOs.
@@ -187,7 +188,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     also pauses while the hole engine sends requests (one cycle per hole, requested or
     skipped as pending, after those to find the first and read its records: the next ack
     record is applied k + 7 cycles (:attr:`hole_pause` + k) after a SACK that opens k
-    holes, 3 after one whose search is not empty but finds every PSN in it acknowledged) or an output FIFO is full; a retransmission record waits while stage E
+    holes, 3 after one whose search is not empty but finds every PSN in it acknowledged)
+    or an output FIFO is full; a retransmission record waits while stage E
     holds a record or stage W one it does not apply in that cycle, or a SACK of its QP is
     in stage E, W or the hole engine. The pending table adds no cycle and no pause.
 
@@ -217,7 +219,8 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
     stage W holds an ack record sees it; one of stage E's QP waits); a retransmission
     leaves the pending table the cycle after it is judged (``pend_rm_*``). Nothing is
     forwarded to the timer scan, whose stage S3 tries its PSN again while stage E or W
-    holds a record of the same QP, or stage W held one as stage S1 read the bitmap. Each output record is chosen
+    holds a record of the same QP, or stage W held one as stage S1 read the bitmap. Each
+    output record is chosen
     by which stage holds one (stage W, the hole engine, the timer) and registered before
     its FIFO (``out_*``).
 

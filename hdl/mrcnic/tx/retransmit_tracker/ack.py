@@ -245,7 +245,8 @@ class AckStages:
             m.d.sync += e_valid.eq(0)
 
         vars(v).update(
-            e=e, e_q_rd=e_q_rd, e_base=e_base, e_vn_raw=e_vn_raw, e_ehx=e_ehx, e_epoch=e_epoch, e_found=e_found,
+            e=e, e_q_rd=e_q_rd, e_base=e_base, e_vn_raw=e_vn_raw, e_ehx=e_ehx, e_epoch=e_epoch,
+            e_found=e_found,
             e_hcand=e_hcand, e_hx=e_hx, e_lo=e_lo, e_pg=e_pg, e_qp_ok=e_qp_ok, e_rec_lo=e_rec_lo,
             qa=qa, e_tag_lo=e_tag_lo, e_trig1=e_trig1, e_w1=e_w1)
 
@@ -453,7 +454,8 @@ class AckStages:
             m.d.comb += [mark_w.addr.eq(w_q), mark_w.en.eq(1),
                          mark_w.data.eq(Cat(k_end[:6],
                                             Mux(k_end[7], w2, Mux(k_end[6], w.w1, ww0))))]
-        vars(v).update(changed=changed, holes=holes, k_nonempty=k_nonempty, live=live, p0=Cat(Const(0, 6), ww0),
+        vars(v).update(changed=changed, holes=holes, k_nonempty=k_nonempty, live=live,
+                       p0=Cat(Const(0, 6), ww0),
                        sack_ok=sack_ok)
 
     def _ack_stage_w_answer(self, m, v):

@@ -139,29 +139,9 @@ class HoleEngine:
         with m.Elif(h_issue):
             m.d.sync += h_cur.eq(h_cur & ~c_iso)
         m.d.sync += [h_emit.eq(h_issue), h_psn.eq(h_next_psn), h_pos.eq(Cat(c_idx, h_cur_g))]
-        # Stage J registers the hole's records as the block RAMs give them, with the time
-        # guard's verdict: the hole is young when its age (the trigger's send time less
-        # its own, signed) is below reorder_time, that is negative or, when it is not,
-        # less reorder_time negative. The trigger's time less reorder_time is a register
-        # (hole_trig_rt, a cycle after the trigger's time: the engine's first hole reaches
-        # the block RAMs' output five cycles after it loads), so the two signs are two
-        # carry chains side by side from the block RAM's output, registered.
-        # (Exact: an age of 0 .. 2^31 - 1 less reorder_time, under 2^16, stays in range.)
-        j_psn = Signal(PSN, name="hole_j_psn")
-        j_ev = Signal.like(rec_rh.data.ev, name="hole_j_ev")
-        j_tag = Signal.like(tag_rh.data, name="hole_j_tag")
-        h_trt = Signal(TIME_BITS, name="hole_trig_rt")
-        d_age, d_agert = (Signal(TIME_BITS, name="hole_d_age"),
-                          Signal(TIME_BITS, name="hole_d_age_rt"))
-        m.d.sync += h_trt.eq(h_ttime - r_time)
-        m.d.comb += [d_age.eq(h_ttime - rec_rh.data.time), d_agert.eq(h_trt - rec_rh.data.time)]
-        m.d.sync += [h_rd.eq(h_emit), h_rd_pos.eq(h_pos), h_dv.eq(h_rd), h_dv_pos.eq(h_rd_pos)]
-        h_dv_psn = Signal(PSN, name="hole_d_psn")
-        m.d.comb += h_dv_psn.eq(Cat(h_dv_pos[:6], h_p0[6:] + h_dv_pos[6]))
-        h_young = Signal(name="hole_j_young")
-        m.d.sync += [j_valid.eq(h_dv), j_psn.eq(h_dv_psn), j_ev.eq(rec_rh.data.ev),
-                     j_tag.eq(tag_rh.data),
-                     h_young.eq((r_time != 0) & (~h_tok | d_age[-1] | d_agert[-1]))]
+        j_psn, j_ev, j_tag, h_young, h_dv_psn = self._hole_stage_j(
+            m, rec_rh, tag_rh, r_time, h_ttime, h_tok, h_p0, h_emit, h_pos, j_valid,
+            h_rd, h_rd_pos, h_dv, h_dv_pos)
         with m.If(j_valid):
             m.d.comb += assign(rtx_rec, qp=h_q, psn=j_psn, tag=j_tag, ev=j_ev,
                                cause=RtxCause.HOLE)
@@ -188,3 +168,34 @@ class HoleEngine:
             h_dv_psn=h_dv_psn, h_flight=h_emit | h_rd | h_dv | j_valid,
             j_psn=j_psn,
             j_valid=j_valid, h_rtx=h_rtx)
+
+    @staticmethod
+    def _hole_stage_j(m, rec_rh, tag_rh, r_time, h_ttime, h_tok, h_p0, h_emit, h_pos, j_valid,
+                      h_rd, h_rd_pos, h_dv, h_dv_pos):
+        """The hole engine's read of a hole's records (stages m and d) and its stage J:
+        returns J's PSN, EV, tag and time-guard verdict, and stage d's PSN (the pending
+        table's lookup a cycle ahead)."""
+        # Stage J registers the hole's records as the block RAMs give them, with the time
+        # guard's verdict: the hole is young when its age (the trigger's send time less
+        # its own, signed) is below reorder_time, that is negative or, when it is not,
+        # less reorder_time negative. The trigger's time less reorder_time is a register
+        # (hole_trig_rt, a cycle after the trigger's time: the engine's first hole reaches
+        # the block RAMs' output five cycles after it loads), so the two signs are two
+        # carry chains side by side from the block RAM's output, registered.
+        # (Exact: an age of 0 .. 2^31 - 1 less reorder_time, under 2^16, stays in range.)
+        j_psn = Signal(PSN, name="hole_j_psn")
+        j_ev = Signal.like(rec_rh.data.ev, name="hole_j_ev")
+        j_tag = Signal.like(tag_rh.data, name="hole_j_tag")
+        h_trt = Signal(TIME_BITS, name="hole_trig_rt")
+        d_age, d_agert = (Signal(TIME_BITS, name="hole_d_age"),
+                          Signal(TIME_BITS, name="hole_d_age_rt"))
+        m.d.sync += h_trt.eq(h_ttime - r_time)
+        m.d.comb += [d_age.eq(h_ttime - rec_rh.data.time), d_agert.eq(h_trt - rec_rh.data.time)]
+        m.d.sync += [h_rd.eq(h_emit), h_rd_pos.eq(h_pos), h_dv.eq(h_rd), h_dv_pos.eq(h_rd_pos)]
+        h_dv_psn = Signal(PSN, name="hole_d_psn")
+        m.d.comb += h_dv_psn.eq(Cat(h_dv_pos[:6], h_p0[6:] + h_dv_pos[6]))
+        h_young = Signal(name="hole_j_young")
+        m.d.sync += [j_valid.eq(h_dv), j_psn.eq(h_dv_psn), j_ev.eq(rec_rh.data.ev),
+                     j_tag.eq(tag_rh.data),
+                     h_young.eq((r_time != 0) & (~h_tok | d_age[-1] | d_agert[-1]))]
+        return j_psn, j_ev, j_tag, h_young, h_dv_psn

@@ -63,7 +63,8 @@ class PendingTable:
         m.d.comb += live.eq(pv | Mux(ins_valid, ins_slot, 0))
         # The hole engine's and the timer's lookups a stage ahead: the entries are compared
         # with the PSN the stage will hold a cycle later (hole_j_pmatch as the hole's records
-        # leave the block RAMs, scan_s3_pmatch in the timer's stage S2), and so is the key written this
+        # leave the block RAMs, scan_s3_pmatch in the timer's stage S2), and so is the key
+        # written this
         # cycle into the slot that an insert decided now makes live in that later cycle
         # (*_pins, the only entry whose key changes meanwhile). The match is masked then by
         # what is live: the same answer as a lookup in that cycle. (Live but for the slot an
@@ -75,7 +76,8 @@ class PendingTable:
                          pins.eq((k_q == q) & (k_p == psn[:PB]))]
             return (pmatch & pv).any() | (ins_valid & pins)
         j_hit = Signal(name="hole_j_phit")
-        m.d.comb += [j_hit.eq(ahead("hole_j", h_q, h_dv_psn)), t_phit.eq(ahead("scan_s3", s2_q, s2_p))]
+        m.d.comb += [j_hit.eq(ahead("hole_j", h_q, h_dv_psn)),
+                     t_phit.eq(ahead("scan_s3", s2_q, s2_p))]
         # Stage W's lookup (a NACK's PSN) the same way, compared with the record stage W
         # holds in the next cycle: stage E's as it goes on, else stage W's own.
         def compare(q, psn):

@@ -200,7 +200,8 @@ class SentPath:
         ]
 
         vars(v).update(
-            credit=credit, credit_lt=credit_lt, e_go=e_go, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs, s=s, s_err=s_err,
+            credit=credit, credit_lt=credit_lt, e_go=e_go, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs,
+            s=s, s_err=s_err,
             s_rtx_ok=s_rtx_ok, take_s=take_s, ring_we=ring_we, ring_addr=ring_addr,
             s1_valid=s1_valid, s1_qp_ok=s1_qp_ok, s_cond=s_cond, w_fwd_cack=w_fwd_cack,
             w_fwd_fatal=w_fwd_fatal,

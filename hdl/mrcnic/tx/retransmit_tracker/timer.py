@@ -45,20 +45,20 @@ class TimerStages:
          retries, t_exp, r_lin, r_max, epoch, e_valid, e_q, WORDL, wq, ob, take_s, s,
          ctx_rt, nxt_rt, qs, w_valid, w_q, ring_we, ring_addr, qa, err, err_late) = _take(v, """
             qb cmd_busy rec_addr rec_rh h_emit h_q h_psn tag_rh rq_r banks bank_addr retries
-            t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s ctx_rt nxt_rt qs w_valid w_q ring_we
-            ring_addr qa err err_late""")
+            t_exp r_lin r_max epoch e_valid e_q WORDL wq ob take_s s ctx_rt nxt_rt qs w_valid w_q
+            ring_we ring_addr qa err err_late""")
         # --- Timer scan ---------------------------------------------------------------------
         # Stage S0 (sc_*): the PSN whose record and timeout mark are read, addressed from
         # registers, their words out of the block RAMs in stage S2; its tag is read in S1,
         # and out in S3. (The hole engine takes the record and tag ports in the cycles it
         # reads a hole's: the PSN is then tried again, s*_port.)
-        sc_q = Signal(qb)
-        sc_p = Signal(PSN)
-        sc_on = Signal()
-        s1_valid, s1_q, s1_p, s1_port = (Signal(name="scan_s1_valid"), Signal(qb, name="scan_s1_q"),
-                                          Signal(PSN, name="scan_s1_p"), Signal(name="scan_s1_port"))
-        s2_valid, s2_q, s2_p, s2_port = (Signal(name="scan_s2_valid"), Signal(qb, name="scan_s2_q"),
-                                          Signal(PSN, name="scan_s2_p"), Signal(name="scan_s2_port"))
+        sc_q, sc_p, sc_on = Signal(qb), Signal(PSN), Signal()
+        s1_valid, s1_q, s1_p, s1_port = (
+            Signal(name="scan_s1_valid"), Signal(qb, name="scan_s1_q"),
+            Signal(PSN, name="scan_s1_p"), Signal(name="scan_s1_port"))
+        s2_valid, s2_q, s2_p, s2_port = (
+            Signal(name="scan_s2_valid"), Signal(qb, name="scan_s2_q"),
+            Signal(PSN, name="scan_s2_p"), Signal(name="scan_s2_port"))
         issue = sc_on & ~cmd_busy
         sc_addr = rec_addr(sc_q, sc_p)
         s_w = s1_p[6:]
