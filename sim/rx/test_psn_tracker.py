@@ -513,7 +513,8 @@ def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks)
     base plus its run, split in R and tested with a few bits in F) and against the CACK
     read (split in W at bit ``_adv_bits``: its high bits subtracted there, the low ones
     taken as the run) give the 24-bit tests' answers: at or before it, in the window above
-    it, just after it."""
+    it, just after it; the window's size from the offset less the window, worked out
+    before the run is known."""
     from types import SimpleNamespace
     from amaranth.sim import Simulator
     rng = seeded()
@@ -525,14 +526,17 @@ def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks)
     run, mpr_m1 = Signal(range(dut.window)), Signal(max(1, cbits))
     f = SimpleNamespace(adv=Signal(st.f.adv.shape()))
     m = Module()
-    m.d.comb += f.adv.eq(dut._adv_offset(m, "adv", psn, base))
+    # (As in W: the offset worked out a stage ahead, less the window taken after.)
+    adv = dut._adv_offset(m, "adv", psn, base)
+    m.d.comb += [f.adv.eq(adv), f.adv.lw.eq(dut._adv_lw(adv.lo, mpr_m1))]
     got = Signal(3)
-    m.d.comb += got.eq(dut._adv_tests(m, f.adv, run, mpr_m1))
+    m.d.comb += got.eq(dut._adv_tests(m, f.adv, run))
     # The split at bit M, against a CACK read.
     psn2, cack = Signal(proto.PSN_BITS), Signal(proto.PSN_BITS)
     psn2_m1, got2 = Signal(proto.PSN_BITS), Signal(3)
-    adv2 = dut._adv_offset(m, "adv_ram", psn2, Cat(Const(0, M), cack[M:]), psn_m1=psn2_m1)
-    m.d.comb += [psn2_m1.eq(psn2 - 1), got2.eq(dut._adv_tests(m, adv2, cack[:M], mpr_m1))]
+    adv2 = dut._adv_offset(m, "adv_ram", psn2, Cat(Const(0, M), cack[M:]), psn_m1=psn2_m1,
+                           mpr_m1=mpr_m1)
+    m.d.comb += [psn2_m1.eq(psn2 - 1), got2.eq(dut._adv_tests(m, adv2, cack[:M]))]
     mask = (1 << proto.PSN_BITS) - 1
 
     def want(off, r, mm1):

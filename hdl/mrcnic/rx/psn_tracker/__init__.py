@@ -316,6 +316,10 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         m.submodules.ctx = ctx = Memory(shape=self._ctx_layout, depth=qps, init=[ctx_init] * qps)
         ctx_w = ctx.write_port()
         ctx_r, ctx_u = ctx.read_port(domain="comb"), ctx.read_port(domain="comb")
+        # (Stage D's read of the highest PSN seen, for W's tests against what U writes.)
+        ctx_d = ctx.read_port(domain="comb")
+        # (Stage R's read of the QP's window.)
+        ctx_rd = ctx.read_port(domain="comb")
         m.submodules.stats = stats = Memory(shape=self._stats_layout, depth=qps,
                                             init=[{"pbase": (1 << PSN) - 1}] * qps)
         stats_w = stats.write_port()
@@ -336,7 +340,8 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         m.submodules.pool_data = pool_data = Memory(shape=POOL_DATA, depth=N, init=[])
         held = Signal(range(N + 1), name="pool_held")
         m.d.sync += held.eq(sum(pool[i].valid for i in range(N)))
-        return SimpleNamespace(ctx_w=ctx_w, ctx_r=ctx_r, ctx_u=ctx_u, stats_w=stats_w,
+        return SimpleNamespace(ctx_w=ctx_w, ctx_r=ctx_r, ctx_u=ctx_u, ctx_d=ctx_d, ctx_rd=ctx_rd,
+                               stats_w=stats_w,
                                stats_r=stats_r,
                                lo=banks["lo"], hi=banks["hi"], pool=pool, held=held,
                                pool_w=pool_data.write_port(),
@@ -417,6 +422,9 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
             # A command's write of the context and statistics (stage U's write ports, which
             # the command's QP index reaches through ``u_qpi``), and when it runs.
             cmd_run=Signal(name="cmd_run"), cmd_ctx_we=Signal(name="cmd_ctx_we"),
+            # (The stages are empty and no record can reach U next cycle: see
+            # _qp_command_run.)
+            cmd_idle=Signal(init=1, name="cmd_idle"),
             cmd_ctx=Signal(self._ctx_layout, name="cmd_ctx"),
             cmd_stats=Signal(self._stats_layout, name="cmd_stats"))
 
@@ -620,7 +628,7 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         cmd_qp, cmd_start, cmd_j = ctl.cmd_qp, ctl.cmd_start, ctl.cmd_j
         # Idle: nothing in the queue or the pipeline, and nothing accepted (the input is
         # closed while a command waits), so still idle in the next cycle: registered.
-        idle = Signal(init=1, name="cmd_idle")
+        idle = ctl.cmd_idle
         m.d.sync += idle.eq(ctl.cmd_busy & q.empty & ~q.take & ~st.r.valid & ~st.w.valid &
                             ~st.f.valid & ~st.d.valid & ~st.u.valid & ~st.a.valid &
                             ~ctl.cont_valid & ~ctl.drain_busy)

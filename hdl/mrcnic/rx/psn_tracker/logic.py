@@ -1,5 +1,5 @@
 """Logic the stages of :class:`~mrcnic.rx.psn_tracker.PsnTracker` share: named levels of a
-wide function, zero tests, a select of one bit among many, the search of a word for its
+wide function, a select of one bit among many, the search of a word for its
 first set bit; and the tests of a PSN against a CACK split over stages
 (:class:`PsnTests`: the offset from a base worked out stages ahead, a short carry chain
 against the run after), mixed into :class:`~mrcnic.rx.psn_tracker.stages.TrackerStages`.
@@ -9,7 +9,7 @@ from amaranth.hdl import Cat, Const, Mux, Signal
 
 from mrcnic.base import proto
 
-__all__ = ["named", "is_zero", "select_bit", "first_of_four", "word_search", "PsnTests"]
+__all__ = ["named", "select_bit", "first_of_four", "word_search", "PsnTests"]
 
 PSN = proto.PSN_BITS
 
@@ -22,13 +22,6 @@ def named(m, value, name, keep=False):
     sig = Signal(len(value), name=name, attrs={"keep": 1} if keep else {})
     m.d.comb += sig.eq(value)
     return sig
-
-
-def is_zero(m, value, name):
-    """``value`` == 0, in groups of six bits (two LUT levels for up to 36 bits)."""
-    groups = named(m, Cat(*(value[i:i + 6] == 0 for i in range(0, len(value), 6))),
-                  f"{name}_z")
-    return groups.all()
 
 
 def select_bit(m, vec, sel, name):
@@ -70,7 +63,13 @@ class PsnTests:
     (``_adv_bits``, ``_adv_layout``, ``_cbits``, set by
     :meth:`~mrcnic.rx.psn_tracker.stages.TrackerStages._stage_registers`)."""
 
-    def _adv_offset(self, m, name, psn, base, psn_m1=None):
+    def _adv_lw(self, lo, mpr_m1):
+        """``lo`` less the window (``mpr_m1`` + 1 chunks of 128), for F's window test: its
+        bits from 7 up and a sign bit (its low 7 bits are ``lo``'s)."""
+        M = self._adv_bits
+        return (Cat(lo[7:M], Const(0, 1)) + ~Cat(mpr_m1, Const(0, M - 6 - len(mpr_m1))))[:M - 6]
+
+    def _adv_offset(self, m, name, psn, base, psn_m1=None, mpr_m1=None):
         """The offset of ``psn`` from ``base`` (a PSN whose low 7 bits are 0), for F's tests
         of the PSN against ``base`` plus a run less than 2^``_adv_bits``
         (:meth:`_adv_tests`), as a value of ``_adv_layout``: its low bits, whether its high
@@ -79,7 +78,8 @@ class PsnTests:
         whether the high bits are 0 (the PSN just after base plus run is where they equal
         the run). With ``psn_m1`` (``psn`` - 1, a register) and a base whose low
         ``_adv_bits`` bits are 0, only the high bits are subtracted (two short carry
-        chains side by side)."""
+        chains side by side). With ``mpr_m1`` (a register), the offset's low bits less the
+        window too (:meth:`_adv_lw`; else left 0, to be worked out a stage on)."""
         M = self._adv_bits
         off, off1 = Signal(PSN, name=f"{name}_off"), Signal(PSN, name=f"{name}_off_m1")
         if psn_m1 is None:
@@ -95,6 +95,8 @@ class PsnTests:
         m.d.comb += [adv.lo.eq(off[:M]), adv.up0.eq(up0), adv.up1.eq(up == 1),
                      adv.s0.eq(off[-1]), adv.s1.eq(s1),
                      adv.lo1.eq(off1[:M]), adv.z1.eq(off1[M:] == 0)]
+        if mpr_m1 is not None:
+            m.d.comb += adv.lw.eq(self._adv_lw(off[:M], mpr_m1))
         return adv
 
     def _hi_tests(self, m, psn, psn_m1, hi, name):
@@ -111,31 +113,40 @@ class PsnTests:
 
     # --- Stage F: fetch --------------------------------------------------------------------
 
-    def _adv_tests(self, m, adv, run, mpr_m1, name="f_adv"):
+    def _adv_tests(self, m, adv, run, name="f_adv"):
         """The PSN's tests against a CACK (before: at or before it, in_win: in the window
         above it, imm: just after it; as the signs and zeros of PSN - CACK and PSN - CACK -
         1 on 24 bits would give them) for CACK = base + ``run``, from ``off`` the PSN's
         offset from the base
         (worked out stages ahead, :meth:`_adv_offset`: a window base in R, the CACK read
         less its low bits in W) and ``run`` < 2^M (M = ``_adv_bits``): with M-bit carry
-        chains rather than 24-bit ones. The low bits give ``lo`` - ``run``
-        and ``lo`` - ``run`` - 1 and their borrows; the high bits then read 0 when they
-        were 0 without a borrow or 1 with one, and the sign is the offset's, or with a
-        borrow that of its high bits less one. (Checked against the 24-bit tests in
+        chain rather than 24-bit ones. The low bits give ``lo`` - ``run`` - 1 and its
+        carry (``lo`` > ``run``), and beside it whether ``lo`` = ``run``; the high bits then
+        read 0 when they were 0 with ``lo`` >= ``run`` or 1 with ``lo`` < ``run``, and the
+        sign is the offset's, or with ``lo`` < ``run`` that of its high bits less one. (Checked against the 24-bit tests in
         sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23, random ones.)"""
-        M, K, cbits = self._adv_bits, 7 + self._cbits, self._cbits
+        M = self._adv_bits
         run_m = Cat(run, Const(0, M - len(run)))
-        low_d, low_m = Signal(M + 1, name=f"{name}_low"), Signal(M + 1, name=f"{name}_low_m1")
-        m.d.comb += [low_d.eq(Cat(adv.lo, Const(1, 1)) - run_m), low_m.eq(adv.lo + ~run_m)]
-        borrow, carry = ~low_d[M], low_m[M]
-        before = (is_zero(m, low_d[:M], f"{name}_dd") & Mux(borrow, adv.up1, adv.up0)) | \
-            Mux(borrow, adv.s1, adv.s0)
-        dm_up_zero = Mux(carry, adv.up0, adv.up1)
-        in_win = ~before & dm_up_zero
-        if M > K:
-            in_win = in_win & (low_m[K:M] == 0)
-        if cbits:
-            in_win = in_win & (low_m[7:K] <= mpr_m1)
+        # One carry chain, ``lo`` - ``run`` - 1: its carry is ``lo`` > ``run``; whether they
+        # are equal is worked out beside it from the registers, so that only one level
+        # follows the chain for ``before``.
+        low_m = Signal(M + 1, name=f"{name}_low_m1")
+        m.d.comb += low_m.eq(adv.lo + ~run_m)
+        carry = low_m[M]
+        eq = named(m, Cat(*(adv.lo[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
+                   f"{name}_eq", keep=True).all()
+        # (``lo`` >= ``run``: the offset's high bits as they are, 0 at or before; else they
+        # lose one.)
+        at_eq = named(m, Mux(eq, adv.s0 | adv.up0, adv.s1), f"{name}_at_eq", keep=True)
+        before = Mux(carry, adv.s0, at_eq)
+        # In the window: the offset less one (``lo`` - ``run`` - 1, or 2^M more when the
+        # high bits are 1) below the window, tested by a second chain beside the first,
+        # from ``lo`` less the window (``lw``, worked out a stage ahead): T = ``lo`` -
+        # window - ``run`` - 1 on M + 2 bits, below 0, or below -2^M when 2^M is to add.
+        t = Signal(M + 2, name=f"{name}_win")
+        m.d.comb += t.eq(Cat(adv.lo[:7], adv.lw, adv.lw[-1]) + ~Cat(run_m, Const(0, 2)))
+        in_win = Mux(carry, ~adv.s0 & adv.up0 & t[M + 1],
+                     ~at_eq & adv.up1 & t[M + 1] & ~t[M])
         # Just after it: the offset less one equals the run (no carry chain).
         imm = named(m, Cat(*(adv.lo1[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
                     f"{name}_imm_eq", keep=True).all() & adv.z1

@@ -106,7 +106,7 @@ class TrackerStages(PsnTests):
         self._adv_bits = max(7 + self._cbits, ceil_log2(self.window))
         self._adv_layout = data.StructLayout({"lo": self._adv_bits, "up0": 1, "up1": 1,
                                               "s0": 1, "s1": 1, "lo1": self._adv_bits,
-                                              "z1": 1})
+                                              "z1": 1, "lw": self._adv_bits - 6})
 
         def stage(prefix, **shapes):
             return SimpleNamespace(**{k: Signal(v, name=f"{prefix}_{k}")
@@ -122,12 +122,13 @@ class TrackerStages(PsnTests):
             "hit": C * CHUNK // WORD, "bsel": WORD, "val": C, "own": 1, "next": 1,
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
         st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout,
-                     next_low=7 + self._cbits, psn_m1=PSN, par=C, adv=self._adv_layout)
+                     next_low=7 + self._cbits, psn_m1=PSN, par=C, adv=self._adv_layout,
+                     mpr_m1=max(1, self._cbits))
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
                      ctx=CTX, ctx_uw=1, uw_adv=1, sel=1, every=2,
                      act=1, fwd=self._fwd_layout,
                      next_par=1, next_val=1, own_act=1, next_act=1,
-                     par=C, lap_own=CHUNK, th_lt=CHUNK // WORD, forced=CHUNK,
+                     par=C, lap_own=CHUNK, forced=CHUNK,
                      adv=self._adv_layout,
                      pp_above=1, pp_new_hole=1, hi_ram=2, hi_uw=2,
                      own_pre=CHUNK // 4, next_pre=CHUNK // 4)
@@ -143,7 +144,7 @@ class TrackerStages(PsnTests):
                      due=1, need_cont=1, above_hi=1, admit=1, own_cpl=1, word=HALF,
                      cand=self.max_wimm_dest, rel=data.ArrayLayout(9, self.max_wimm_dest),
                      events=data.StructLayout({n: 1 for n in VERDICT_NAMES}),
-                     stats=self._stats_layout, length=16)
+                     stats=self._stats_layout, length=16, hi_rd=min(PSN, 9 + self._cbits))
         st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
         # Registers loaded alike with others, kept apart (synthesis merges registers loaded
@@ -207,7 +208,11 @@ class TrackerStages(PsnTests):
             chunks.append(chunk)
         same = d.valid & ~d.op.cont & d.qp_in & (d.qpi == r.qpi) & r.qp_in
         f = st.f
+        # The QP's window, read here (only a QP command, which runs with the stages empty,
+        # changes it), for W's work towards F's window tests.
+        m.d.comb += mem.ctx_rd.addr.eq(r.qpi)
         m.d.sync += [w.valid.eq(r.valid & ~st.kill), w.op.eq(r.op), w.qpi.eq(r.qpi),
+                     w.mpr_m1.eq(mem.ctx_rd.data.mpr_m1),
                      w.qp_in.eq(r.qp_in), w.same_u.eq(same),
                      # The record in F is of this QP (in D when this one is in W: W
                      # forwards its write, then checked valid, from this register).
@@ -295,7 +300,6 @@ class TrackerStages(PsnTests):
         act = Signal(name="w_fwd_act")
         m.d.comb += act.eq(from_u | (d_fresh & ~d_refuse))
         rel7 = psn[:7]
-        nwc = CHUNK // WORD
         raw = [Cat(mem.lo.r_data[j], mem.hi.r_data[j]) for j in range(2)]
         m.d.sync += [
             f.valid.eq(w.valid & ~st.kill), f.op.eq(op), f.qpi.eq(w.qpi), f.qp_in.eq(w.qp_in),
@@ -324,14 +328,10 @@ class TrackerStages(PsnTests):
             f.own_act.eq(act & fwd.own),
             f.next_act.eq(act & fwd.next),
             f.par.eq(Cat(*pars)),
-            # Positions up to the packet's own read as arrived (the search starts after it):
-            # whole words below its word, and in its word the bits up to its own.
-            f.th_lt.eq(Cat(*(rel7[WORD_BITS:] > k for k in range(nwc)))),
+            # Positions up to the packet's own read as arrived (the search starts after it).
             # Position 0 is not forced: the search does not read it (a continuation's first).
-            f.forced.eq(Cat(Const(0, 1), *((rel7[WORD_BITS:] == i // WORD) &
-                                           (rel7[:WORD_BITS] >= i % WORD)
-                                           for i in range(1, CHUNK)))),
-            f.adv.eq(w.adv),
+            f.forced.eq(Cat(Const(0, 1), *(rel7 >= i for i in range(1, CHUNK)))),
+            f.adv.eq(w.adv), f.adv.lw.eq(self._adv_lw(w.adv.lo, w.mpr_m1)),
             # The QP's context, read here; the write it misses (that of the record now in
             # U) changes only its CACK (F tests against it, ``uw_adv``), its highest PSN
             # (tested below) and its count since the last SACK (``uw_every``).
@@ -341,13 +341,14 @@ class TrackerStages(PsnTests):
             f.ram_adv.eq(self._adv_offset(
                 m, "w_ram_adv", psn, Cat(Const(0, self._adv_bits),
                                          mem.ctx_r.data.cack[self._adv_bits:]),
-                psn_m1=w.psn_m1)),
+                psn_m1=w.psn_m1, mpr_m1=w.mpr_m1)),
             f.every.eq(self._every(mem.ctx_r.data.since, st.sack_every)),
             f.ctx_uw.eq(u.valid & u.qp_ok & (u.qpi == w.qpi)),
             # And the record in U advances CACK: the PSN's offset from its window base.
             f.uw_adv.eq(u.valid & u.qp_ok & (u.qpi == w.qpi) & u.adv),
             f.uw_adv_off.eq(self._adv_offset(m, "w_uw_adv", psn,
-                                             Cat(Const(0, 7), u.op.psn[7:]))),
+                                             Cat(Const(0, 7), u.op.psn[7:]),
+                                             mpr_m1=w.mpr_m1)),
             # The record in D is of this QP (in U next cycle, unless the stages are
             # flushed, this record with them).
             f.sel.eq(d.valid & d.qp_ok & (d.qpi == w.qpi)),
@@ -364,7 +365,7 @@ class TrackerStages(PsnTests):
         # places above the highest, else what it read (both tested, picked after).
         hi_tests = functools.partial(self._hi_tests, m, psn, w.psn_m1)
         u_hi = Mux(u.place & u.above_hi, hi_tests(u.op.psn, "w_hi_u"),
-                   hi_tests(mem.ctx_u.data.hi, "w_hi_uread"))
+                   hi_tests(u.hi_rd, "w_hi_uread"))
         m.d.sync += [f.hi_ram.eq(hi_tests(mem.ctx_r.data.hi, "w_hi")), f.hi_uw.eq(u_hi)]
 
     @staticmethod
@@ -388,9 +389,7 @@ class TrackerStages(PsnTests):
         # Each position from registers in one function of five: the bit as read (lap parity
         # removed in W), or the value the forwarded write gives it (the write there, known
         # in W);
-        # positions up to the packet's own read as arrived (``forced``: in the packet's own
-        # word the bits up to its own; the words before it, whose search words are then all
-        # arrived, by clearing their ``found`` below).
+        # positions up to the packet's own read as arrived (``forced``).
         hitw, forced = f.fwd.hit, f.forced
         parts = []
         for j in range(C):
@@ -409,10 +408,13 @@ class TrackerStages(PsnTests):
         # the window's last word ends at the position after the window, taken as a hole.
         srch = Signal(W, name="f_search")
         m.d.comb += srch.eq(Cat(full[1:], Const(0, 1)))
+        # Each word's index of its first hole, and apart from it whether it has one (two
+        # levels: a kept nibble level, which no index logic shares).
         found, idx = [], []
         for k in range(nw):
-            fk, ik = word_search(m, ~srch[k * WORD:(k + 1) * WORD], f"f_word{k}")
-            found.append(fk & ~f.th_lt[k] if k < nwc else fk)
+            word = srch[k * WORD:(k + 1) * WORD]
+            _, ik = word_search(m, ~word, f"f_word{k}")
+            found.append(named(m, ~word.all(), f"f_hole{k}", keep=True))
             idx.append(ik)
         found_last = ~srch[(nw - 1) * WORD:W - 1].all()
         op = f.op
@@ -475,7 +477,7 @@ class TrackerStages(PsnTests):
         # (Whether the QP is open and its window, from the context read in W alone: stage U
         # writes them back as it read them, and only a QP command, which runs with the
         # stages empty, changes them.)
-        is_open, mpr_m1 = f.ctx.open, f.ctx.mpr_m1
+        is_open = f.ctx.open
 
         # Against the highest PSN seen: both contexts tested in W, picked here.
         hi_t = Mux(f.ctx_uw, f.hi_uw, f.hi_ram)
@@ -486,13 +488,12 @@ class TrackerStages(PsnTests):
         fwd_adv, fwd_hi = f.sel & u.adv, f.sel & u.place & u.above_hi
         fwd_sack, fwd_inc = f.sel & u.pkt_op & u.due, f.sel & u.place
         t = Signal(d.t.shape(), name="f_tests")
-        m.d.comb += t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run_f, mpr_m1),
+        m.d.comb += t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run_f),
                              # (Against the CACK the record past U wrote if it advanced,
                              # else against the CACK read, which it did not change.)
-                             Mux(f.uw_adv, self._adv_tests(m, f.uw_adv_off, st.uw.run,
-                                                           mpr_m1, "f_uw"),
+                             Mux(f.uw_adv, self._adv_tests(m, f.uw_adv_off, st.uw.run, "f_uw"),
                                  self._adv_tests(m, f.ram_adv, f.ctx.cack[:self._adv_bits],
-                                                 mpr_m1, "f_ram"))))
+                                                 "f_ram"))))
         m.d.sync += [
             # The QP is open; and the record is a WRITE (not a probe, not trimmed) to it.
             d.qp_ok.eq(f.qp_in & is_open),
@@ -581,8 +582,11 @@ class TrackerStages(PsnTests):
             rels.append(rel[:9])
         # The QP's statistics and the packet's length, for U's counts (no write to come
         # before U can change them: the record in U now is of another QP).
-        m.d.comb += mem.stats_r.addr.eq(d.qpi)
+        m.d.comb += [mem.stats_r.addr.eq(d.qpi), mem.ctx_d.addr.eq(d.qpi)]
         m.d.sync += [
+            # (The QP's highest PSN seen, read here for W's tests against what U writes:
+            # the record in U now is of another QP.)
+            u.hi_rd.eq(mem.ctx_d.data.hi),
             u.stats.eq(mem.stats_r.data), u.length.eq(q.len_at_d.data),
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
             u.qp_ok.eq(qp_ok), u.place.eq(place),
@@ -658,11 +662,12 @@ class TrackerStages(PsnTests):
         # registers (from the same registers, synthesis would work the OR out of the merges'
         # outputs, whose word numbers encode the flags, and chain through them), the last
         # word's before the window's end.
+        # (Down to two flags: their OR is taken with the advance, in one level with it.)
         found = Cat(d.found_c[:nw - 1], d.found_last_c)
-        while len(found) > 1:
+        while len(found) > 2:
             found = Cat(*(named(m, found[g:g + 4].any(), f"d_found_hole{len(found)}_{g // 4}",
                                 keep=True) for g in range(0, len(found), 4)))
-        return run, found
+        return run, found.any()
 
     # --- Stage U: update -------------------------------------------------------------------
 
@@ -712,10 +717,12 @@ class TrackerStages(PsnTests):
         # empty: see _qp_command_run.)
         we = (u.valid & u.qp_ok) | ctl.cmd_ctx_we
         m.d.comb += [mem.ctx_w.addr.eq(u.qpi),
-                     mem.ctx_w.data.eq(Mux(ctl.cmd_run, ctl.cmd_ctx, new)),
+                     # (Picked by the register ``cmd_idle``: its cycles are a command's,
+                     # and the one after, in which nothing writes.)
+                     mem.ctx_w.data.eq(Mux(ctl.cmd_idle, ctl.cmd_ctx, new)),
                      mem.ctx_w.en.eq(we),
                      mem.stats_w.addr.eq(u.qpi),
-                     mem.stats_w.data.eq(Mux(ctl.cmd_run, ctl.cmd_stats, new_stats)),
+                     mem.stats_w.data.eq(Mux(ctl.cmd_idle, ctl.cmd_stats, new_stats)),
                      mem.stats_w.en.eq(we)]
         # The new count against sack_every, from the count read (each case compared in
         # parallel): 0 after a SACK; one more (0 past 255) after a placement; else as read.
