@@ -159,16 +159,18 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
     * ``r_`` read: the block RAM reads; how the ring write of the record in D would reach
       the window; the PSN's position plus one; the PSN's offset from the window base of
       the record in F (split into low bits and flags for F's short tests two stages on);
+      the QP's window (distributed RAM);
     * ``w_`` window: the bank words, out of the block RAM's register with the two writes
       after the address forwarded (as a read in R transparent to its cycle's write), lap
-      parity removed, into registers, and the first level of the own and next bit's
+      parity removed, into registers, and the first two levels of the own and next bit's
       selects; which
       ring write the read missed reaches this window (that of the record in U or of the
       one in D) and where, and whether it is made (the record in D's placement registered
       as D decides it, a stage ahead of the search it steers); the positions up to the
       packet's own as a mask; the PSN against the record in D's; the QP's context (distributed
-      RAM) into registers, and the PSN tested against the highest PSN seen in it and in
-      the context the record in U writes;
+      RAM) into registers, the offsets' low bits less the window (for F's window test), and
+      the PSN tested against the highest PSN seen in it and in the context the record in U
+      writes;
     * ``f_`` fetch: the PSN tested against the context (or the one the record past U
       wrote) and against the CACK the record in U writes if it advances, and the tests
       that hold picked; whether the pool will be full; the window, each position one
@@ -176,7 +178,7 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
       word; the packet's own bit and the next;
     * ``d_`` decide: the verdict, the search combined (the first word with a hole, its
       number and index, by a tree of priority merges), the SACK triggers, the ring
-      write's address; a
+      write's address; the QP's highest PSN seen read (for W's tests); a
       continuation or an advance on a QP holding completions flushes stages I to D (a
       registered flag, next cycle) and the queue re-issues their records;
     * ``u_`` update: the context read, the new CACK and context written (and forwarded),
