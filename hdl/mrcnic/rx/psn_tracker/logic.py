@@ -120,11 +120,13 @@ class PsnTests:
         offset from the base
         (worked out stages ahead, :meth:`_adv_offset`: a window base in R, the CACK read
         less its low bits in W) and ``run`` < 2^M (M = ``_adv_bits``): with M-bit carry
-        chain rather than 24-bit ones. The low bits give ``lo`` - ``run`` - 1 and its
+        chains rather than 24-bit subtractions. The low bits give ``lo`` - ``run`` - 1 and its
         carry (``lo`` > ``run``), and beside it whether ``lo`` = ``run``; the high bits then
         read 0 when they were 0 with ``lo`` >= ``run`` or 1 with ``lo`` < ``run``, and the
-        sign is the offset's, or with ``lo`` < ``run`` that of its high bits less one. (Checked against the 24-bit tests in
-        sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23, random ones.)"""
+        sign is the offset's, or with ``lo`` < ``run`` that of its high bits less one. The
+        window's end is a second chain beside the first (see below). (Checked against the
+        24-bit tests in sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23,
+        random ones.)"""
         M = self._adv_bits
         run_m = Cat(run, Const(0, M - len(run)))
         # One carry chain, ``lo`` - ``run`` - 1: its carry is ``lo`` > ``run``; whether they
