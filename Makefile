@@ -70,7 +70,7 @@ tools:
 	fi
 
 test: setup
-	$(PY) -m pytest -n $(JOBS) -m "not soak" --durations=15 sim cocotb_tests
+	$(PY) -m pytest -n $(JOBS) --dist worksteal -m "not soak" --durations=15 sim cocotb_tests
 
 test-fast: setup
 	$(PY) -m pytest -n $(JOBS) sim -m "not synth and not soak and not formal"

@@ -60,8 +60,8 @@ class Counted(Elaboratable):
 
 def check_random(n, width, storage, wide, cycles, rng):
     """Random events, AXI reads of random registers at random times with a random
-    ``rready``, and clears written at random times (in the first 60% of the run, so that
-    the wide counter wraps 16 bits in the rest), for ``cycles`` cycles. Every read is
+    ``rready``, and clears written at random times of the busy phases (in the first 60% of the run, so
+    that the wide counter wraps 16 bits in the rest), for ``cycles`` cycles. Every read is
     checked against the Python count of the cycle before its response first shows (the
     cycle R is loaded in, the edge the read is performed on). Returns tallies of what was
     covered."""
@@ -110,7 +110,10 @@ def check_random(n, width, storage, wide, cycles, rng):
             ctx.set(bus.araddr, ar_addr)
             rready = int(rng.random() < 0.7)
             ctx.set(bus.rready, rready)
-            if not aw_w and t < 0.6 * cycles and rng.random() < 0.02:
+            # (Clears are written in the busy phases only, so that they meet events: with
+            # one counter, the clears of some seeds all fell where no event was, for
+            # example SEED=3092408026.)
+            if not aw_w and t < 0.6 * cycles and phase in (1, 2) and rng.random() < 0.04:
                 aw_w = 1
             ctx.set(bus.awvalid, aw_w)
             ctx.set(bus.wvalid, aw_w)
