@@ -571,9 +571,10 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         """Per-QP error flag and retry count."""
         (r_written, r_written2, cmd_apply, sack_ok, w, w_q, s1_q, t_timeout, head, s2_q, s3_q,
          qps, cmd_qp, err, retries, epoch, fatal, err_late, err_late_q, t_eval, expired,
-         s3) = _take(v, """
+         s3, w_valid, cmd_busy) = _take(v, """
             r_written r_written2 cmd_apply sack_ok w w_q s1_q t_timeout head s2_q s3_q qps
-            cmd_qp err retries epoch fatal err_late err_late_q t_eval expired s3""")
+            cmd_qp err retries epoch fatal err_late err_late_q t_eval expired s3 w_valid
+            cmd_busy""")
         # --- Per-QP error and retry count --------------------------------------------------
         # A retry count maybe written this cycle for the QP of stage S1 (or S2): its timeout
         # is worked out again. (Maybe: a timeout of the QP's oldest PSN that stage S3
@@ -595,13 +596,14 @@ class RetransmitTracker(SentPath, AckStages, HoleEngine, TimerStages, PendingTab
         # advance; a timeout of the QP's oldest PSN counts one (saturating at 31: the count
         # read in stage S2, and its increment, are registers, scan_s3_retries_*; a write of
         # the count in between makes S3 try the PSN again, without a timeout).
-        with m.If(cmd_apply):
-            m.d.comb += [retries.w.addr.eq(cmd_qp), retries.w.data.eq(0), retries.w.en.eq(1)]
-        with m.Elif(sack_ok & w.adv):
-            m.d.comb += [retries.w.addr.eq(w_q), retries.w.data.eq(0), retries.w.en.eq(1)]
-        with m.Else():
-            m.d.comb += [retries.w.addr.eq(s3_q), retries.w.data.eq(s3.r_inc),
-                         retries.w.en.eq(t_timeout & head & ~s3.r_sat)]
+        # Its address and data are picked by which stage holds a record (registers), not by
+        # the decisions: an open comes while stage W is empty, and the timer's timeout only
+        # while W is empty too (busy_out).
+        m.d.comb += [
+            retries.w.addr.eq(Mux(w_valid, w_q, Mux(cmd_busy, cmd_qp, s3_q))),
+            retries.w.data.eq(Mux(w_valid | cmd_busy, 0, s3.r_inc)),
+            retries.w.en.eq(cmd_apply | (sack_ok & w.adv) | (t_timeout & head & ~s3.r_sat)),
+        ]
 
 
     def _open_sweep_writes(self, m, v):

@@ -419,19 +419,21 @@ class AckStages:
         new_cack = Signal(PSN)
         m.d.comb += new_cack.eq(Mux(w.adv, w.cack, w.old_cack))
         ww0 = w.base[6:]
-        with m.If(sack_ok):
-            m.d.comb += [ctx_w.addr.eq(w_q), ctx_w.en.eq(1),
-                         *assign(ctx_w.data, cack=new_cack, hi=w.h2, mpr=w.mpr)]
-            for b in range(2):
-                wp = banks[b][0]
-                mine = ww0[0] == b
-                m.d.comb += [
-                    # (The even bank's word is at w1's address, the odd bank's at w0's.)
-                    wp.addr.eq(bank_addr(w_q, w.w1 if b == 0 else ww0)), wp.en.eq(1),
-                    wp.data.lap.eq(Mux(mine, ww0[wq:], w.w1[wq:])),
-                    wp.data.epoch.eq(w.epoch),
-                    wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
-                ]
+        # Every write's address and data come from stage W's registers whether or not it
+        # goes (an open, while W is empty, overrides the context's): only the enables wait
+        # for the decision.
+        m.d.comb += [ctx_w.addr.eq(w_q), ctx_w.en.eq(sack_ok),
+                     *assign(ctx_w.data, cack=new_cack, hi=w.h2, mpr=w.mpr)]
+        for b in range(2):
+            wp = banks[b][0]
+            mine = ww0[0] == b
+            m.d.comb += [
+                # (The even bank's word is at w1's address, the odd bank's at w0's.)
+                wp.addr.eq(bank_addr(w_q, w.w1 if b == 0 else ww0)), wp.en.eq(sack_ok),
+                wp.data.lap.eq(Mux(mine, ww0[wq:], w.w1[wq:])),
+                wp.data.epoch.eq(w.epoch),
+                wp.data.bits.eq(Mux(mine, after[:WORD], after[WORD:])),
+            ]
         # Holes: the search's bounds, each a mask of its own, ANDed with what is not
         # acknowledged.
         holes = Signal(2 * WORD)
@@ -450,10 +452,8 @@ class AckStages:
                      k_nonempty.eq(Mux(end_first, w.end_raw > w.start, w.hl > w.start))]
         w2 = Signal(PSN - 6, name="sack_w_w2")
         m.d.comb += w2.eq(w.w1 + 1)
-        with m.If(sack_ok & k_nonempty):
-            m.d.comb += [mark_w.addr.eq(w_q), mark_w.en.eq(1),
-                         mark_w.data.eq(Cat(k_end[:6],
-                                            Mux(k_end[7], w2, Mux(k_end[6], w.w1, ww0))))]
+        m.d.comb += [mark_w.addr.eq(w_q), mark_w.en.eq(sack_ok & k_nonempty),
+                     mark_w.data.eq(Cat(k_end[:6], Mux(k_end[7], w2, Mux(k_end[6], w.w1, ww0))))]
         vars(v).update(changed=changed, holes=holes, k_nonempty=k_nonempty, live=live,
                        p0=Cat(Const(0, 6), ww0),
                        sack_ok=sack_ok)

@@ -264,11 +264,12 @@ class TimerStages:
         # The PSN's request marked as fired whether or not the pending table holds it (a
         # pending PSN's entry leaves only when it is resent, acknowledged or its QP is
         # reopened or in error, each of which makes the mark moot): the pending lookup
-        # does not reach the memory's write enable.
-        with m.If(t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~exhaust):
-            m.d.comb += [rq_w.addr.eq(rec_addr(s3_q, s3_p)), rq_w.en.eq(1),
-                         *assign(rq_w.data, valid=1, time=s3_rec.time,
-                                 rtx=s3_rec.rtx, lap=s3_p[ob:], epoch=s3_epoch)]
+        # does not reach the memory's write enable. Its address and data are stage S3's
+        # registers, whether or not it writes: only the enable waits for the decision.
+        m.d.comb += [rq_w.addr.eq(rec_addr(s3_q, s3_p)),
+                     rq_w.en.eq(t_eval & s3.port & ~s3.kstale & expired & ~busy_out & ~exhaust),
+                     *assign(rq_w.data, valid=1, time=s3_rec.time,
+                             rtx=s3_rec.rtx, lap=s3_p[ob:], epoch=s3_epoch)]
         # (The timer writes only while stage W and the hole engine hold no record.)
         with m.If(~w_valid & ~j_valid):
             m.d.comb += [
