@@ -146,7 +146,6 @@ class SentPath:
         s_full = s_new & over
         s_new_ok = s_new & ~s_full
         s_rtx_ok = s_ok & s.rtx & in_win
-        s_rtx_acked = s_ok & s.rtx & behind
         # The record and tag rings are written a cycle after the decision, from registers
         # (sent_ring_*), so that the decision ends at flip-flops and not at the block
         # RAMs' write enables. Their readers see the write in flight: the SACK path's and
@@ -190,13 +189,23 @@ class SentPath:
         oc_w, oc_c = Signal(name="sent_s2_credit_w"), Signal(name="sent_s2_credit_c")
         over_credit = oc_new & ~Mux(oc_fwd, oc_w, oc_c)
         m.d.sync += [oc_new.eq(s_new_ok), oc_fwd.eq(s_fwd_w), oc_w.eq(j_w[3]), oc_c.eq(j_c[3])]
+        # The other events of the sent record are counted a cycle later too, from its
+        # judgement's parts registered (sent_s2_ev_*): the judgement ends at flip-flops, not
+        # at the event logic in front of the counters.
+        r_ok, r_rtx, r_next, r_over, r_in, r_behind = (
+            Signal(name=f"sent_s2_ev_{n}") for n in ("ok", "rtx", "next", "over", "in_win",
+                                                      "behind"))
+        m.d.sync += [r_ok.eq(s_ok), r_rtx.eq(s.rtx), r_next.eq(s.psn == s_n), r_over.eq(over),
+                     r_in.eq(in_win), r_behind.eq(behind)]
+        r_new = r_ok & ~r_rtx & r_next
+        r_rtx_ok, r_rtx_acked = r_ok & r_rtx & r_in, r_ok & r_rtx & r_behind
         m.d.comb += [
-            ev.sent_new.eq(s_new_ok),
-            ev.sent_rtx.eq(s_rtx_ok),
-            ev.sent_acked.eq(s_rtx_acked),
-            ev.sent_ring_full.eq(s_full),
+            ev.sent_new.eq(r_new & ~r_over),
+            ev.sent_rtx.eq(r_rtx_ok),
+            ev.sent_acked.eq(r_rtx_acked),
+            ev.sent_ring_full.eq(r_new & r_over),
             ev.sent_over_credit.eq(over_credit),
-            ev.sent_bad.eq(s_ok & ~s_new & ~s_rtx_ok & ~s_rtx_acked),
+            ev.sent_bad.eq(r_ok & ~r_new & ~r_rtx_ok & ~r_rtx_acked),
         ]
 
         vars(v).update(
