@@ -182,13 +182,29 @@ class SentPath:
                     (s.psn == s_n))
         m.d.comb += [nxt_we.eq(s_new_we), nxt_wd.eq(Mux(over, s.psn, s.psn + 1)),
                      nxt_w.addr.eq(qs), nxt_w.data.eq(nxt_wd), nxt_w.en.eq(nxt_we)]
+        self._sent_events(m, ev, s, s_ok, s_new_ok, s_n, s_fwd_w, over, in_win, behind,
+                          j_w[3], j_c[3])
+
+        vars(v).update(
+            credit=credit, credit_lt=credit_lt, e_go=e_go, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs,
+            s=s, s_err=s_err,
+            s_rtx_ok=s_rtx_ok, take_s=take_s, ring_we=ring_we, ring_addr=ring_addr,
+            s1_valid=s1_valid, s1_qp_ok=s1_qp_ok, s_cond=s_cond, w_fwd_cack=w_fwd_cack,
+            w_fwd_fatal=w_fwd_fatal,
+            w_fwd_we=w_fwd_we)
+
+    @staticmethod
+    def _sent_events(m, ev, s, s_ok, s_new_ok, s_n, s_fwd_w, over, in_win, behind, credit_w,
+                     credit_c):
+        """The sent record's events, counted the cycle after its judgement from its parts
+        registered (``sent_s2_*``)."""
         # A new PSN taken without credit is counted a cycle later, from the two credit
         # tests and the forwarding's pick registered (the tests end at flip-flops, not at
         # the counters' adders).
         oc_new, oc_fwd = Signal(name="sent_s2_oc_new"), Signal(name="sent_s2_oc_fwd")
         oc_w, oc_c = Signal(name="sent_s2_credit_w"), Signal(name="sent_s2_credit_c")
         over_credit = oc_new & ~Mux(oc_fwd, oc_w, oc_c)
-        m.d.sync += [oc_new.eq(s_new_ok), oc_fwd.eq(s_fwd_w), oc_w.eq(j_w[3]), oc_c.eq(j_c[3])]
+        m.d.sync += [oc_new.eq(s_new_ok), oc_fwd.eq(s_fwd_w), oc_w.eq(credit_w), oc_c.eq(credit_c)]
         # The other events of the sent record are counted a cycle later too, from its
         # judgement's parts registered (sent_s2_ev_*): the judgement ends at flip-flops, not
         # at the event logic in front of the counters.
@@ -207,11 +223,3 @@ class SentPath:
             ev.sent_over_credit.eq(over_credit),
             ev.sent_bad.eq(r_ok & ~r_new & ~r_rtx_ok & ~r_rtx_acked),
         ]
-
-        vars(v).update(
-            credit=credit, credit_lt=credit_lt, e_go=e_go, e_q=e_q, h_busy_qp=h_busy_qp, qs=qs,
-            s=s, s_err=s_err,
-            s_rtx_ok=s_rtx_ok, take_s=take_s, ring_we=ring_we, ring_addr=ring_addr,
-            s1_valid=s1_valid, s1_qp_ok=s1_qp_ok, s_cond=s_cond, w_fwd_cack=w_fwd_cack,
-            w_fwd_fatal=w_fwd_fatal,
-            w_fwd_we=w_fwd_we)
