@@ -81,9 +81,11 @@ def _cases(rng, plane, planes, qps, ev_count, payload, n):
         frame = bytearray(spray.frame(this, qp, payload, entropy=proto.srv6_entropy(e)))
         meta, user = _meta(e), 0
         if kind == "byte":
-            pos = rng.choice([k for k in range(n_frame - proto.ICRC_LEN)
-                              if k not in (POS_SPORT, POS_SPORT + 1, POS_QP, POS_QP + 1,
-                                           POS_QP + 2)])
+            # (Not seq's top byte without a payload: only the payload repeats it, and a
+            # frame whose seq jumps ahead is as right as any.)
+            unseen = (POS_SPORT, POS_SPORT + 1, POS_QP, POS_QP + 1, POS_QP + 2) + (
+                (POS_SEQ,) if payload == 0 else ())
+            pos = rng.choice([k for k in range(n_frame - proto.ICRC_LEN) if k not in unseen])
             frame[pos] ^= 1 << rng.randrange(8)
         elif kind == "icrc":
             frame[-1 - rng.randrange(4)] ^= 0x5A          # not checked: still good
