@@ -1,6 +1,7 @@
 """Small gateware helpers: mrcnic.base.gates.register_copies (the copies of a register
 survive synthesis as registers of their own: Yosys merges registers loaded alike when their
-resets are alike), and the retransmit tracker's bit searches against Python."""
+resets are alike), plus_not (a + ~b with no inverter in front of its carry chain), and the
+retransmit tracker's bit searches against Python."""
 
 import random
 
@@ -9,7 +10,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mrcnic.base.gates import register_copies
+from mrcnic.base.gates import plus_not, register_copies
 from mrcnic.flow.ecp5 import parse_yosys_stat
 from mrcnic.flow.tools import yosys_alone
 
@@ -30,6 +31,53 @@ class _Fanout(wiring.Component):
 def test_copies_stay_registers_of_their_own(tmp_path):
     stat, _ = yosys_alone(_Fanout(), "top", tmp_path, "synth_ecp5 -top top")
     assert parse_yosys_stat(stat)["ffs"] == 16
+
+
+class _PlusNot(wiring.Component):
+    a: In(10)
+    b: In(10)
+    o: Out(11)
+
+    def elaborate(self, platform):
+        m = Module()
+        ra, rb = Signal(10), Signal(10)
+        m.d.sync += [ra.eq(self.a), rb.eq(self.b), self.o.eq(plus_not(ra, rb))]
+        return m
+
+
+def test_plus_not_maps_to_the_carry_chain_alone(tmp_path):
+    """Registers into plus_not into registers: carry-chain cells and no LUT (``ra + ~rb``
+    maps to ten LUT4 inverters in front of the same chain)."""
+    stat, _ = yosys_alone(_PlusNot(), "top", tmp_path, "synth_ecp5 -top top")
+    cells = stat["design"]["num_cells_by_type"]
+    assert cells.get("CCU2C", 0) > 0 and cells.get("LUT4", 0) == 0, cells
+
+
+@pytest.mark.parametrize("wa,wb", [(1, 1), (6, 6), (10, 4), (4, 10), (24, 24)])
+def test_plus_not_against_python(wa, wb):
+    """plus_not(a, b) = a + (2^W - 1 - b), W the wider width, on max(wa, wb) + 1 bits."""
+    from amaranth.sim import Simulator
+    a, b = Signal(wa), Signal(wb)
+    out = plus_not(a, b)
+    w = max(wa, wb)
+    assert len(out) == w + 1
+    m = Module()
+    o = Signal(w + 1)
+    m.d.comb += o.eq(out)
+    rng = random.Random(wa * 100 + wb)
+    edge = lambda n: [0, 1, (1 << n) - 1, (1 << n) - 2 if n > 1 else 0]
+    pairs = [(x, y) for x in edge(wa) for y in edge(wb)]
+    pairs += [(rng.getrandbits(wa), rng.getrandbits(wb)) for _ in range(300)]
+
+    async def bench(ctx):
+        for x, y in pairs:
+            ctx.set(a, x)
+            ctx.set(b, y)
+            assert ctx.get(o) == x + (1 << w) - 1 - y, (x, y)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 def test_names_and_limit():

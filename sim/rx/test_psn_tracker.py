@@ -535,10 +535,11 @@ def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks)
     m.d.comb += got.eq(dut._adv_tests(m, f.adv, run))
     # The split at bit M, against a CACK read.
     psn2, cack = Signal(proto.PSN_BITS), Signal(proto.PSN_BITS)
-    psn2_m1, got2 = Signal(proto.PSN_BITS), Signal(3)
+    psn2_m1, hi2_m1, got2 = Signal(proto.PSN_BITS), Signal(proto.PSN_BITS - M), Signal(3)
     adv2 = dut._adv_offset(m, "adv_ram", psn2, Cat(Const(0, M), cack[M:]), psn_m1=psn2_m1,
-                           mpr_m1=mpr_m1)
-    m.d.comb += [psn2_m1.eq(psn2 - 1), got2.eq(dut._adv_tests(m, adv2, cack[:M]))]
+                           hi_m1=hi2_m1, mpr_m1=mpr_m1)
+    m.d.comb += [psn2_m1.eq(psn2 - 1), hi2_m1.eq(psn2[M:] - 1),
+                 got2.eq(dut._adv_tests(m, adv2, cack[:M]))]
     mask = (1 << proto.PSN_BITS) - 1
 
     def want(off, r, mm1):

@@ -8,7 +8,8 @@ at the bottom of it beside :mod:`mrcnic.base.proto` and :mod:`mrcnic.base.stream
 from amaranth.hdl import Cat, Const, Mux, Signal
 from amaranth.utils import ceil_log2
 
-__all__ = ["first_set", "first_set_of", "assign", "register_copies", "signed_fits", "take"]
+__all__ = ["first_set", "first_set_of", "assign", "register_copies", "signed_fits", "take",
+           "plus_not"]
 
 
 def take(v, names):
@@ -51,6 +52,18 @@ def assign(view, **fields):
     if fields:
         raise ValueError(f"no fields {', '.join(fields)} in {view.shape()!r}")
     return stmts
+
+
+def plus_not(a, b):
+    """``a`` + ~``b`` with ``b`` taken as wide as the wider of the two (W bits): ``a`` -
+    ``b`` - 1 on W + 1 bits, whose top bit is the carry (``a`` > ``b``), as one
+    subtraction. Synthesis for the ECP5 folds a subtraction's inversion of its subtrahend
+    into the carry chain's cells, but leaves an inversion written out (``~b``) as a LUT
+    level of its own before the chain: a level and a route on a chain's every path."""
+    width = max(len(a), len(b))
+    # (2a + 2^(W + 1) - (2b + 1)) / 2 = a + (2^W - 1 - b): the same bits, no inverter.
+    return (Cat(Const(0, 1), a, Const(0, width - len(a)), Const(1, 1)) -
+            Cat(Const(1, 1), b))[1:width + 2]
 
 
 def signed_fits(value, bits):

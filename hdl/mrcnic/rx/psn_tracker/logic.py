@@ -8,6 +8,7 @@ against the run after), mixed into :class:`~mrcnic.rx.psn_tracker.stages.Tracker
 from amaranth.hdl import Cat, Const, Mux, Signal
 
 from mrcnic.base import proto
+from mrcnic.base.gates import plus_not
 
 __all__ = ["named", "select_bit", "first_of_four", "word_search", "PsnTests"]
 
@@ -67,37 +68,55 @@ class PsnTests:
         """``lo`` less the window (``mpr_m1`` + 1 chunks of 128), for F's window test: its
         bits from 7 up and a sign bit (its low 7 bits are ``lo``'s)."""
         M = self._adv_bits
-        return (Cat(lo[7:M], Const(0, 1)) + ~Cat(mpr_m1, Const(0, M - 6 - len(mpr_m1))))[:M - 6]
+        return plus_not(Cat(lo[7:M], Const(0, 1)), mpr_m1)[:M - 6]
 
-    def _adv_offset(self, m, name, psn, base, psn_m1=None, mpr_m1=None):
+    def _adv_offset(self, m, name, psn, base, psn_m1=None, hi_m1=None, mpr_m1=None):
         """The offset of ``psn`` from ``base`` (a PSN whose low 7 bits are 0), for F's tests
         of the PSN against ``base`` plus a run less than 2^``_adv_bits``
         (:meth:`_adv_tests`), as a value of ``_adv_layout``: its low bits, whether its high
         bits are 0 or 1, and the sign of the offset and of the offset less 2^``_adv_bits``
         (a borrow out of the low bits); and of the offset less one, the low bits and
         whether the high bits are 0 (the PSN just after base plus run is where they equal
-        the run). With ``psn_m1`` (``psn`` - 1, a register) and a base whose low
-        ``_adv_bits`` bits are 0, only the high bits are subtracted (two short carry
-        chains side by side). With ``mpr_m1`` (a register), the offset's low bits less the
-        window too (:meth:`_adv_lw`; else left 0, to be worked out a stage on)."""
+        the run). With ``psn_m1`` (``psn`` - 1) and ``hi_m1`` (``psn``'s bits from
+        ``_adv_bits`` up, less one), registers, and a base whose low ``_adv_bits`` bits
+        are 0, only the high bits are subtracted (:meth:`_adv_offset_hi`). With ``mpr_m1``
+        (a register), the offset's low bits less the window too (:meth:`_adv_lw`; else
+        left 0, to be worked out a stage on)."""
         M = self._adv_bits
-        off, off1 = Signal(PSN, name=f"{name}_off"), Signal(PSN, name=f"{name}_off_m1")
-        if psn_m1 is None:
-            m.d.comb += [off.eq(psn - base), off1.eq(psn + ~base)]
-        else:
-            m.d.comb += [off.eq(Cat(psn[:M], psn[M:] - base[M:])),
-                         off1.eq(Cat(psn_m1[:M], psn_m1[M:] - base[M:]))]
-        up, up0 = off[M:], off[M:] == 0
-        # (The sign of the high bits less one, without a second carry chain: they are 0,
-        # or negative but for the most negative value.)
-        s1 = up0 | (up[-1] & (up[:-1] != 0))
         adv = Signal(self._adv_layout, name=name)
-        m.d.comb += [adv.lo.eq(off[:M]), adv.up0.eq(up0), adv.up1.eq(up == 1),
-                     adv.s0.eq(off[-1]), adv.s1.eq(s1),
-                     adv.lo1.eq(off1[:M]), adv.z1.eq(off1[M:] == 0)]
+        if psn_m1 is None:
+            off, off1 = Signal(PSN, name=f"{name}_off"), Signal(PSN, name=f"{name}_off_m1")
+            m.d.comb += [off.eq(psn - base), off1.eq(plus_not(psn, base))]
+            up, up0 = off[M:], off[M:] == 0
+            # (The sign of the high bits less one, without a second carry chain: they are
+            # 0, or negative but for the most negative value.)
+            m.d.comb += [adv.up0.eq(up0), adv.up1.eq(up == 1), adv.s0.eq(off[-1]),
+                         adv.s1.eq(up0 | (up[-1] & (up[:-1] != 0))),
+                         adv.z1.eq(off1[M:] == 0), adv.lo.eq(off[:M]), adv.lo1.eq(off1[:M])]
+        else:
+            self._adv_offset_hi(m, name, adv, psn, psn_m1, hi_m1, base[M:])
         if mpr_m1 is not None:
-            m.d.comb += adv.lw.eq(self._adv_lw(off[:M], mpr_m1))
+            m.d.comb += adv.lw.eq(self._adv_lw(adv.lo, mpr_m1))
         return adv
+
+    def _adv_offset_hi(self, m, name, adv, psn, psn_m1, hi_m1, base_hi):
+        """:meth:`_adv_offset` when only the high bits are subtracted (``base_hi``, read
+        from distributed RAM a LUT level before): the signs of the high bits' offset less
+        0, 1 and 2 (``c0``, ``c1``, ``c2``), three short carry chains side by side, so that
+        every flag is one LUT level after them (the offset is 0 where ``c0`` is clear and
+        ``c1`` set, 1 where ``c1`` is clear and ``c2`` set; the most negative offset, less
+        one, wraps positive, which the sign of the offset less one has always read). The
+        offset less one has the same high bits unless the low bits are 0, when they lose
+        one."""
+        M, n = self._adv_bits, PSN - self._adv_bits
+        hi = psn[M:]
+        c = [named(m, (hi - base_hi)[n - 1], f"{name}_c0"),
+             named(m, plus_not(hi, base_hi)[n - 1], f"{name}_c1"),
+             named(m, plus_not(hi_m1, base_hi)[n - 1], f"{name}_c2")]
+        up0, up1 = ~c[0] & c[1], ~c[1] & c[2]
+        m.d.comb += [adv.up0.eq(up0), adv.up1.eq(up1), adv.s0.eq(c[0]), adv.s1.eq(c[1]),
+                     adv.z1.eq(Mux(psn[:M] == 0, up1, up0)),
+                     adv.lo.eq(psn[:M]), adv.lo1.eq(psn_m1[:M])]
 
     def _hi_tests(self, m, psn, psn_m1, hi, name):
         """``psn`` above ``hi`` (the highest PSN seen, or a PSN placed), and above it by
@@ -108,7 +127,7 @@ class PsnTests:
         after it), so their difference, less two, fits that many bits with its sign."""
         B = min(PSN, 9 + self._cbits)
         d1, d2 = Signal(B, name=f"{name}_dist_m1"), Signal(B, name=f"{name}_dist_m2")
-        m.d.comb += [d1.eq(psn[:B] + ~hi[:B]), d2.eq(psn_m1[:B] + ~hi[:B])]
+        m.d.comb += [d1.eq(plus_not(psn[:B], hi[:B])), d2.eq(plus_not(psn_m1[:B], hi[:B]))]
         return Cat(~d1[-1], ~d2[-1])
 
     # --- Stage F: fetch --------------------------------------------------------------------
@@ -133,7 +152,7 @@ class PsnTests:
         # are equal is worked out beside it from the registers, so that only one level
         # follows the chain for ``before``.
         low_m = Signal(M + 1, name=f"{name}_low_m1")
-        m.d.comb += low_m.eq(adv.lo + ~run_m)
+        m.d.comb += low_m.eq(plus_not(adv.lo, run_m))
         carry = low_m[M]
         eq = named(m, Cat(*(adv.lo[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
                    f"{name}_eq", keep=True).all()
@@ -146,7 +165,7 @@ class PsnTests:
         # from ``lo`` less the window (``lw``, worked out a stage ahead): T = ``lo`` -
         # window - ``run`` - 1 on M + 2 bits, below 0, or below -2^M when 2^M is to add.
         t = Signal(M + 2, name=f"{name}_win")
-        m.d.comb += t.eq(Cat(adv.lo[:7], adv.lw, adv.lw[-1]) + ~Cat(run_m, Const(0, 2)))
+        m.d.comb += t.eq(plus_not(Cat(adv.lo[:7], adv.lw, adv.lw[-1]), run_m))
         in_win = Mux(carry, ~adv.s0 & adv.up0 & t[M + 1],
                      ~at_eq & adv.up1 & t[M + 1] & ~t[M])
         # Just after it: the offset less one equals the run (no carry chain).

@@ -122,7 +122,8 @@ class TrackerStages(PsnTests):
             "hit": C * CHUNK // WORD, "bsel": WORD, "val": C, "own": 1, "next": 1,
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
         st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout,
-                     next_low=7 + self._cbits, psn_m1=PSN, par=C, adv=self._adv_layout,
+                     next_low=7 + self._cbits, psn_m1=PSN, hi_m1=PSN - self._adv_bits,
+                     par=C, adv=self._adv_layout,
                      mpr_m1=max(1, self._cbits))
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
                      ctx=CTX, ctx_uw=1, uw_adv=1, sel=1, every=2,
@@ -221,6 +222,8 @@ class TrackerStages(PsnTests):
                      w.next_low.eq(r.op.psn[:len(w.next_low)] + 1),
                      # (The PSN less one, for W's new-hole tests.)
                      w.psn_m1.eq(r.op.psn - 1),
+                     # (And its bits above the run's less one, for W's tests against CACK.)
+                     w.hi_m1.eq(r.op.psn[self._adv_bits:] - 1),
                      # (The lap parity of each window chunk, which W removes from the words.)
                      w.par.eq(Cat(*(self._chunk_parity(c) for c in chunks))),
                      # (The PSN's offset from the window base of the record in F, in D when
@@ -342,7 +345,7 @@ class TrackerStages(PsnTests):
             f.ram_adv.eq(self._adv_offset(
                 m, "w_ram_adv", psn, Cat(Const(0, self._adv_bits),
                                          mem.ctx_r.data.cack[self._adv_bits:]),
-                psn_m1=w.psn_m1, mpr_m1=w.mpr_m1)),
+                psn_m1=w.psn_m1, hi_m1=w.hi_m1, mpr_m1=w.mpr_m1)),
             f.every.eq(self._every(mem.ctx_r.data.since, st.sack_every)),
             f.ctx_uw.eq(u.valid & u.qp_ok & (u.qpi == w.qpi)),
             # And the record in U advances CACK: the PSN's offset from its window base.
