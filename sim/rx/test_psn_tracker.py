@@ -509,6 +509,27 @@ def test_first_set_finds_the_lowest_set_bit(n):
     sim.run()
 
 
+@pytest.mark.parametrize("bits", [1, 3, 4, 7])
+def test_thermometer_matches_a_compare(bits):
+    """Stage W's mask of the positions up to the packet's own (at_or_above, two LUT levels)
+    against value >= i, for every value."""
+    from amaranth.sim import Simulator
+    from mrcnic.rx.psn_tracker.logic import at_or_above
+    v = Signal(bits)
+    m = Module()
+    out = Signal(1 << bits)
+    m.d.comb += out.eq(at_or_above(m, v, "t"))
+
+    async def tb(ctx):
+        for x in range(1 << bits):
+            ctx.set(v, x)
+            assert ctx.get(out) == (1 << (x + 1)) - 1, x
+
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+
+
 @pytest.mark.parametrize("mpr_max,chunks", [(1, 2), (8, 3), (64, 3)])
 def test_tests_against_an_advancing_cack_match_the_24_bit_tests(mpr_max, chunks):
     """Stage F's tests of a PSN against the CACK an advancing record writes (its window

@@ -10,7 +10,7 @@ from amaranth.hdl import Cat, Const, Mux, Signal
 from mrcnic.base import proto
 from mrcnic.base.gates import plus_not
 
-__all__ = ["named", "select_bit", "first_of_four", "word_search", "PsnTests"]
+__all__ = ["named", "select_bit", "first_of_four", "word_search", "at_or_above", "PsnTests"]
 
 PSN = proto.PSN_BITS
 
@@ -59,6 +59,22 @@ def word_search(m, holes, name):
     return found, Cat(Mux(nf[0] | nf[1], half[0:2], half[2:4]), which)
 
 
+def at_or_above(m, value, name):
+    """Bit i of the result: ``value`` >= i, for i below 2^len(``value``) (a thermometer),
+    in two LUT levels: the high bits' order against each value they can take (above,
+    equal) and the low four bits' (at or above), named, then one three-input function per
+    bit."""
+    n, lo_bits = 1 << len(value), min(4, len(value))
+    lo, hi = value[:lo_bits], value[lo_bits:]
+    ge = named(m, Cat(*(lo >= k for k in range(1 << lo_bits))), f"{name}_lo_ge", keep=True)
+    if not len(hi):
+        return ge
+    above = named(m, Cat(*(hi > k for k in range(n >> lo_bits))), f"{name}_hi_gt", keep=True)
+    at = named(m, Cat(*(hi == k for k in range(n >> lo_bits))), f"{name}_hi_eq", keep=True)
+    return Cat(*(above[i >> lo_bits] | (at[i >> lo_bits] & ge[i & ((1 << lo_bits) - 1)])
+                 for i in range(n)))
+
+
 class PsnTests:
     """The PSN tests of stages R, W and F that use the tracker's parameters
     (``_adv_bits``, ``_adv_layout``, ``_cbits``, set by
@@ -70,7 +86,8 @@ class PsnTests:
         M = self._adv_bits
         return plus_not(Cat(lo[7:M], Const(0, 1)), mpr_m1)[:M - 6]
 
-    def _adv_offset(self, m, name, psn, base, psn_m1=None, hi_m1=None, mpr_m1=None):
+    def _adv_offset(self, m, name, psn, base, psn_m1=None, hi_m1=None, mpr_m1=None,
+                    lo_zero=None):
         """The offset of ``psn`` from ``base`` (a PSN whose low 7 bits are 0), for F's tests
         of the PSN against ``base`` plus a run less than 2^``_adv_bits``
         (:meth:`_adv_tests`), as a value of ``_adv_layout``: its low bits, whether its high
@@ -79,7 +96,8 @@ class PsnTests:
         whether the high bits are 0 (the PSN just after base plus run is where they equal
         the run). With ``psn_m1`` (``psn`` - 1) and ``hi_m1`` (``psn``'s bits from
         ``_adv_bits`` up, less one), registers, and a base whose low ``_adv_bits`` bits
-        are 0, only the high bits are subtracted (:meth:`_adv_offset_hi`). With ``mpr_m1``
+        are 0, only the high bits are subtracted (:meth:`_adv_offset_hi`; ``lo_zero``, a
+        register, if given: ``psn``'s low ``_adv_bits`` bits are 0). With ``mpr_m1``
         (a register), the offset's low bits less the window too (:meth:`_adv_lw`; else
         left 0, to be worked out a stage on)."""
         M = self._adv_bits
@@ -94,12 +112,13 @@ class PsnTests:
                          adv.s1.eq(up0 | (up[-1] & (up[:-1] != 0))),
                          adv.z1.eq(off1[M:] == 0), adv.lo.eq(off[:M]), adv.lo1.eq(off1[:M])]
         else:
-            self._adv_offset_hi(m, name, adv, psn, psn_m1, hi_m1, base[M:])
+            self._adv_offset_hi(m, name, adv, psn, psn_m1, hi_m1, base[M:],
+                                psn[:M] == 0 if lo_zero is None else lo_zero)
         if mpr_m1 is not None:
             m.d.comb += adv.lw.eq(self._adv_lw(adv.lo, mpr_m1))
         return adv
 
-    def _adv_offset_hi(self, m, name, adv, psn, psn_m1, hi_m1, base_hi):
+    def _adv_offset_hi(self, m, name, adv, psn, psn_m1, hi_m1, base_hi, lo_zero):
         """:meth:`_adv_offset` when only the high bits are subtracted (``base_hi``, read
         from distributed RAM a LUT level before): the signs of the high bits' offset less
         0, 1 and 2 (``c0``, ``c1``, ``c2``), three short carry chains side by side, so that
@@ -115,7 +134,7 @@ class PsnTests:
              named(m, plus_not(hi_m1, base_hi)[n - 1], f"{name}_c2")]
         up0, up1 = ~c[0] & c[1], ~c[1] & c[2]
         m.d.comb += [adv.up0.eq(up0), adv.up1.eq(up1), adv.s0.eq(c[0]), adv.s1.eq(c[1]),
-                     adv.z1.eq(Mux(psn[:M] == 0, up1, up0)),
+                     adv.z1.eq(Mux(lo_zero, up1, up0)),
                      adv.lo.eq(psn[:M]), adv.lo1.eq(psn_m1[:M])]
 
     def _hi_tests(self, m, psn, psn_m1, hi, name):
@@ -139,36 +158,44 @@ class PsnTests:
         offset from the base
         (worked out stages ahead, :meth:`_adv_offset`: a window base in R, the CACK read
         less its low bits in W) and ``run`` < 2^M (M = ``_adv_bits``): with M-bit carry
-        chains rather than 24-bit subtractions. The low bits give ``lo`` - ``run`` - 1 and its
-        carry (``lo`` > ``run``), and beside it whether ``lo`` = ``run``; the high bits then
-        read 0 when they were 0 with ``lo`` >= ``run`` or 1 with ``lo`` < ``run``, and the
-        sign is the offset's, or with ``lo`` < ``run`` that of its high bits less one. The
-        window's end is a second chain beside the first (see below). (Checked against the
-        24-bit tests in sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23,
-        random ones.)"""
+        chains rather than 24-bit subtractions (:meth:`_run_flags`, then
+        :meth:`_run_tests`). (Checked against the 24-bit tests in
+        sim/rx/test_psn_tracker.py: runs, offsets near 0, 2^M and 2^23, random ones.)"""
+        return self._run_tests(adv, self._run_flags(m, name, adv.lo, adv.lw, adv.lo1, run))
+
+    def _run_flags(self, m, name, lo, lw, lo1, run):
+        """What the tests of :meth:`_adv_tests` take from the run (as a value of
+        ``_run_layout``): ``lo`` - ``run`` - 1 by a carry chain, whose carry is ``lo`` >
+        ``run``; beside it whether they are equal; the window's end, a second chain beside
+        the first, from ``lo`` less the window (``lw``, :meth:`_adv_lw`): T = ``lo`` -
+        window - ``run`` - 1 on M + 2 bits, its top two bits; and whether ``lo1`` (the
+        offset less one's low bits) equals the run. Registered a stage before the tests
+        where the run is known then."""
         M = self._adv_bits
         run_m = Cat(run, Const(0, M - len(run)))
-        # One carry chain, ``lo`` - ``run`` - 1: its carry is ``lo`` > ``run``; whether they
-        # are equal is worked out beside it from the registers, so that only one level
-        # follows the chain for ``before``.
+        flags = Signal(self._run_layout, name=f"{name}_run")
         low_m = Signal(M + 1, name=f"{name}_low_m1")
-        m.d.comb += low_m.eq(plus_not(adv.lo, run_m))
-        carry = low_m[M]
-        eq = named(m, Cat(*(adv.lo[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
-                   f"{name}_eq", keep=True).all()
-        # (``lo`` >= ``run``: the offset's high bits as they are, 0 at or before; else they
-        # lose one.)
-        at_eq = named(m, Mux(eq, adv.s0 | adv.up0, adv.s1), f"{name}_at_eq", keep=True)
-        before = Mux(carry, adv.s0, at_eq)
-        # In the window: the offset less one (``lo`` - ``run`` - 1, or 2^M more when the
-        # high bits are 1) below the window, tested by a second chain beside the first,
-        # from ``lo`` less the window (``lw``, worked out a stage ahead): T = ``lo`` -
-        # window - ``run`` - 1 on M + 2 bits, below 0, or below -2^M when 2^M is to add.
         t = Signal(M + 2, name=f"{name}_win")
-        m.d.comb += t.eq(plus_not(Cat(adv.lo[:7], adv.lw, adv.lw[-1]), run_m))
-        in_win = Mux(carry, ~adv.s0 & adv.up0 & t[M + 1],
-                     ~at_eq & adv.up1 & t[M + 1] & ~t[M])
-        # Just after it: the offset less one equals the run (no carry chain).
-        imm = named(m, Cat(*(adv.lo1[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
-                    f"{name}_imm_eq", keep=True).all() & adv.z1
-        return Cat(before, in_win, imm)
+        m.d.comb += [low_m.eq(plus_not(lo, run_m)),
+                     t.eq(plus_not(Cat(lo[:7], lw, lw[-1]), run_m))]
+        eq, imm = (named(m, Cat(*(v[i:i + 2] == run_m[i:i + 2] for i in range(0, M, 2))),
+                         f"{name}_{n}", keep=True).all()
+                   for v, n in ((lo, "eq"), (lo1, "imm_eq")))
+        m.d.comb += [flags.gt.eq(low_m[M]), flags.same.eq(eq), flags.t1.eq(t[M + 1]),
+                     flags.t0.eq(t[M]), flags.imm.eq(imm)]
+        return flags
+
+    @staticmethod
+    def _run_tests(adv, run):
+        """The tests of :meth:`_adv_tests` from the offset's flags (``adv``) and the run's
+        (``run``, :meth:`_run_flags`). With ``lo`` >= ``run`` the offset's high bits are
+        as they are, 0 at or before; else they lose one: before is the offset's sign, or
+        with ``lo`` < ``run`` that of its high bits less one (``at_eq``, ``lo`` = ``run``:
+        0 or negative). In the window: the offset less one (``lo`` - ``run`` - 1, or 2^M
+        more when the high bits are 1) below the window: T below 0, or below -2^M when 2^M
+        is to add. Just after: the offset less one equals the run."""
+        at_eq = Mux(run.same, adv.s0 | adv.up0, adv.s1)
+        before = Mux(run.gt, adv.s0, at_eq)
+        in_win = Mux(run.gt, ~adv.s0 & adv.up0 & run.t1,
+                     ~at_eq & adv.up1 & run.t1 & ~run.t0)
+        return Cat(before, in_win, run.imm & adv.z1)

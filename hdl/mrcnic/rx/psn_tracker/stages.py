@@ -22,7 +22,7 @@ from mrcnic.base.records import ACK_DESC, COMPLETION, VERDICT, Verdict
 from mrcnic.base.gates import assign, register_copies
 from mrcnic.base.proto import NackCode, SackMode
 from mrcnic.base.rules import SACK_BITMAP_BITS, SACK_OFFSET
-from mrcnic.rx.psn_tracker.logic import PsnTests, named, select_bit, word_search
+from mrcnic.rx.psn_tracker.logic import PsnTests, at_or_above, named, select_bit, word_search
 
 __all__ = ["TrackerStages", "PSN", "CHUNK", "HALF", "WORD", "WINDOW_CHUNKS", "LATE_SACK",
            "BITMAP_BITS", "QUEUE_DEPTH", "FIFO_DEPTH", "IN_FLIGHT", "POOL_DATA", "OP", "CONT",
@@ -107,6 +107,8 @@ class TrackerStages(PsnTests):
         self._adv_layout = data.StructLayout({"lo": self._adv_bits, "up0": 1, "up1": 1,
                                               "s0": 1, "s1": 1, "lo1": self._adv_bits,
                                               "z1": 1, "lw": self._adv_bits - 6})
+        # The PSN's low bits against a run (see _run_flags).
+        self._run_layout = data.StructLayout({"gt": 1, "same": 1, "t1": 1, "t0": 1, "imm": 1})
 
         def stage(prefix, **shapes):
             return SimpleNamespace(**{k: Signal(v, name=f"{prefix}_{k}")
@@ -123,10 +125,12 @@ class TrackerStages(PsnTests):
             "phys_en": 1, "phys_bit": 6, "phys_raw": 1})
         st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout,
                      next_low=7 + self._cbits, psn_m1=PSN, hi_m1=PSN - self._adv_bits,
+                     lo_zero=1,
                      par=C, adv=self._adv_layout,
                      mpr_m1=max(1, self._cbits))
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
-                     ctx=CTX, ctx_uw=1, uw_adv=1, sel=1, every=2,
+                     ctx=CTX, ctx_uw=1, uw_adv=1, sel=1, sel_adv=1, every=2,
+                     ram_run=self._run_layout, uw_run=self._run_layout,
                      act=1, fwd=self._fwd_layout,
                      next_par=1, next_val=1, own_act=1, next_act=1,
                      par=C, lap_own=CHUNK, forced=CHUNK,
@@ -191,6 +195,9 @@ class TrackerStages(PsnTests):
         # Stage D's placement, before its register (stage W registers the forwarding it
         # steers a cycle ahead).
         st.d_place = Signal(name="d_place")
+        # (And its advance, kept as a boundary of LUT mapping: the flush takes it in its one
+        # level after the hole flags.)
+        st.d_adv = Signal(name="d_advance", attrs={"keep": 1})
         st.kill_held = Signal(name="d_kill_held")
         st.commit = Signal(name="u_commit")
         st.sack = Signal(name="u_sack")             # a SACK sent (stage U)
@@ -224,6 +231,7 @@ class TrackerStages(PsnTests):
                      w.psn_m1.eq(r.op.psn - 1),
                      # (And its bits above the run's less one, for W's tests against CACK.)
                      w.hi_m1.eq(r.op.psn[self._adv_bits:] - 1),
+                     w.lo_zero.eq(r.op.psn[:self._adv_bits] == 0),
                      # (The lap parity of each window chunk, which W removes from the words.)
                      w.par.eq(Cat(*(self._chunk_parity(c) for c in chunks))),
                      # (The PSN's offset from the window base of the record in F, in D when
@@ -334,7 +342,7 @@ class TrackerStages(PsnTests):
             f.par.eq(Cat(*pars)),
             # Positions up to the packet's own read as arrived (the search starts after it).
             # Position 0 is not forced: the search does not read it (a continuation's first).
-            f.forced.eq(Cat(Const(0, 1), *(rel7 >= i for i in range(1, CHUNK)))),
+            f.forced.eq(Cat(Const(0, 1), at_or_above(m, rel7, "w_forced")[1:])),
             f.adv.eq(w.adv), f.adv.lw.eq(self._adv_lw(w.adv.lo, w.mpr_m1)),
             # The QP's context, read here; the write it misses (that of the record now in
             # U) changes only its CACK (F tests against it, ``uw_adv``), its highest PSN
@@ -345,17 +353,19 @@ class TrackerStages(PsnTests):
             f.ram_adv.eq(self._adv_offset(
                 m, "w_ram_adv", psn, Cat(Const(0, self._adv_bits),
                                          mem.ctx_r.data.cack[self._adv_bits:]),
-                psn_m1=w.psn_m1, hi_m1=w.hi_m1, mpr_m1=w.mpr_m1)),
+                psn_m1=w.psn_m1, hi_m1=w.hi_m1, lo_zero=w.lo_zero)),
             f.every.eq(self._every(mem.ctx_r.data.since, st.sack_every)),
             f.ctx_uw.eq(u.valid & u.qp_ok & (u.qpi == w.qpi)),
             # And the record in U advances CACK: the PSN's offset from its window base.
             f.uw_adv.eq(u.valid & u.qp_ok & (u.qpi == w.qpi) & u.adv),
             f.uw_adv_off.eq(self._adv_offset(m, "w_uw_adv", psn,
-                                             Cat(Const(0, 7), u.op.psn[7:]),
-                                             mpr_m1=w.mpr_m1)),
+                                             Cat(Const(0, 7), u.op.psn[7:]))),
             # The record in D is of this QP (in U next cycle, unless the stages are
             # flushed, this record with them).
             f.sel.eq(d.valid & d.qp_ok & (d.qpi == w.qpi)),
+            # (And it advances CACK: D's decision, taken as it is made, so that F's pick of
+            # the tests that hold is steered by a register.)
+            f.sel_adv.eq(d.valid & d.qp_ok & (d.qpi == w.qpi) & st.d_adv),
         ]
         m.d.comb += mem.ctx_r.addr.eq(w.qpi)
         if self._lap_chunks:
@@ -371,6 +381,28 @@ class TrackerStages(PsnTests):
         u_hi = Mux(u.place & u.above_hi, hi_tests(u.op.psn, "w_hi_u"),
                    hi_tests(u.hi_rd, "w_hi_uread"))
         m.d.sync += [f.hi_ram.eq(hi_tests(mem.ctx_r.data.hi, "w_hi")), f.hi_uw.eq(u_hi)]
+        self._stage_w_run_flags(m, mem, st)
+
+    def _stage_w_run_flags(self, m, mem, st):
+        """Stage W's share of F's tests against the CACK read and against the one the
+        record in U writes if it advances (then past U): the PSN's low bits against each
+        run (:meth:`_run_flags`: the low bits of the CACK read, out of distributed RAM; the
+        run of the record in U, a register), into registers, so that F tests from
+        registers alone but against the CACK the record in U writes (whose run D decides
+        as F's record is in W). The offsets' low bits from that record's window base: the
+        PSN's below bit 7, and above it a subtraction of a few bits (no carry chain)."""
+        w, f, u = st.w, st.f, st.u
+        M, psn = self._adv_bits, w.op.psn
+
+        def low(p):
+            return Cat(p[:7], (p[7:M] - u.op.psn[7:M])[:M - 7])
+        lo, lo1 = low(psn), low(w.psn_m1)
+        m.d.sync += [
+            f.ram_run.eq(self._run_flags(m, "w_ram", psn[:M], self._adv_lw(psn[:M], w.mpr_m1),
+                                         w.psn_m1[:M], mem.ctx_r.data.cack[:M])),
+            f.uw_run.eq(self._run_flags(m, "w_uw", lo, self._adv_lw(lo, w.mpr_m1), lo1,
+                                        u.run)),
+        ]
 
     @staticmethod
     def _select4(vec, sel):
@@ -489,15 +521,15 @@ class TrackerStages(PsnTests):
         op = f.op
         # What the record in U changes in this QP's context, picked here: its CACK (if it
         # advances), its highest PSN (if it places above it), its count since the last SACK.
-        fwd_adv, fwd_hi = f.sel & u.adv, f.sel & u.place & u.above_hi
+        fwd_adv, fwd_hi = f.sel_adv, f.sel & u.place & u.above_hi
         fwd_sack, fwd_inc = f.sel & u.pkt_op & u.due, f.sel & u.place
         t = Signal(d.t.shape(), name="f_tests")
         m.d.comb += t.eq(Mux(fwd_adv, self._adv_tests(m, f.adv, u.run_f),
                              # (Against the CACK the record past U wrote if it advanced,
-                             # else against the CACK read, which it did not change.)
-                             Mux(f.uw_adv, self._adv_tests(m, f.uw_adv_off, st.uw.run, "f_uw"),
-                                 self._adv_tests(m, f.ram_adv, f.ctx.cack[:self._adv_bits],
-                                                 "f_ram"))))
+                             # else against the CACK read, which it did not change: the
+                             # runs' flags worked out in W.)
+                             Mux(f.uw_adv, self._run_tests(f.uw_adv_off, f.uw_run),
+                                 self._run_tests(f.ram_adv, f.ram_run))))
         m.d.sync += [
             # The QP is open; and the record is a WRITE (not a probe, not trimmed) to it.
             d.qp_ok.eq(f.qp_in & is_open),
@@ -553,8 +585,9 @@ class TrackerStages(PsnTests):
         run, found = self._combine(m, d)
         # A packet placed at CACK + 1 (then in the window, and never refused) or a
         # continuation whose window starts with an arrived PSN moves CACK.
-        adv = named(m, ~st.kill & (named(m, d.valid & op.cont & qp_ok & d.pos0, "d_cont_adv") |
-                                   (fresh & t.imm)), "d_advance")
+        adv = st.d_adv
+        m.d.comb += adv.eq(~st.kill & (named(m, d.valid & op.cont & qp_ok & d.pos0,
+                                             "d_cont_adv") | (fresh & t.imm)))
         need_cont = named(m, adv & ~found, "d_need_cont")
         # SACK triggers (fills: LATE_SACK, CACK moves past the packet).
         trig = named(m, d.trig | (t.imm & d.nextbit), "d_sack_trigger")
