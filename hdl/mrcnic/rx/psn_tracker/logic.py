@@ -1,6 +1,6 @@
 """Logic the stages of :class:`~mrcnic.rx.psn_tracker.PsnTracker` share: named levels of a
 wide function, a select of one bit among many, the search of a word for its
-first set bit; and the tests of a PSN against a CACK split over stages
+first set bit, a thermometer of a position; and the tests of a PSN against a CACK split over stages
 (:class:`PsnTests`: the offset from a base worked out stages ahead, a short carry chain
 against the run after), mixed into :class:`~mrcnic.rx.psn_tracker.stages.TrackerStages`.
 """
@@ -148,6 +148,29 @@ class PsnTests:
         d1, d2 = Signal(B, name=f"{name}_dist_m1"), Signal(B, name=f"{name}_dist_m2")
         m.d.comb += [d1.eq(plus_not(psn[:B], hi[:B])), d2.eq(plus_not(psn_m1[:B], hi[:B]))]
         return Cat(~d1[-1], ~d2[-1])
+
+    # --- Stage W: the runs -----------------------------------------------------------------
+
+    def _w_run_flags(self, m, mem, st):
+        """Stage W's share of F's tests against the CACK read and against the one the
+        record in U writes if it advances (then past U): the PSN's low bits against each
+        run (:meth:`_run_flags`: the low bits of the CACK read, out of distributed RAM; the
+        run of the record in U, a register), into registers, so that F tests from
+        registers alone but against the CACK the record in U writes (whose run D decides
+        as F's record is in W). The offsets' low bits from that record's window base: the
+        PSN's below bit 7, and above it a subtraction of a few bits (no carry chain)."""
+        w, f, u = st.w, st.f, st.u
+        M, psn = self._adv_bits, w.op.psn
+
+        def low(p):
+            return Cat(p[:7], (p[7:M] - u.op.psn[7:M])[:M - 7])
+        lo, lo1 = low(psn), low(w.psn_m1)
+        m.d.sync += [
+            f.ram_run.eq(self._run_flags(m, "w_ram", psn[:M], self._adv_lw(psn[:M], w.mpr_m1),
+                                         w.psn_m1[:M], mem.ctx_r.data.cack[:M])),
+            f.uw_run.eq(self._run_flags(m, "w_uw", lo, self._adv_lw(lo, w.mpr_m1), lo1,
+                                        u.run)),
+        ]
 
     # --- Stage F: fetch --------------------------------------------------------------------
 

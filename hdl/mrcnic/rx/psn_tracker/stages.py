@@ -381,28 +381,7 @@ class TrackerStages(PsnTests):
         u_hi = Mux(u.place & u.above_hi, hi_tests(u.op.psn, "w_hi_u"),
                    hi_tests(u.hi_rd, "w_hi_uread"))
         m.d.sync += [f.hi_ram.eq(hi_tests(mem.ctx_r.data.hi, "w_hi")), f.hi_uw.eq(u_hi)]
-        self._stage_w_run_flags(m, mem, st)
-
-    def _stage_w_run_flags(self, m, mem, st):
-        """Stage W's share of F's tests against the CACK read and against the one the
-        record in U writes if it advances (then past U): the PSN's low bits against each
-        run (:meth:`_run_flags`: the low bits of the CACK read, out of distributed RAM; the
-        run of the record in U, a register), into registers, so that F tests from
-        registers alone but against the CACK the record in U writes (whose run D decides
-        as F's record is in W). The offsets' low bits from that record's window base: the
-        PSN's below bit 7, and above it a subtraction of a few bits (no carry chain)."""
-        w, f, u = st.w, st.f, st.u
-        M, psn = self._adv_bits, w.op.psn
-
-        def low(p):
-            return Cat(p[:7], (p[7:M] - u.op.psn[7:M])[:M - 7])
-        lo, lo1 = low(psn), low(w.psn_m1)
-        m.d.sync += [
-            f.ram_run.eq(self._run_flags(m, "w_ram", psn[:M], self._adv_lw(psn[:M], w.mpr_m1),
-                                         w.psn_m1[:M], mem.ctx_r.data.cack[:M])),
-            f.uw_run.eq(self._run_flags(m, "w_uw", lo, self._adv_lw(lo, w.mpr_m1), lo1,
-                                        u.run)),
-        ]
+        self._w_run_flags(m, mem, st)
 
     @staticmethod
     def _select4(vec, sel):
