@@ -72,6 +72,9 @@ def _add_build(sub):
                    help="a --block: place and route the same netlist N times (nextpnr's "
                         "default placement, then seeds 1 .. N-1) and print fmax's min, "
                         "mean and max: the placement noise a change must beat (default 1)")
+    p.add_argument("--nextpnr-opt", action="append", default=[], metavar="--NAME[=VALUE]",
+                   help="a --block: one more nextpnr option, for every placement (repeatable; "
+                        "write it with =, e.g. --nextpnr-opt=--placer-heap-timingweight=30)")
     p.add_argument("--rebuild", action="store_true",
                    help="build the self-test again even when the design is unchanged since "
                         "the last build in the build directory (which is otherwise reused; "
@@ -112,6 +115,8 @@ def _run_build(args):
         raise ValueError("--router is for a --block (the self-test routes with router2)")
     if args.block is None and args.seeds != 1:
         raise ValueError("--seeds is for a --block")
+    if args.block is None and args.nextpnr_opt:
+        raise ValueError("--nextpnr-opt is for a --block")
     if args.cable and not (args.program or args.flash):
         raise ValueError("--cable is for --program or --flash")
     if args.block is None:
@@ -146,7 +151,7 @@ def _run_build(args):
     from mrcnic.flow.ecp5 import build_block
     result = build_block(args.board, args.block, params, freq_mhz=args.freq or 100.0,
                          build_dir=args.build_dir, router=args.router or "router1",
-                         seeds=args.seeds)
+                         seeds=args.seeds, nextpnr_extra=args.nextpnr_opt)
     print(result.summary())
     return 0 if result.met else 1
 

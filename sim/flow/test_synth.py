@@ -256,6 +256,17 @@ def test_seed_command_places_the_same_netlist_again():
         ecp5.seed_command("set -e\n", 2)
 
 
+def test_extra_nextpnr_options_checked():
+    assert ecp5.check_nextpnr_extra(["--placer-heap-timingweight=30", "--tmg-ripup"]) == (
+        "--placer-heap-timingweight", "30", "--tmg-ripup")
+    for bad, match in (("30", "--name or --name=value"), ("--seed=3", "the flow's own"),
+                       ("--router=router2", "the flow's own"), ("--json=x", "the flow's own")):
+        with pytest.raises(ValueError, match=match):
+            ecp5.check_nextpnr_extra([bad])
+    with pytest.raises(ValueError, match="the flow's own"):
+        ecp5.build_block("ulx3s-85f", "skid-buffer", {}, nextpnr_extra=["--lpf=x.lpf"])
+
+
 def test_fmax_spread():
     spread = ecp5.fmax_spread({"default": 100.0, 1: 110.0, 2: None, 3: 90.0})
     assert spread == {"placements": 3, "min": 90.0, "mean": 100.0, "max": 110.0}
@@ -309,3 +320,16 @@ def test_skid_buffer_64_on_ulx3s_85f_meets_100_mhz(tmp_path):
     assert result.fmax_seeds["default"] == result.fmax_mhz
     assert result.fmax_seeds[1] >= 100.0
     assert "fmax over 2 placements of the same netlist" in result.summary()
+
+
+@pytest.mark.synth
+def test_extra_nextpnr_options_reach_every_placement(tmp_path):
+    """An extra nextpnr option is on the build's command line, so that a seed's placement
+    (the same line, re-seeded) takes it too, and the summary names it."""
+    result = ecp5.build_block("ulx3s-85f", "skid-buffer", {"data_width": 8},
+                               build_dir=tmp_path / "b",
+                               nextpnr_extra=["--placer-heap-timingweight=30"])
+    script = (tmp_path / "b" / "build_top.sh").read_text()
+    assert "--placer-heap-timingweight 30" in script
+    assert "--placer-heap-timingweight" in ecp5.seed_command(script, 2)
+    assert "(nextpnr router1 --placer-heap-timingweight 30)" in result.summary()

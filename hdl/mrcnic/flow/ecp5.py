@@ -178,6 +178,7 @@ class BuildResult:
     utilisation: dict = field(default_factory=dict)
     available: dict = field(default_factory=dict)
     router: str = "router1"
+    nextpnr_extra: tuple = ()        # options given to nextpnr besides the flow's own
     # With ``seeds`` > 1: {"default": fmax_mhz, 1: fmax, ...}: the same netlist placed
     # again with nextpnr seeds 1 .. seeds - 1 (the first placement is nextpnr's default).
     fmax_seeds: dict = field(default_factory=dict)
@@ -193,7 +194,7 @@ class BuildResult:
             f"board    {self.board}: {self.device}-{self.speed} {self.package}",
             f"block    {self.block} ({params})",
             f"clock    target {self.freq_mhz:g} MHz (PLL {self.pll_mhz:.3f} MHz), "
-            f"fmax {fmax}: {verdict} (nextpnr {self.router})",
+            f"fmax {fmax}: {verdict} (nextpnr {' '.join((self.router,) + self.nextpnr_extra)})",
             f"block    {self.block_luts} LUT4, {self.block_ffs} FF, {self.block_brams} DP16KD, "
             f"{self.block_dsps} MULT18, {self.block_lut_depth} LUT levels (synth_ecp5 alone)",
             f"total    {self.total_luts} LUT4{pct(self.total_luts, 'TRELLIS_COMB')}, "
@@ -222,6 +223,27 @@ class BuildResult:
 # all (measured on the bare slice: docs/synthesis.md). router2 is for designs router1 does
 # not converge on in an hour (the integrated halves of the NIC, the board self-tests).
 ROUTERS = ("router1", "router2")
+# The options the flow gives nextpnr itself, which an extra option may not repeat.
+_FLOW_OPTIONS = ("--report", "--log", "--textcfg", "--seed", "--router", "--json", "--lpf",
+                 "--timing-allow-fail", "--quiet", "--package", "--speed", "--85k", "--25k",
+                 "--45k", "--um-85k", "--um-45k", "--um-25k", "--um5g-85k", "--um5g-45k",
+                 "--um5g-25k", "--12k", "--freq", "--sdf")
+
+
+def check_nextpnr_extra(extra):
+    """``extra`` (nextpnr options, each ``--name`` or ``--name=value``) as a tuple of
+    command-line words; ``ValueError`` for a word that is not an option or repeats one the
+    flow sets (its device, files, router, seed)."""
+    words = []
+    for opt in extra:
+        name, eq, value = str(opt).partition("=")
+        if not name.startswith("--") or " " in name:
+            raise ValueError(f"nextpnr option {opt!r}: --name or --name=value")
+        if name in _FLOW_OPTIONS:
+            raise ValueError(f"nextpnr option {name} is the flow's own "
+                             f"({', '.join(_FLOW_OPTIONS[:5])}, ...)")
+        words += [name, value] if eq else [name]
+    return tuple(words)
 
 
 def fmax_spread(fmax_seeds):
@@ -283,7 +305,7 @@ def _place_seeds(build_dir, env, seeds):
 
 
 def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=None,
-                router="router1", seeds=1):
+                router="router1", seeds=1, nextpnr_extra=()):
     """Place and route block ``block_name`` with ``params`` in a :class:`BlockHarness` for
     ``board`` at ``freq_mhz`` with nextpnr's ``router`` (:data:`ROUTERS`); returns a
     :class:`BuildResult`, also written as ``summary.json`` in ``build_dir`` (default
@@ -294,6 +316,10 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
     or an unreachable frequency, :class:`~mrcnic.flow.tools.ToolchainNotFound` without
     YoWASP, and :class:`~mrcnic.flow.tools.SynthError` if a tool fails (the design does not
     fit, ...).
+
+    ``nextpnr_extra``: more nextpnr options (:func:`check_nextpnr_extra`), for example
+    ``("--placer-heap-timingweight=30", "--placer-heap-critexp=4")``; every placement uses
+    them.
 
     ``seeds`` > 1 places and routes the same netlist again with nextpnr seeds 1 ..
     ``seeds`` - 1 (``fmax_seeds``; the first placement is nextpnr's default): the spread of
@@ -312,6 +338,7 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
                          f"parameters: {', '.join(block.defaults)}")
     if router not in ROUTERS:
         raise ValueError(f"router {router!r}: one of {', '.join(ROUTERS)}")
+    extra = check_nextpnr_extra(nextpnr_extra)
     params = {**block.defaults, **params}
     module = registry.module_name(block_name, params)
     build_dir = Path(build_dir or Path("build", "synth", board, module)).resolve()
@@ -333,7 +360,8 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
     harness = BlockHarness(block.build(params), freq_mhz)
     plan = platform.build(harness, name="top", do_build=False, do_program=False,
                           nextpnr_opts=f"--report report.json --timing-allow-fail "
-                                       f"--router {router}")
+                                       f"--router {router}" +
+                                       "".join(f" {shlex.quote(w)}" for w in extra))
     plan.extract(build_dir)
     _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
 
@@ -362,7 +390,7 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
         seconds=time.monotonic() - t0,
         utilisation={k: v["used"] for k, v in util.items() if v["used"]},
         available={k: v["available"] for k, v in util.items()},
-        router=router, fmax_seeds=fmax_seeds,
+        router=router, nextpnr_extra=extra, fmax_seeds=fmax_seeds,
     )
     summary = {**asdict(result), "fmax": fmax, "block_cells": alone["cells"]}
     (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
