@@ -136,7 +136,7 @@ class TrackerStages(PsnTests):
                      par=C, lap_own=CHUNK, forced=CHUNK,
                      adv=self._adv_layout,
                      pp_above=1, pp_new_hole=1, hi_ram=2, hi_uw=2,
-                     own_pre=CHUNK // 16, next_pre=CHUNK // 16)
+                     own_pre=CHUNK // 4, next_pre=CHUNK // 4)
         st.d = stage("d", **common, held=1, arrived=1, nextbit=1, pos0=1,
                      qp_ok=1, data=1, trig=1, pool_full=2,
                      raw=HALF, found=nw, found_last=1, idx=data.ArrayLayout(WORD_BITS, nw),
@@ -167,14 +167,14 @@ class TrackerStages(PsnTests):
         # The packet's own completion, written in stage U.
         st.own = stage("own", valid=1, cpl=COMPLETION)
         st.uw = stage("uw", run=range(self.window), every=2)
-        # The packet's 16-bit word in its chunk, for the select of its own bit alone, the
+        # The packet's 4-bit group in its chunk, for the select of its own bit alone, the
         # same for the select of the next PSN's bit, and the PSN's offset from a window base
         # (whose low seven bits are the position again): registers loaded alike with the
         # PSN's bits, which drive much else, each kept apart from them by a reset of its own
         # (synthesis merges registers bit by bit where their loads and resets agree: see
         # :func:`~mrcnic.base.gates.register_copies`).
-        st.f.own_pos = Signal(3, name="f_own_pos", init=(1 << 3) - 1)
-        st.f.next_pos = Signal(3, name="f_next_pos", reset_less=True, init=(1 << 3) - 1)
+        st.f.own_pos = Signal(5, name="f_own_pos", init=(1 << 5) - 1)
+        st.f.next_pos = Signal(5, name="f_next_pos", reset_less=True, init=(1 << 5) - 1)
         st.f.adv = Signal(self._adv_layout, name="f_adv", reset_less=True)
         # (The same split of the PSN against the CACK read in W: its low bits are the
         # PSN's as in ``f_adv``, which share them.)
@@ -329,12 +329,12 @@ class TrackerStages(PsnTests):
             # The packet's position (for the selects of its bit and the next), the next
             # PSN's lap parity and the value the forwarded write gives it; whether that
             # write, when it is there, is at the packet's own position or the next.
-            f.next_pos.eq(psn[4:7]), f.own_pos.eq(psn[4:7]),
-            # The first two 4:1 levels of the selects of the packet's own bit and the next
-            # (by the position's four low bits): F selects among the 8 left.
-            f.own_pre.eq(self._select4(self._select4(raw[0], psn[:2]), psn[2:4])),
-            f.next_pre.eq(self._select4(self._select4(Cat(raw[0][1:], raw[1][0]), psn[:2]),
-                                        psn[2:4])),
+            f.next_pos.eq(psn[2:7]), f.own_pos.eq(psn[2:7]),
+            # The first 4:1 level of the selects of the packet's own bit and the next (by
+            # the position's two low bits), the one level after the block RAM's output
+            # and its forwarding: F selects among the 32 left.
+            f.own_pre.eq(self._select4(raw[0], psn[:2])),
+            f.next_pre.eq(self._select4(Cat(raw[0][1:], raw[1][0]), psn[:2])),
             f.next_par.eq(Mux(psn[:7] == CHUNK - 1, pars[1], pars[0])),
             f.next_val.eq(Mux(psn[:7] == CHUNK - 1, fwd.val[1], fwd.val[0])),
             f.own_act.eq(act & fwd.own),
@@ -433,8 +433,8 @@ class TrackerStages(PsnTests):
             idx.append(ik)
         found_last = ~srch[(nw - 1) * WORD:W - 1].all()
         op = f.op
-        # The packet's own bit and the next, as read (the last level of a 128:1 mux each,
-        # the first two taken in W; parity removed after), or the value the record ahead
+        # The packet's own bit and the next, as read (the last three levels of a 128:1 mux
+        # each, the first taken in W; parity removed after), or the value the record ahead
         # wrote there.
         own_raw = select_bit(m, f.own_pre, f.own_pos, "f_own_sel")
         # (The next bit: position p + 1 of the chunk and the next chunk's first, selected
