@@ -317,10 +317,10 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
                     "open": 1}
         m.submodules.ctx = ctx = Memory(shape=self._ctx_layout, depth=qps, init=[ctx_init] * qps)
         ctx_w = ctx.write_port()
-        ctx_r, ctx_u = ctx.read_port(domain="comb"), ctx.read_port(domain="comb")
+        ctx_u = ctx.read_port(domain="comb")
         # (Stage D's read of the highest PSN seen, for W's tests against what U writes.)
         ctx_d = ctx.read_port(domain="comb")
-        # (Stage R's read of the QP's window.)
+        # (Stage R's read, into W's registers.)
         ctx_rd = ctx.read_port(domain="comb")
         m.submodules.stats = stats = Memory(shape=self._stats_layout, depth=qps,
                                             init=[{"pbase": (1 << PSN) - 1}] * qps)
@@ -342,7 +342,7 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         m.submodules.pool_data = pool_data = Memory(shape=POOL_DATA, depth=N, init=[])
         held = Signal(range(N + 1), name="pool_held")
         m.d.sync += held.eq(sum(pool[i].valid for i in range(N)))
-        return SimpleNamespace(ctx_w=ctx_w, ctx_r=ctx_r, ctx_u=ctx_u, ctx_d=ctx_d, ctx_rd=ctx_rd,
+        return SimpleNamespace(ctx_w=ctx_w, ctx_u=ctx_u, ctx_d=ctx_d, ctx_rd=ctx_rd,
                                stats_w=stats_w,
                                stats_r=stats_r,
                                lo=banks["lo"], hi=banks["hi"], pool=pool, held=held,

@@ -154,7 +154,7 @@ class PsnTests:
     def _w_run_flags(self, m, mem, st):
         """Stage W's share of F's tests against the CACK read and against the one the
         record in U writes if it advances (then past U): the PSN's low bits against each
-        run (:meth:`_run_flags`: the low bits of the CACK read, out of distributed RAM; the
+        run (:meth:`_run_flags`: the low bits of the CACK read, a register loaded in R; the
         run of the record in U, a register), into registers, so that F tests from
         registers alone but against the CACK the record in U writes (whose run D decides
         as F's record is in W). The offsets' low bits from that record's window base: the
@@ -166,9 +166,10 @@ class PsnTests:
             return Cat(p[:7], (p[7:M] - u.op.psn[7:M])[:M - 7])
         lo, lo1 = low(psn), low(w.psn_m1)
         m.d.sync += [
-            f.ram_run.eq(self._run_flags(m, "w_ram", psn[:M], self._adv_lw(psn[:M], w.mpr_m1),
-                                         w.psn_m1[:M], mem.ctx_r.data.cack[:M])),
-            f.uw_run.eq(self._run_flags(m, "w_uw", lo, self._adv_lw(lo, w.mpr_m1), lo1,
+            f.ram_run.eq(self._run_flags(m, "w_ram", psn[:M],
+                                         self._adv_lw(psn[:M], w.ctx.mpr_m1),
+                                         w.psn_m1[:M], w.ctx.cack[:M])),
+            f.uw_run.eq(self._run_flags(m, "w_uw", lo, self._adv_lw(lo, w.ctx.mpr_m1), lo1,
                                         u.run)),
         ]
 

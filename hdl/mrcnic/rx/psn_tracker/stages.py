@@ -126,8 +126,7 @@ class TrackerStages(PsnTests):
         st.w = stage("w", **common, same_u=1, same_d=1, fwd_u=self._fwd_layout,
                      next_low=7 + self._cbits, psn_m1=PSN, hi_m1=PSN - self._adv_bits,
                      lo_zero=1,
-                     par=C, adv=self._adv_layout,
-                     mpr_m1=max(1, self._cbits))
+                     par=C, adv=self._adv_layout, ctx=CTX)
         st.f = stage("f", **common, lo=data.ArrayLayout(HALF, C), hi=data.ArrayLayout(HALF, C),
                      ctx=CTX, ctx_uw=1, uw_adv=1, sel=1, sel_adv=1, every=2,
                      ram_run=self._run_layout, uw_run=self._run_layout,
@@ -216,11 +215,12 @@ class TrackerStages(PsnTests):
             chunks.append(chunk)
         same = d.valid & ~d.op.cont & d.qp_in & (d.qpi == r.qpi) & r.qp_in
         f = st.f
-        # The QP's window, read here (only a QP command, which runs with the stages empty,
-        # changes it), for W's work towards F's window tests.
+        # The QP's context, read here into W's registers with the write on this edge (the
+        # record in U's) forwarded: what a read in W would give, from flip-flops.
+        cw = mem.ctx_w
         m.d.comb += mem.ctx_rd.addr.eq(r.qpi)
         m.d.sync += [w.valid.eq(r.valid & ~st.kill), w.op.eq(r.op), w.qpi.eq(r.qpi),
-                     w.mpr_m1.eq(mem.ctx_rd.data.mpr_m1),
+                     w.ctx.eq(Mux(cw.en & (cw.addr == r.qpi), cw.data, mem.ctx_rd.data)),
                      w.qp_in.eq(r.qp_in), w.same_u.eq(same),
                      # The record in F is of this QP (in D when this one is in W: W
                      # forwards its write, then checked valid, from this register).
@@ -279,8 +279,8 @@ class TrackerStages(PsnTests):
         the words before its word); the PSN against the record in D's PSN, and its offset
         from that record's window base (worked out in R, :meth:`_adv_offset`) passed on,
         against which stage F tests the highest PSN and CACK that record will write. The
-        QP's context, read (distributed RAM) into registers, and the PSN's offset from its
-        CACK less the low bits; whether the record in U (whose context write that read
+        QP's context (read in R, as a read here would give it) passed on, and the PSN's
+        offset from its CACK less the low bits; whether the record in U (whose context write that read
         misses) or the one in D is of this QP, and the PSN's offset from the window base of
         the record in U if it advances CACK (F tests the PSN against the CACK it wrote);
         the PSN against the highest PSN seen in the context read and in the one the
@@ -343,18 +343,18 @@ class TrackerStages(PsnTests):
             # Positions up to the packet's own read as arrived (the search starts after it).
             # Position 0 is not forced: the search does not read it (a continuation's first).
             f.forced.eq(Cat(Const(0, 1), at_or_above(m, rel7, "w_forced")[1:])),
-            f.adv.eq(w.adv), f.adv.lw.eq(self._adv_lw(w.adv.lo, w.mpr_m1)),
-            # The QP's context, read here; the write it misses (that of the record now in
-            # U) changes only its CACK (F tests against it, ``uw_adv``), its highest PSN
+            f.adv.eq(w.adv), f.adv.lw.eq(self._adv_lw(w.adv.lo, w.ctx.mpr_m1)),
+            # The QP's context as of this cycle; the write it misses (that of the record now
+            # in U) changes only its CACK (F tests against it, ``uw_adv``), its highest PSN
             # (tested below) and its count since the last SACK (``uw_every``).
-            f.ctx.eq(mem.ctx_r.data),
+            f.ctx.eq(w.ctx),
             # The PSN against that CACK, its high bits subtracted here (F takes the low bits
             # as the run).
             f.ram_adv.eq(self._adv_offset(
                 m, "w_ram_adv", psn, Cat(Const(0, self._adv_bits),
-                                         mem.ctx_r.data.cack[self._adv_bits:]),
+                                         w.ctx.cack[self._adv_bits:]),
                 psn_m1=w.psn_m1, hi_m1=w.hi_m1, lo_zero=w.lo_zero)),
-            f.every.eq(self._every(mem.ctx_r.data.since, st.sack_every)),
+            f.every.eq(self._every(w.ctx.since, st.sack_every)),
             f.ctx_uw.eq(u.valid & u.qp_ok & (u.qpi == w.qpi)),
             # And the record in U advances CACK: the PSN's offset from its window base.
             f.uw_adv.eq(u.valid & u.qp_ok & (u.qpi == w.qpi) & u.adv),
@@ -367,7 +367,6 @@ class TrackerStages(PsnTests):
             # the tests that hold is steered by a register.)
             f.sel_adv.eq(d.valid & d.qp_ok & (d.qpi == w.qpi) & st.d_adv),
         ]
-        m.d.comb += mem.ctx_r.addr.eq(w.qpi)
         if self._lap_chunks:
             m.d.sync += f.lap_own.eq(Mux(op.cont, 0, Const(1, CHUNK) << rel7))
         # The PSN against the one the record in D places (the highest PSN seen if it places
@@ -380,7 +379,7 @@ class TrackerStages(PsnTests):
         hi_tests = functools.partial(self._hi_tests, m, psn, w.psn_m1)
         u_hi = Mux(u.place & u.above_hi, hi_tests(u.op.psn, "w_hi_u"),
                    hi_tests(u.hi_rd, "w_hi_uread"))
-        m.d.sync += [f.hi_ram.eq(hi_tests(mem.ctx_r.data.hi, "w_hi")), f.hi_uw.eq(u_hi)]
+        m.d.sync += [f.hi_ram.eq(hi_tests(w.ctx.hi, "w_hi")), f.hi_uw.eq(u_hi)]
         self._w_run_flags(m, mem, st)
 
     @staticmethod
