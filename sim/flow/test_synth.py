@@ -162,6 +162,27 @@ def test_every_board_prepares_a_build(board):
     assert "EHXPLLL" in plan.files["top.il"]
 
 
+def test_lut_mapping_runs_with_the_flows_wire_delay():
+    """synth_ecp5 runs up to its LUT mapping, ABC9 maps with ABC9_WIRE_PS (not the 300 ps
+    synth_ecp5 gives it), then synth_ecp5 goes on from its cell mapping: in the block's
+    build plan, in the block-alone script, and with the self-test's workaround option in
+    both halves."""
+    first, after = ecp5.synth_commands("top")
+    assert first == "-run :map_luts" and after[-1] == "synth_ecp5 -top top -run map_cells:"
+    assert f"abc9 -W {ecp5.ABC9_WIRE_PS}" in after and ecp5.ABC9_WIRE_PS != 300
+    platform = ecp5._build_only(synth.BOARDS["ulx3s-85f"])()
+    plan = platform.build(BlockHarness(SkidBuffer(8), 100.0), name="top", do_build=False,
+                          do_program=False, synth_opts=first, script_after_synth="\n".join(after))
+    lines = [line.strip() for line in plan.files["top.ys"].splitlines()]
+    at = lines.index("synth_ecp5 -run :map_luts -top top")
+    assert lines[at + 1:at + 1 + len(after)] == after
+    assert ecp5.synth_script("m").splitlines() == [
+        "synth_ecp5 -run :map_luts -top m", *after[:-1], "synth_ecp5 -top m -run map_cells:"]
+    last = "synth_ecp5 -noflatten -top top -run map_cells:"
+    assert ecp5.synth_commands("top", "-noflatten") == ("-noflatten -run :map_luts",
+                                                         [*after[:-1], last])
+
+
 # --- Harness -------------------------------------------------------------------------------
 
 def test_harness_drives_every_input_and_observes_outputs():

@@ -22,7 +22,8 @@ from mrcnic.base.clocking import find_pll, pll_sync_domain
 from mrcnic.boards.selftest import SelfTest
 from mrcnic.boards.spraytest import SprayTest
 from mrcnic.boards.table import TABLE
-from mrcnic.flow.ecp5 import _build_only, _critical_path, _refuse_xilinx, parse_nextpnr_report
+from mrcnic.flow.ecp5 import (
+    _build_only, _critical_path, _refuse_xilinx, parse_nextpnr_report, synth_commands)
 from mrcnic.flow.synth import BOARDS, XILINX_BOARDS, get_board
 from mrcnic.flow.tools import SynthError, _run, rtlil_digest, tool_versions, yowasp_env
 
@@ -180,8 +181,7 @@ def build_selftest(board, freq_mhz=None, build_dir=None, *, design=None, reuse=T
     build_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     nextpnr_opts = _selftest_nextpnr_opts(top, design)
-    plan = platform.build(top, name="top", do_build=False, do_program=False,
-                          nextpnr_opts=nextpnr_opts)
+    plan = _selftest_plan(platform, top, nextpnr_opts)
     digest = design_digest(plan)
     done = [build_dir / name for name in ("top.bit", "report.json", "summary.json")]
     if reuse and all(path.exists() for path in done):
@@ -201,8 +201,7 @@ def build_selftest(board, freq_mhz=None, build_dir=None, *, design=None, reuse=T
             raise SynthError(f"{e}\n{_tail(yosys_log)}") from None
         synth_opts = ABC9_WORKAROUND
         platform = _build_only(get_board(board))()         # a platform is prepared once
-        plan = platform.build(top, name="top", do_build=False, do_program=False,
-                              nextpnr_opts=nextpnr_opts, synth_opts=synth_opts)
+        plan = _selftest_plan(platform, top, nextpnr_opts, synth_opts)
         plan.extract(build_dir)
         _run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=env, log=build_dir / "build.log")
     return selftest_result(board, build_dir, top.freq_mhz, top.pll.f_out_mhz,
@@ -221,8 +220,16 @@ def selftest_digest(board, freq_mhz=None, design=None):
     design = design or default_design(board)
     top = BoardSelfTest(board, freq_mhz, core=DESIGNS[design])
     platform = _build_only(get_board(board))()
-    return design_digest(platform.build(top, name="top", do_build=False, do_program=False,
-                                        nextpnr_opts=_selftest_nextpnr_opts(top, design)))
+    return design_digest(_selftest_plan(platform, top, _selftest_nextpnr_opts(top, design)))
+
+
+def _selftest_plan(platform, top, nextpnr_opts, synth_opts=""):
+    """The self-test's build plan: the flow's synthesis (:func:`~mrcnic.flow.ecp5.synth_commands`,
+    with ``synth_opts`` given to both of its ``synth_ecp5`` steps) and ``nextpnr_opts``."""
+    first, after = synth_commands("top", synth_opts)
+    return platform.build(top, name="top", do_build=False, do_program=False,
+                          nextpnr_opts=nextpnr_opts, synth_opts=first,
+                          script_after_synth="\n".join(after))
 
 
 # Decision: Yosys 0.70's abc9 fails an internal assertion while reintegrating the mapped

@@ -72,6 +72,37 @@ def _refuse_xilinx(board):
                          f"--plan-only writes its build plan")
 
 
+# --- Synthesis ---------------------------------------------------------------------------
+
+# Decision: ABC's wire delay in the ECP5 LUT mapping. synth_ecp5 maps LUTs with ABC9 at an
+# assumed 300 ps a connection; placed on the 85F, a connection between slices takes 0.4 to
+# 2.8 ns. Seeing connections that cheap, ABC keeps chains of LUTs through their fast inputs
+# where fewer levels would be faster once placed, and fills every path up to the depth of
+# the deepest. At 700 ps it maps shallower for a few per cent more LUT4s; measured on the
+# trackers in docs/synthesis.md.
+ABC9_WIRE_PS = 700
+
+
+def synth_commands(top, opts=""):
+    """The Yosys commands of the flow's ECP5 synthesis of module ``top``: ``synth_ecp5``
+    (with ``opts``) as it runs by default but for its LUT mapping, ABC9 with a wire delay
+    of :data:`ABC9_WIRE_PS`. Returns ``(synth_opts, after)``: the options of the first
+    ``synth_ecp5`` (up to the LUT mapping) and the commands after it."""
+    opts = f"{opts} " if opts else ""
+    return (f"{opts}-run :map_luts", [
+        "check -latchonly -assert",
+        "techmap -map +/lattice/latches_map.v",
+        f"abc9 -W {ABC9_WIRE_PS}",
+        "clean",
+        f"synth_ecp5 {opts}-top {top} -run map_cells:"])
+
+
+def synth_script(top, opts=""):
+    """:func:`synth_commands` as one script (lines)."""
+    first, after = synth_commands(top, opts)
+    return "\n".join([f"synth_ecp5 {first} -top {top}", *after])
+
+
 # --- Reports -------------------------------------------------------------------------------
 
 # Cell types of synth_ecp5's netlist, and how many LUT4s each occupies.
@@ -98,10 +129,11 @@ def parse_yosys_stat(stat):
 
 
 def synth_block_alone(component, module, work_dir, *, platform, env=None):
-    """Synthesise ``component`` on its own with ``synth_ecp5`` (no harness, no place and
-    route), elaborated for ``platform`` (an ECP5 platform: the block RAM primitives are
-    those of the build); returns :func:`parse_yosys_stat`'s figures plus ``"lut_depth"``."""
-    stat, netlist = yosys_alone(component, module, work_dir, f"synth_ecp5 -top {module}",
+    """Synthesise ``component`` on its own with the flow's ``synth_ecp5``
+    (:func:`synth_script`; no harness, no place and route), elaborated for ``platform`` (an
+    ECP5 platform: the block RAM primitives are those of the build); returns
+    :func:`parse_yosys_stat`'s figures plus ``"lut_depth"``."""
+    stat, netlist = yosys_alone(component, module, work_dir, synth_script(module),
                                 platform=platform, env=env)
     figures = parse_yosys_stat(stat)
     figures["lut_depth"] = lut_depth(netlist, module)
@@ -182,6 +214,7 @@ class BuildResult:
     # With ``seeds`` > 1: {"default": fmax_mhz, 1: fmax, ...}: the same netlist placed
     # again with nextpnr seeds 1 .. seeds - 1 (the first placement is nextpnr's default).
     fmax_seeds: dict = field(default_factory=dict)
+    abc9_wire_ps: int = ABC9_WIRE_PS  # the LUT mapping's wire delay (synth_commands)
 
     def summary(self):
         params = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -196,7 +229,8 @@ class BuildResult:
             f"clock    target {self.freq_mhz:g} MHz (PLL {self.pll_mhz:.3f} MHz), "
             f"fmax {fmax}: {verdict} (nextpnr {' '.join((self.router,) + self.nextpnr_extra)})",
             f"block    {self.block_luts} LUT4, {self.block_ffs} FF, {self.block_brams} DP16KD, "
-            f"{self.block_dsps} MULT18, {self.block_lut_depth} LUT levels (synth_ecp5 alone)",
+            f"{self.block_dsps} MULT18, {self.block_lut_depth} LUT levels (synth_ecp5 alone, "
+            f"ABC wire delay {self.abc9_wire_ps} ps)",
             f"total    {self.total_luts} LUT4{pct(self.total_luts, 'TRELLIS_COMB')}, "
             f"{self.total_ffs} FF{pct(self.total_ffs, 'TRELLIS_FF')}, "
             f"{self.total_brams} DP16KD, {self.total_dsps} MULT18 "
@@ -358,7 +392,9 @@ def build_block(board, block_name, params=None, *, freq_mhz=100.0, build_dir=Non
                               platform=platform, env=env)
 
     harness = BlockHarness(block.build(params), freq_mhz)
+    synth_opts, after = synth_commands("top")
     plan = platform.build(harness, name="top", do_build=False, do_program=False,
+                          synth_opts=synth_opts, script_after_synth="\n".join(after),
                           nextpnr_opts=f"--report report.json --timing-allow-fail "
                                        f"--router {router}" +
                                        "".join(f" {shlex.quote(w)}" for w in extra))

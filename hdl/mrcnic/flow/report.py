@@ -33,7 +33,7 @@ from datetime import date
 from pathlib import Path
 
 from mrcnic.flow import registry
-from mrcnic.flow.ecp5 import build_block, synth_block_alone
+from mrcnic.flow.ecp5 import ABC9_WIRE_PS, build_block, synth_block_alone
 from mrcnic.flow.synth import get_board
 from mrcnic.flow.tools import SynthError, rtlil_digest, tool_versions, yowasp_env
 from mrcnic.flow.xilinx import XILINX_FAMILY, synth_xilinx
@@ -171,7 +171,7 @@ def measure(case, kind, root=KEPT_ROOT, *, rerun=False, work_root=WORK_ROOT):
                   "lut_depth": r.block_lut_depth, "fmax_mhz": r.fmax_mhz,
                   "critical_path": cp, "device": f"{r.device}-{r.speed} {r.package}",
                   "total_luts": r.total_luts, "available": r.available, "router": r.router,
-                  "constraint_mhz": case.freq_mhz}
+                  "constraint_mhz": case.freq_mhz, "abc9_wire_ps": r.abc9_wire_ps}
     elif kind == "xilinx":
         component = registry.get(case.block).build(dict(case.params))
         result = synth_xilinx(component, case.module, work)
@@ -209,7 +209,14 @@ def _measure_in_selftest(case, work):
             "critical_path": st.critical_path,
             "device": f"{platform.device}-{platform.speed} {platform.package}",
             "total_luts": st.luts, "available": st.available, "router": case.router,
-            "constraint_mhz": case.freq_mhz, "selftest_design": st.design}
+            "constraint_mhz": case.freq_mhz, "selftest_design": st.design,
+            "abc9_wire_ps": ABC9_WIRE_PS}
+
+
+def _wire_ps(result):
+    """The ABC wire delay an ECP5 measurement was synthesised with (300 ps, synth_ecp5's own,
+    before the flow set :data:`~mrcnic.flow.ecp5.ABC9_WIRE_PS`)."""
+    return result.get("abc9_wire_ps", 300)
 
 
 def kept(case, kind, root=KEPT_ROOT):
@@ -226,7 +233,7 @@ def _cp_text(cp):
             f"{cp['delay_ns']:.1f} ns").replace("|", "/")
 
 
-def _conf(case, kind):
+def _conf(case, kind, result=None):
     notes = [case.note] if case.note else []
     if kind == "ecp5" and case.router != "router1":
         notes.append(f"routed with {case.router}")
@@ -234,6 +241,8 @@ def _conf(case, kind):
         notes.append(f"fmax of the board self-test, placed against {case.freq_mhz:g} MHz")
     elif kind == "ecp5" and case.freq_mhz != ECP5_FREQ_MHZ:
         notes.append(f"placed against {case.freq_mhz:g} MHz")
+    if kind == "ecp5" and result and _wire_ps(result) != ABC9_WIRE_PS:
+        notes.append(f"ABC wire delay {_wire_ps(result)} ps")
     return case.label() + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -279,14 +288,18 @@ def render(ecp5, xilinx):
         f"it, `mrcnic build --board {ECP5_BOARD}`), its critical path that build's. "
         "\"Of slice\" is fmax as a",
         "share of the bare registered AXI-Stream slice's (the first row), what the device allows",
-        "a registered 64-bit stream.",
+        "a registered 64-bit stream. LUTs are mapped with ABC's wire delay at "
+        f"{ABC9_WIRE_PS} ps (the",
+        "flow's decision, [synthesis](synthesis.md)); a row measured before, at synth_ecp5's "
+        "own 300 ps,",
+        "says so.",
         "",
         "| block | configuration | LUT4 | FF | DP16KD | LUT levels | fmax (MHz) | of slice "
         "| critical path |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for case, r in ecp5:
-        conf = _conf(case, "ecp5")
+        conf = _conf(case, "ecp5", r)
         if r is None:
             lines.append(_missing(case, "ecp5", 9))
             continue
@@ -364,9 +377,11 @@ def run(*, only=(), kinds=("ecp5", "xilinx"), rerun=False, root=KEPT_ROOT,
                 digests[case] = gateware_digest(case)
             same_constraint = (kind != "ecp5" or
                                old.get("constraint_mhz", ECP5_FREQ_MHZ) == case.freq_mhz)
-            if old.get("gateware") == digests[case] and same_constraint:
+            same_synth = kind != "ecp5" or _wire_ps(old) == ABC9_WIRE_PS
+            if old.get("gateware") == digests[case] and same_constraint and same_synth:
                 continue
-            what = "the gateware" if same_constraint else "the clock constraint"
+            what = ("the gateware" if old.get("gateware") != digests[case] else
+                    "the clock constraint" if not same_constraint else "the synthesis")
             log(f"[{i}/{len(todo)}] {kind} {case.block}: {what} changed since it was "
                 f"measured ({old.get('date')})")
         log(f"[{i}/{len(todo)}] {kind} {case.block} ({case.label()}) ...")
