@@ -129,10 +129,10 @@ def test_the_whole_nics_ecp5_row_is_the_board_self_tests_build(tmp_path):
             report.measure(other, "ecp5", root=tmp_path, work_root=tmp_path / "work")
 
 
-def test_a_measurement_against_another_constraint_is_made_again(tmp_path, monkeypatch):
-    """Same gateware, other clock constraint (or none recorded, the 100 MHz of the rows before
-    the constraint was per row): ``run`` measures it again; the same constraint is reused."""
-    case = report.Case.of("skid-buffer", freq_mhz=50.0, data_width=64)
+def _kept_and_run(tmp_path, monkeypatch, case):
+    """``case`` as the only ECP5 case, its kept measurement's path and a copy of the kept
+    figures, and ``run(kept)``: writes them, runs the report with a fake measurement, and
+    returns the cases it measured and its log."""
     monkeypatch.setattr(report, "ECP5_CASES", [case])
     made = []
 
@@ -142,13 +142,24 @@ def test_a_measurement_against_another_constraint_is_made_again(tmp_path, monkey
     monkeypatch.setattr(report, "measure", fake_measure)
     path = tmp_path / "ecp5" / f"{case.module}.json"
     path.parent.mkdir(parents=True)
-    kept = dict(_ecp5(1, 60.0), gateware=report.gateware_digest(case))
-    for constraint, again in ((None, True), (100.0, True), (50.0, False)):
-        if constraint is not None:
-            kept["constraint_mhz"] = constraint
+
+    def run(kept):
         path.write_text(json.dumps(kept))
         logs, made[:] = [], []
         report.run(kinds=("ecp5",), root=tmp_path, out=None, log=logs.append)
+        return list(made), logs
+    return dict(_ecp5(1, 60.0), gateware=report.gateware_digest(case)), run
+
+
+def test_a_measurement_against_another_constraint_is_made_again(tmp_path, monkeypatch):
+    """Same gateware, other clock constraint (or none recorded, the 100 MHz of the rows before
+    the constraint was per row): ``run`` measures it again; the same constraint is reused."""
+    case = report.Case.of("skid-buffer", freq_mhz=50.0, data_width=64)
+    kept, run = _kept_and_run(tmp_path, monkeypatch, case)
+    for constraint, again in ((None, True), (100.0, True), (50.0, False)):
+        if constraint is not None:
+            kept["constraint_mhz"] = constraint
+        made, logs = run(kept)
         assert made == ([(case, "ecp5")] if again else []), constraint
         assert any("clock constraint changed" in line for line in logs) == again
 
@@ -159,25 +170,13 @@ def test_a_measurement_synthesised_with_another_wire_delay_is_made_again(tmp_pat
     none recorded: the rows before the flow set one): ``run`` measures it again, and until
     then its row says so; one made with the flow's is reused."""
     case = report.Case.of("skid-buffer", data_width=64)
-    monkeypatch.setattr(report, "ECP5_CASES", [case])
-    made = []
-
-    def fake_measure(c, kind, root, *, rerun, work_root):
-        made.append((c, kind))
-        return dict(_ecp5(1, 60.0), seconds=1)
-    monkeypatch.setattr(report, "measure", fake_measure)
-    path = tmp_path / "ecp5" / f"{case.module}.json"
-    path.parent.mkdir(parents=True)
-    kept = dict(_ecp5(1, 60.0), gateware=report.gateware_digest(case))
+    kept, run = _kept_and_run(tmp_path, monkeypatch, case)
     for wire_ps, again in ((None, True), (300, True), (ABC9_WIRE_PS, False)):
         kept.pop("abc9_wire_ps", None)
         if wire_ps is not None:
             kept["abc9_wire_ps"] = wire_ps
-        path.write_text(json.dumps(kept))
-        page = report.render([(case, kept)], [])
-        assert ("(ABC wire delay 300 ps)" in page) == again, wire_ps
-        logs, made[:] = [], []
-        report.run(kinds=("ecp5",), root=tmp_path, out=None, log=logs.append)
+        assert ("(ABC wire delay 300 ps)" in report.render([(case, kept)], [])) == again
+        made, logs = run(kept)
         assert made == ([(case, "ecp5")] if again else []), wire_ps
         assert any("the synthesis changed" in line for line in logs) == again
 
