@@ -281,9 +281,9 @@ class TrackerStages(PsnTests):
         against which stage F tests the highest PSN and CACK that record will write. The
         QP's context (read in R, as a read here would give it) passed on, and the PSN's
         offset from its CACK less the low bits; whether the record in U (whose context
-        write that read misses) or the one in D is of this QP, and the PSN's offset from the window base of
-        the record in U if it advances CACK (F tests the PSN against the CACK it wrote);
-        the PSN against the highest PSN seen in the context read and in the one the
+        write that read misses) or the one in D is of this QP, and the PSN's offset from
+        the window base of the record in U if it advances CACK (F tests the PSN against the
+        CACK it wrote); the PSN against the highest PSN seen in the context read and in the one the
         record in U writes now (F picks)."""
         w, f, d, u = st.w, st.f, st.d, st.u
         C = self.window_chunks
