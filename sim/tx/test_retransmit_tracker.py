@@ -807,8 +807,11 @@ def test_timeouts_backoff_and_retry_exhaustion():
     assert by_now[4][1] <= bound
 
 
-def test_send_credit_window_ring_and_cwnd():
+# The first PSN: 0, and one where the PSNs outstanding wrap the low 8 bits and the 24.
+@pytest.mark.parametrize("start", [0, (1 << 24) - 70])
+def test_send_credit_window_ring_and_cwnd(start):
     qps, O = 2, 128
+    mask = (1 << 24) - 1
     dut = RetransmitTracker(qps, O)
     seen = []
 
@@ -818,7 +821,7 @@ def test_send_credit_window_ring_and_cwnd():
         await drv.write_fields("config2", initial_mpr=1)
         await drv.write_fields("config", pmtu_log2=10)
         await drv.write_fields("qp_select", qp=0)
-        await drv.write_fields("qp_start", psn=0)
+        await drv.write_fields("qp_start", psn=start)
         await drv.write_fields("qp_command", open=1)
         while (await drv.read_fields("status"))["busy"]:
             pass
@@ -831,13 +834,13 @@ def test_send_credit_window_ring_and_cwnd():
         # MPR 1: 128 PSNs, PSN 0..127 may go, 128 may not.
         for p in range(128):
             assert await credit(0), f"psn {p}"
-            ctx.set(dut.sent.payload, sent(0, p))
+            ctx.set(dut.sent.payload, sent(0, (start + p) & mask))
             ctx.set(dut.sent.valid, 1)
             await ctx.tick()
             ctx.set(dut.sent.valid, 0)
         seen.append(await credit(0))
         # A SACK with MPR 2 and CACK 9: 138 may go, but the ring holds 128: 128 + 10.
-        ctx.set(dut.ack.payload, sack(0, 9, 0, mpr=2))
+        ctx.set(dut.ack.payload, sack(0, (start + 9) & mask, 0, mpr=2))
         ctx.set(dut.ack.valid, 1)
         await ctx.tick()
         ctx.set(dut.ack.valid, 0)
