@@ -614,10 +614,14 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
     @staticmethod
     def _start_masks(ctl, start):
         """The masks of the start's position in its chunk: the words after its word, its
-        word, and the bits of a word at or after its bit."""
-        return [ctl.cmd_word_gt.eq(Cat(*(k > start[4:7] for k in range(CHUNK // WORD)))),
+        word, and the bits of a word at or after its bit. (The comparisons that cannot fail
+        or hold, word 0 after it and the last bit at or after it, written as constants: a
+        Verilog lint flags a constant comparison.)"""
+        return [ctl.cmd_word_gt.eq(Cat(Const(0, 1), *(k > start[4:7]
+                                                      for k in range(1, CHUNK // WORD)))),
                 ctl.cmd_word_eq.eq(Cat(*(k == start[4:7] for k in range(CHUNK // WORD)))),
-                ctl.cmd_bit_ge.eq(Cat(*(b >= start[:4] for b in range(WORD))))]
+                ctl.cmd_bit_ge.eq(Cat(*(b >= start[:4] for b in range(WORD - 1)),
+                                      Const(1, 1)))]
 
     def _qp_command_run(self, m, mem, st, ctl, q):
         """QP commands, once every record accepted before them is done and the pipeline is

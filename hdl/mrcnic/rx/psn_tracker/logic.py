@@ -66,10 +66,15 @@ def at_or_above(m, value, name):
     bit."""
     n, lo_bits = 1 << len(value), min(4, len(value))
     lo, hi = value[:lo_bits], value[lo_bits:]
-    ge = named(m, Cat(*(lo >= k for k in range(1 << lo_bits))), f"{name}_lo_ge", keep=True)
+    # (The comparisons that always hold or fail written as constants: a Verilog lint flags
+    # a constant comparison.)
+    ge = named(m, Cat(Const(1, 1), *(lo >= k for k in range(1, 1 << lo_bits))),
+               f"{name}_lo_ge", keep=True)
     if not len(hi):
         return ge
-    above = named(m, Cat(*(hi > k for k in range(n >> lo_bits))), f"{name}_hi_gt", keep=True)
+    top = (n >> lo_bits) - 1
+    above = named(m, Cat(*(hi > k for k in range(top)), Const(0, 1)), f"{name}_hi_gt",
+                  keep=True)
     at = named(m, Cat(*(hi == k for k in range(n >> lo_bits))), f"{name}_hi_eq", keep=True)
     return Cat(*(above[i >> lo_bits] | (at[i >> lo_bits] & ge[i & ((1 << lo_bits) - 1)])
                  for i in range(n)))
