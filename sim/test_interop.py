@@ -17,7 +17,7 @@ from mrcnic.base import proto
 from mrcnic.base.proto import NackCode, Opcode
 from mrcnic.base.records import DECAP_META
 from mrcnic.model import packet as pk
-from mrcnic.rx.roce_rx.header_check import (C_OPCODE, HDR_BYTES, K_DATA, K_NACK, K_PEER,
+from mrcnic.rx.roce_rx.header_check import (HDR_BYTES, K_DATA, K_EV_PROBE, K_NACK, K_PEER,
                                             K_PROBE, K_SACK, HeaderCheck)
 from testkit import interop
 from testkit.simtools import seeded
@@ -223,9 +223,9 @@ def test_our_frames_read_with_their_layouts():
 def test_endpoint_requests_and_responses_both_ways():
     """ERTH and EETH (MRC-Client's, the ns-3 model has none): their port status update (op
     0) is a ``peer`` record for our receive parser, with the QP ids they leave reserved at 0
-    (QP 0) or ours in them; their EV probe request (op 1) is not one we answer yet, dropped
-    as an opcode; our port status update reads as their ERTH, op 0, and an EETH built with
-    their layout reads back through ours."""
+    (QP 0) or ours in them; their EV probe request (op 1) an ``ev_probe`` record (to
+    answer, its timestamp and STEV); our port status update reads as their ERTH, op 0, and
+    an EETH built with their layout reads back through ours."""
     rng = seeded()
     theirs = []
     for op, ids in ((proto.EP_PORT_STATUS, False), (proto.EP_PORT_STATUS, True),
@@ -245,7 +245,11 @@ def test_endpoint_requests_and_responses_both_ways():
             assert (kind, cause, body.peer.qp, body.peer.ports) == \
                 (K_PEER, 0, f["dst_id"], f["ports"])
         else:
-            assert pk.port_status(pkt) is None and cause == C_OPCODE
+            assert pk.port_status(pkt) is None
+            e = body.ev_probe
+            assert (kind, cause, e.qp, e.peer_id, e.psn, e.timestamp, e.entropy) == \
+                (K_EV_PROBE, 0, f["dst_id"], f["src_id"], pkt.bth["psn"], f["timestamp"],
+                 pk.stev_ev(pkt))
     ours = pk.port_status_packet(0xA5A5_0F0F, src_id=0x1234, dst_id=0x5678, timestamp=0x9ABC,
                                  ev=rng.getrandbits(32))
     frame = pk.encode(ours)
@@ -253,7 +257,8 @@ def test_endpoint_requests_and_responses_both_ways():
     assert interop.erth_decode(frame[ETH_IP_UDP + 12:]) == {
         "op": 0, "vendor": 0, "ports": 0xA5A5_0F0F, "src_id": 0x1234, "dst_id": 0x5678,
         "timestamp": 0x9ABC, "tsr": 0, "type": 1}
-    eeth = {"op": proto.EP_EV_PROBE, "timestamp": rng.randrange(1, 1 << 16)}
+    eeth = {"op": proto.EP_EV_PROBE, "src_id": 0, "dst_id": 0,
+            "timestamp": rng.randrange(1, 1 << 16)}
     frame, _ = their_frame(rng, Opcode.EP_RESPONSE, body=interop.eeth_encode(eeth))
     got = proto.EETH.unpack(pk.decode(frame).payload)
     assert got == eeth
@@ -275,11 +280,16 @@ def test_ev_probe_builders_in_their_layouts():
     request = pk.decode(their_frame(rng, Opcode.EP_REQUEST, body=interop.erth_encode(f))[0])
     answer = pk.encode(pk.ev_probe_response_packet(request))
     assert interop.bth_decode(answer[ETH_IP_UDP:])["opcode"] == Opcode.EP_RESPONSE
-    assert interop.eeth_decode(answer[ETH_IP_UDP + 12:]) == {"op": 1,
-                                                             "timestamp": f["timestamp"]}
+    assert interop.bth_decode(answer[ETH_IP_UDP:])["psn"] == request.bth["psn"]
+    want = {"op": 1, "src_id": 0, "dst_id": 0, "timestamp": f["timestamp"]}
+    assert interop.eeth_decode(answer[ETH_IP_UDP + 12:]) == want
     got = pk.decode(answer)
     assert pk.stev_ev(got) == pk.stev_ev(request)
-    assert pk.endpoint_response(got) == {"op": 1, "timestamp": f["timestamp"]}
+    assert pk.endpoint_response(got) == want
+    # Our own request's QP ids come back swapped, in the bytes their EETH leaves reserved.
+    answer = pk.encode(pk.ev_probe_response_packet(pk.decode(frame)))
+    assert interop.eeth_decode(answer[ETH_IP_UDP + 12:]) == {
+        "op": 1, "src_id": 0x22, "dst_id": 0x11, "timestamp": 0x4321}
     assert pk.endpoint_request(got) is None and pk.port_status(request) is None
     with pytest.raises(pk.PacketError, match="not an EV probe request"):
         pk.ev_probe_response_packet(pk.port_status_packet(1))

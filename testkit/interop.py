@@ -55,13 +55,15 @@ def erth_decode(buf):
 
 def eeth_encode(f):
     """An endpoint response's 36-byte EETH (MRC-Client): op at byte 1 bits 5:4, the
-    request's timestamp echoed at 28-29, the rest reserved."""
-    return struct.pack(">BB26xH6x", 0, f["op"] << 4, f["timestamp"])
+    request's timestamp echoed at 28-29, the rest reserved (bytes 8-11: our QP ids, src_id
+    and dst_id, as in the ERTH)."""
+    return struct.pack(">BB6xHH16xH6x", 0, f["op"] << 4, f.get("src_id", 0),
+                       f.get("dst_id", 0), f["timestamp"])
 
 
 def eeth_decode(buf):
-    _, b1, ts = struct.unpack(">BB26xH6x", bytes(buf[:36]))
-    return {"op": b1 >> 4 & 3, "timestamp": ts}
+    _, b1, src, dst, ts = struct.unpack(">BB6xHH16xH6x", bytes(buf[:36]))
+    return {"op": b1 >> 4 & 3, "src_id": src, "dst_id": dst, "timestamp": ts}
 
 
 def encode(name, f):

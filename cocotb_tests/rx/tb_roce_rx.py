@@ -10,7 +10,8 @@ import cocotb
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
-from mrcnic.base.records import ACK_DESC, NAK, PEER_STATUS, PLACE, RX_PKT, VERDICT_IN, DECAP_META
+from mrcnic.base.records import (
+    ACK_DESC, EV_PROBE, NAK, PEER_STATUS, PLACE, RX_PKT, VERDICT_IN, DECAP_META)
 from mrcnic.model import packet as pk
 from mrcnic.model.rx import roce_rx as model
 from mrcnic.model.rx.roce_rx import control_frame, data_frame, meta_of, random_mix, with_meta
@@ -49,7 +50,8 @@ class RxTB(TB):
         self.verdict = MetaSource.cocotb(dut, "verdict", [n for n, _ in VERDICT_IN], dut.clk)
         self.outs = {name: MetaSink.cocotb(dut, name, [n for n, _ in layout], dut.clk)
                      for name, layout in (("pkt", RX_PKT), ("ack", ACK_DESC), ("nak", NAK),
-                                          ("peer", PEER_STATUS), ("place", PLACE))}
+                                          ("peer", PEER_STATUS), ("ev_probe", EV_PROBE),
+                                          ("place", PLACE))}
         self.axil, self.regs = self.registers(ROCE_RX_REGS)
         self.in_beats = BeatCounter(dut.clk, dut.s_axis_tvalid, dut.s_axis_tready)
         self.out_beats = BeatCounter(dut.clk, dut.m_axis_tvalid, dut.m_axis_tready)
@@ -117,6 +119,7 @@ class RxTB(TB):
         assert got["ack"] == [r.ack for r in results if r.ack is not None]
         assert got["nak"] == [r.nak for r in results if r.nak is not None]
         assert got["peer"] == [r.peer for r in results if r.peer is not None]
+        assert got["ev_probe"] == [r.ev_probe for r in results if r.ev_probe is not None]
         slot_recs = [r for r in got["pkt"] if r["slot"]]
         first_tag = slot_recs[0]["tag"] if slot_recs else 0
         matched, skipped = model.match_pkts(results, got["pkt"], first_tag)
@@ -139,7 +142,7 @@ class RxTB(TB):
         kinds = {k: sum(r.kind == k for r in results) for k in model.KINDS}
         for counter, kind in (("probes", "probe"), ("trimmed", "trimmed"), ("sacks", "sack"),
                               ("nacks", "nack"), ("acks", "ack"), ("naks", "nak"),
-                              ("port_status", "port_status")):
+                              ("port_status", "port_status"), ("ev_probes", "ev_probe")):
             assert counts[counter] == kinds[kind], \
                 f"counter {counter}: {counts[counter]}, model {kinds[kind]}"
         probes = [r for r in got["pkt"] if r["opcode"] == Opcode.PROBE]

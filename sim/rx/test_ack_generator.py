@@ -1,4 +1,4 @@
-"""AckGenerator on Amaranth's simulator: every frame (SACK, NACK, AETH NAK) against
+"""AckGenerator on Amaranth's simulator: every frame (SACK, NACK, AETH NAK, EV answer) against
 mrcnic.model.packet (byte for byte, and decoded with its ICRC checked), beat counts, latency,
 bad QPs, registers changed under traffic, scapy as a second reference, and the AETH NAKs read
 back by RoceRx."""
@@ -16,9 +16,9 @@ from scapy.layers.inet6 import IPv6 as ScapyIPv6
 from scapy.layers.l2 import Ether
 
 from mrcnic.base import proto
-from mrcnic.base.records import ack_desc_fields, NAK
-from mrcnic.rx.ack_generator import (ACK_REGS, AETH_NAK, FRAME_LEN, HOP_LIMIT_DEFAULT, LATENCY,
-                                  NACK, SACK, VARIABLES, AckGenerator, affine_icrc)
+from mrcnic.base.records import ack_desc_fields, EV_PROBE, NAK
+from mrcnic.rx.ack_generator import (ACK_REGS, AETH_NAK, EV_ANSWER, FRAME_LEN, HOP_LIMIT_DEFAULT,
+                                     LATENCY, NACK, SACK, VARIABLES, AckGenerator, affine_icrc)
 from mrcnic.host.driver import RegisterDriver
 from mrcnic.netsim.pcap import write_pcap
 from mrcnic.model import packet as pk
@@ -31,7 +31,7 @@ from testkit.streams import AxisSink, beats_to_frame, gated, handshake_watcher
 from testkit.meta import MetaSource
 
 WIDTHS = [64, 128, 256, 512, 2048]
-COUNTERS = ("sacks", "nacks", "bad_qp", "naks")
+COUNTERS = ("sacks", "nacks", "bad_qp", "naks", "answers")
 
 
 # --- Stimulus and the reference ------------------------------------------------------------
@@ -52,6 +52,13 @@ def random_nak(rng, qps):
     r["qp"] = rng.randrange(qps)
     if rng.random() < 0.5:
         r["syndrome"] = proto.AETH_SYNDROME_ACCESS_ERROR
+    return r
+
+
+def random_probe(rng, qps):
+    """An EV probe record (qp below ``qps``), every field random."""
+    r = {name: rng.getrandbits(f.width) for name, f in EV_PROBE}
+    r["qp"] = rng.randrange(qps)
     return r
 
 
@@ -77,16 +84,21 @@ ZERO_CTX = {"mac": 0, "ip": 0, "remote_qp": 0}
 
 model_frame = ack_model.frame
 model_nak_frame = ack_model.nak_frame
+model_probe_frame = ack_model.probe_frame
+MODEL = {"desc": model_frame, "nak": model_nak_frame, "probe": model_probe_frame}
 
 
 def model_of(item, ctx, cfg):
-    """The model's frame of ``item``: ("desc", descriptor) or ("nak", nak record)."""
+    """The model's frame of ``item``: ("desc", descriptor), ("nak", nak record) or
+    ("probe", probe record)."""
     src, rec = item
-    return (model_nak_frame if src == "nak" else model_frame)(rec, ctx, cfg)
+    return MODEL[src](rec, ctx, cfg)
 
 
 def kind_of(item):
     src, rec = item
+    if src == "probe":
+        return EV_ANSWER
     return AETH_NAK if src == "nak" else (NACK if rec["nack"] else SACK)
 
 
@@ -140,20 +152,22 @@ def check_frames(got, want):
         assert pkt.icrc == struct.unpack("<I", g[-4:])[0]
 
 
-def run_traffic(width, descs, *, naks=(), qps=64, cfg=None, contexts=None, rng=None,
-                idle=0.0, backpressure=0.0, during=None, sink_count=None):
+def run_traffic(width, descs, *, naks=(), probes=(), qps=64, cfg=None, contexts=None,
+                rng=None, idle=0.0, backpressure=0.0, during=None, sink_count=None):
     """Configure (``cfg``, ``contexts`` = {qp: ctx}) over AXI4-Lite, then send ``descs`` on
-    ``desc`` and ``naks`` on ``nak`` at once; ``during(regs)`` runs in parallel with the
-    traffic. Returns (sink, cycles of the desc handshakes, counter values read at the end,
-    every record as ("desc" | "nak", record) in the order of the handshakes, which is the
-    order of the frames); ``sink.taken`` lists (cycle, "desc" | "nak", record) in that
-    order."""
+    ``desc``, ``naks`` on ``nak`` and ``probes`` on ``probe`` at once; ``during(regs)`` runs
+    in parallel with the traffic. Returns (sink, cycles of the desc handshakes, counter
+    values read at the end, every record as ("desc" | "nak" | "probe", record) in the order
+    of the handshakes, which is the order of the frames); ``sink.taken`` lists (cycle,
+    source, record) in that order."""
     dut = AckGenerator(width, qps)
-    src = MetaSource(dut.desc, descs, rng=rng, idle=idle)
-    nsrc = MetaSource(dut.nak, naks, rng=rng, idle=idle)
-    n = len(descs) + len(naks) if sink_count is None else sink_count
+    inputs = {"desc": descs, "nak": naks, "probe": probes}
+    sources = [MetaSource(getattr(dut, name), recs, rng=rng, idle=idle)
+               for name, recs in inputs.items()]
+    n = sum(map(len, inputs.values())) if sink_count is None else sink_count
     sink = AxisSink(dut.m_axis, n, rng=rng, backpressure=backpressure, max_cycles=300_000)
-    handshakes, nak_handshakes, counters = [], [], {}
+    handshakes = {name: [] for name in inputs}
+    counters = {}
     done = []
 
     async def control(ctx):
@@ -171,7 +185,7 @@ def run_traffic(width, descs, *, naks=(), qps=64, cfg=None, contexts=None, rng=N
         for _ in range(3 * LATENCY):
             assert not ctx.get(dut.m_axis.tvalid), "a frame more than expected"
             await ctx.tick()
-        assert len(src_done) == 2, "records left that the block never took"
+        assert len(src_done) == len(inputs), "records left that the block never took"
         for name in COUNTERS:
             counters[name] = await regs.read(name)
 
@@ -181,14 +195,13 @@ def run_traffic(width, descs, *, naks=(), qps=64, cfg=None, contexts=None, rng=N
         await sink.run(ctx)
         done.append(True)
 
-    run(dut, control, gated(started, src.run, src_done), gated(started, nsrc.run, src_done),
-        sinker, handshake_watcher(dut.desc, handshakes, done),
-        handshake_watcher(dut.nak, nak_handshakes, done))
-    assert not set(handshakes) & set(nak_handshakes), "two records taken in one cycle"
-    sink.taken = sorted([(c, "desc", d) for c, d in zip(handshakes, descs)]
-                        + [(c, "nak", r) for c, r in zip(nak_handshakes, naks)],
-                        key=lambda x: x[0])
-    return sink, handshakes, counters, [(src_, rec) for _, src_, rec in sink.taken]
+    run(dut, control, *(gated(started, src.run, src_done) for src in sources), sinker,
+        *(handshake_watcher(getattr(dut, name), handshakes[name], done) for name in inputs))
+    cycles = [c for name in inputs for c in handshakes[name]]
+    assert len(set(cycles)) == len(cycles), "two records taken in one cycle"
+    sink.taken = sorted([(c, name, rec) for name, recs in inputs.items()
+                         for c, rec in zip(handshakes[name], recs)], key=lambda x: x[0])
+    return sink, handshakes["desc"], counters, [(src_, rec) for _, src_, rec in sink.taken]
 
 
 # --- Tests ---------------------------------------------------------------------------------
@@ -215,16 +228,26 @@ def test_icrc_is_an_affine_map_of_the_fields():
         v.update(psn=r["psn"], syndrome=r["syndrome"])
         assert affine_icrc(AETH_NAK, **v) == struct.unpack("<I", frame[-4:])[0], i
         assert spec_icrc(frame) == frame[-4:]
+        # The EV answer of a probe record: its own PSN, QP ids, timestamp and STEV.
+        r = random_probe(rng, 1 << 16)
+        frame = model_probe_frame(r, ctx, cfg)
+        assert len(frame) == FRAME_LEN[EV_ANSWER] == 114
+        v.update({n: r[n] for n in ("psn", "qp", "peer_id", "timestamp")},
+                 sport=proto.stev_split(r["entropy"], cfg["stev_swap"])[0])
+        assert affine_icrc(EV_ANSWER, **v) == struct.unpack("<I", frame[-4:])[0], i
+        assert spec_icrc(frame) == frame[-4:]
     # A field the decomposition left out would show here: flip one bit of each.
     v = {n: 0 for n in VARIABLES}
-    for kind in (SACK, NACK, AETH_NAK):
+    for kind in (SACK, NACK, AETH_NAK, EV_ANSWER):
         base = affine_icrc(kind, **v)
         changed = [n for n in VARIABLES if affine_icrc(kind, **{**v, n: 1}) != base]
-        unused = {SACK: {"psn", "reason", "syndrome"},
+        unused = {SACK: {"psn", "reason", "syndrome", "peer_id"},
                   NACK: {"cack", "m", "pr", "ack_psn_offset", "mpr", "sack_offset", "bitmap",
-                         "ooo_count", "rcvd_bytes", "syndrome"},
+                         "ooo_count", "rcvd_bytes", "syndrome", "peer_id"},
                   AETH_NAK: set(VARIABLES) - {"src_ip", "dst_ip", "dport", "pkey", "dest_qp",
-                                              "psn", "syndrome"}}[kind]
+                                              "psn", "syndrome"},
+                  EV_ANSWER: set(VARIABLES) - {"src_ip", "dst_ip", "dport", "pkey", "sport",
+                                               "psn", "qp", "peer_id", "timestamp"}}[kind]
         assert set(changed) == set(VARIABLES) - unused
 
 
@@ -251,7 +274,8 @@ def test_frames_match_the_model(width):
     check_frames(sink.frames, want)
     assert not any(sink.users)
     nacks = sum(d["nack"] for d in descs)
-    assert counters == {"sacks": n - nacks, "nacks": nacks, "bad_qp": 0, "naks": 0}
+    assert counters == {"sacks": n - nacks, "nacks": nacks, "bad_qp": 0, "naks": 0,
+                        "answers": 0}
 
 
 def check_mixed(sink, order, contexts, cfg, qps):
@@ -268,58 +292,76 @@ def check_mixed(sink, order, contexts, cfg, qps):
             assert pkt.opcode == proto.Opcode.ACK and pkt.bth["psn"] == r["psn"]
             assert pkt.aeth == {"syndrome": r["syndrome"], "msn": 0}
             assert pkt.udp["src_port"] == 0 and pkt.ip["flow_label"] == 0
-    return {k: sum(kind_of(it) == k for it in good) for k in (SACK, NACK, AETH_NAK)}
+        if it[0] == "probe":
+            pkt = pk.decode(got, check_icrc=True, udp_dport=None)
+            r = it[1]
+            assert pkt.opcode == proto.Opcode.EP_RESPONSE and pkt.bth["psn"] == r["psn"]
+            assert pkt.bth["dest_qp"] == proto.ENDPOINT_QP
+            assert pk.endpoint_response(pkt) == {"op": proto.EP_EV_PROBE, "src_id": r["qp"],
+                                                 "dst_id": r["peer_id"],
+                                                 "timestamp": r["timestamp"]}
+            assert proto.stev_join(pkt.udp["src_port"], pkt.ip["flow_label"],
+                                cfg["stev_swap"]) == r["entropy"]
+    return {k: sum(kind_of(it) == k for it in good) for k in (SACK, NACK, AETH_NAK, EV_ANSWER)}
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_naks_and_descriptors_mixed(width):
-    """nak records and descriptors at once, random idle on both and backpressure on the
-    output, some nak records for a QP out of range: every frame equal to the model's, in
-    the order the records were taken (never two in a cycle), bad ones dropped and
-    counted."""
+def test_naks_probes_and_descriptors_mixed(width):
+    """nak records, probe records and descriptors at once, random idle on each and
+    backpressure on the output, some nak and probe records for a QP out of range: every
+    frame equal to the model's, in the order the records were taken (never two in a
+    cycle), bad ones dropped and counted."""
     rng = seeded()
     qps = 12
     n = soak(60 if width < 512 else 80)
     cfg, contexts, descs = random_inputs(rng, qps, 8, n)
     naks = [random_nak(rng, qps) for _ in range(n // 2)]
-    for r in naks[::5]:
+    probes = [random_probe(rng, qps) for _ in range(n // 3)]
+    for r in naks[::5] + probes[::4]:
         r["qp"] = rng.randrange(qps, 1 << 16)
-    bad = sum(r["qp"] >= qps for r in naks)
-    sink, _, counters, order = run_traffic(width, descs, naks=naks, qps=qps, cfg=cfg,
-                                           contexts=contexts, rng=rng, idle=0.4,
-                                           backpressure=0.3,
-                                           sink_count=len(descs) + len(naks) - bad)
+    bad = {src: sum(r["qp"] >= qps for r in recs) for src, recs in (("nak", naks),
+                                                                      ("probe", probes))}
+    sink, _, counters, order = run_traffic(
+        width, descs, naks=naks, probes=probes, qps=qps, cfg=cfg, contexts=contexts, rng=rng,
+        idle=0.4, backpressure=0.3,
+        sink_count=len(descs) + len(naks) + len(probes) - sum(bad.values()))
     got = check_mixed(sink, order, contexts, cfg, qps)
     assert not any(sink.users)
-    assert got[AETH_NAK] == len(naks) - bad
-    assert counters == {"sacks": got[SACK], "nacks": got[NACK], "bad_qp": bad,
-                        "naks": got[AETH_NAK]}
+    assert got[AETH_NAK] == len(naks) - bad["nak"]
+    assert got[EV_ANSWER] == len(probes) - bad["probe"]
+    assert counters == {"sacks": got[SACK], "nacks": got[NACK], "bad_qp": sum(bad.values()),
+                        "naks": got[AETH_NAK], "answers": got[EV_ANSWER]}
     kinds = [kind_of(it) for it in order]
-    assert any(a == AETH_NAK and b != AETH_NAK for a, b in zip(kinds, kinds[1:])), \
-        "the run did not interleave the kinds"
+    for k in (AETH_NAK, EV_ANSWER):
+        assert any(a == k and b != k for a, b in zip(kinds, kinds[1:])), \
+            "the run did not interleave the kinds"
 
 
 @pytest.mark.parametrize("width", [64, 128, 256, 512, 1024, 2048])
 def test_naks_first_back_to_back(width):
-    """Both inputs always valid: every nak record is taken before any descriptor (nak
-    first), the frames follow each other with no idle cycle (ceil(82/B) beats an AETH NAK),
-    and the first AETH NAK's first beat comes LATENCY cycles after its handshake."""
+    """Every input always valid: every nak record is taken before any probe record, and
+    those before any descriptor, the frames follow each other with no idle cycle
+    (ceil(82/B) beats an AETH NAK, ceil(114/B) an EV answer), and the first AETH NAK's first
+    beat comes LATENCY cycles after its handshake."""
     rng = seeded()
     B = width // 8
     descs = [random_desc(rng, 64) for _ in range(8)]
     naks = [random_nak(rng, 64) for _ in range(12)]
-    sink, _, counters, order = run_traffic(width, descs, naks=naks, rng=rng)
-    assert [src for src, _ in order] == ["nak"] * len(naks) + ["desc"] * len(descs)
+    probes = [random_probe(rng, 64) for _ in range(5)]
+    sink, _, counters, order = run_traffic(width, descs, naks=naks, probes=probes, rng=rng)
+    assert [src for src, _ in order] == \
+        ["nak"] * len(naks) + ["probe"] * len(probes) + ["desc"] * len(descs)
     check_mixed(sink, order, {}, reset_cfg(), 64)
     gen = AckGenerator(width)
-    assert gen.beats[AETH_NAK] == -(-82 // B)
+    assert gen.beats[AETH_NAK] == -(-82 // B) and gen.beats[EV_ANSWER] == -(-114 // B)
     c = sink.beat_cycles
     assert len(c) == sum(gen.beats[kind_of(it)] for it in order)
     assert c[-1] - c[0] + 1 == len(c), f"{len(c)} beats took {c[-1] - c[0] + 1} cycles"
-    assert counters["naks"] == len(naks)
+    assert counters["naks"] == len(naks) and counters["answers"] == len(probes)
     latency = c[0] - sink.taken[0][0]
     assert latency == LATENCY, f"latency {latency}"
-    print(f"measured at {width} bits: {len(naks)} AETH NAK + {len(descs)} SACK/NACK, "
+    print(f"measured at {width} bits: {len(naks)} AETH NAK + {len(probes)} EV answer + "
+          f"{len(descs)} SACK/NACK, "
           f"{len(c)} beats in {c[-1] - c[0] + 1} cycles, latency {latency}")
 
 
@@ -334,7 +376,8 @@ def test_back_to_back_beats_and_latency(width):
     sink, handshakes, _, _ = run_traffic(width, descs, rng=rng)
     check_frames(sink.frames, [model_frame(d, ZERO_CTX, reset_cfg()) for d in descs])
     gen = AckGenerator(width)
-    assert gen.beats == {SACK: -(-114 // B), NACK: -(-98 // B), AETH_NAK: -(-82 // B)}
+    assert gen.beats == {SACK: -(-114 // B), NACK: -(-98 // B), AETH_NAK: -(-82 // B),
+                         EV_ANSWER: -(-114 // B)}
     c = sink.beat_cycles
     assert len(c) == sum(gen.beats[d["nack"]] for d in descs)
     assert c[-1] - c[0] + 1 == len(c), f"{len(c)} beats took {c[-1] - c[0] + 1} cycles"
@@ -345,13 +388,15 @@ def test_back_to_back_beats_and_latency(width):
 
 
 @pytest.mark.parametrize("width", [64, 2048])
-@pytest.mark.parametrize("src", ["desc", "nak"])
+@pytest.mark.parametrize("src", ["desc", "nak", "probe"])
 def test_latency_of_a_lone_descriptor(width, src):
     """Spaced-out records on one input: each frame's first beat comes LATENCY cycles after
     its record's handshake (``docs/blocks/ack-generator.md`` quotes this measurement)."""
     rng = seeded()
     if src == "nak":
         descs = [("nak", random_nak(rng, 64)) for _ in range(6)]
+    elif src == "probe":
+        descs = [("probe", random_probe(rng, 64)) for _ in range(6)]
     else:
         descs = [("desc", random_desc(rng, 64)) for _ in range(6)]
     dut = AckGenerator(width)
@@ -414,23 +459,25 @@ def test_bad_qp_is_dropped_and_counted(width, qps):
     check_frames(sink.frames, [model_frame(d, contexts[d["qp"]], cfg) for d in good])
     nacks = sum(d["nack"] for d in good)
     assert counters == {"sacks": len(good) - nacks, "nacks": nacks,
-                        "bad_qp": len(descs) - len(good), "naks": 0}
+                        "bad_qp": len(descs) - len(good), "naks": 0, "answers": 0}
 
 
 def test_counters_clear_and_info():
     rng = seeded()
     descs = [random_desc(rng, 7) for _ in range(5)] + [dict(random_desc(rng, 7), qp=9)]
     naks = [random_nak(rng, 7) for _ in range(3)] + [dict(random_nak(rng, 7), qp=7)]
+    probes = [random_probe(rng, 7) for _ in range(2)] + [dict(random_probe(rng, 7), qp=8)]
     seen = {}
     dut = AckGenerator(64, 7)
-    sink = AxisSink(dut.m_axis, 8)
+    sink = AxisSink(dut.m_axis, 10)
 
     async def control(ctx):
         regs = driver(ctx, dut)
         assert await regs.read_field("info", "qps") == 7
         await MetaSource(dut.desc, descs).run(ctx)
         await MetaSource(dut.nak, naks).run(ctx)
-        while len(sink.frames) < 8:
+        await MetaSource(dut.probe, probes).run(ctx)
+        while len(sink.frames) < 10:
             await ctx.tick()
         for _ in range(8):
             await ctx.tick()
@@ -440,8 +487,8 @@ def test_counters_clear_and_info():
 
     run(dut, control, sink.run)
     nacks = sum(d["nack"] for d in descs[:5])
-    assert seen["before"] == [5 - nacks, nacks, 2, 3]
-    assert seen["after"] == [0, 0, 0, 0]
+    assert seen["before"] == [5 - nacks, nacks, 3, 3, 2]
+    assert seen["after"] == [0, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("width", [64, 2048])

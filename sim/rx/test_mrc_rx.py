@@ -60,6 +60,12 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     frames[planes - 1].append(srv6(pk.encode(pk.port_status_packet(0b1101, src_id=9,
                                                                    dst_id=1))))
     frames[0].append(srv6(pk.encode(pk.port_status_packet(0xF, dst_id=2))))
+    # The peer's EV probe requests, each answered on the plane of its EV.
+    probes = [(rng.getrandbits(16), rng.getrandbits(16), rng.randrange(qps),
+               rng.getrandbits(32), rng.getrandbits(24)) for _ in range(3)]
+    for ts, peer_id, qp, ev, psn in probes:
+        frames[rng.randrange(planes)].append(srv6(pk.encode(pk.ev_probe_packet(
+            ts, src_id=peer_id, dst_id=qp, ev=ev, psn=psn))))
     frames[planes - 1].append(srv6(pk.encode(pk.write_packet(
         Opcode.WRITE_ONLY, 3, 2, (1 << 24) - 2, 0x1234, 4, b"over", ev=planes - 1))))
     frames[0].append(srv6(pk.encode(pk.write_packet(
@@ -134,11 +140,18 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     assert placed == want
     # Answers: every control frame decodes, with its ICRC; a SACK or NACK left on its EV's
     # plane, an AETH NAK on plane qp mod planes.
-    n_frames, aeth_naks = 0, []
+    n_frames, aeth_naks, answers = 0, [], []
     for p in range(planes):
         for f in acks_out[p].frames:
             pkt = pk.decode(f, check_icrc=True, udp_dport=None)
-            assert pkt.opcode in (Opcode.SACK, Opcode.NACK, Opcode.ACK)
+            assert pkt.opcode in (Opcode.SACK, Opcode.NACK, Opcode.ACK, Opcode.EP_RESPONSE)
+            if pkt.opcode == Opcode.EP_RESPONSE:
+                ev = pk.stev_ev(pkt)
+                assert (ev & 0xFF) % planes == p, "an EV answer on another plane"
+                eeth = pk.endpoint_response(pkt)
+                answers.append((eeth["timestamp"], eeth["dst_id"], eeth["src_id"], ev,
+                                pkt.bth["psn"]))
+                continue
             if pkt.opcode == Opcode.ACK:
                 aeth_naks.append((p, pkt.bth["dest_qp"], pkt.bth["psn"],
                                   pkt.aeth["syndrome"], pkt.aeth["msn"]))
@@ -152,6 +165,7 @@ def test_sprayed_writes_are_placed_once_and_answered_on_their_planes(planes):
     access = proto.AETH_SYNDROME_ACCESS_ERROR
     assert sorted(aeth_naks) == sorted([(3 % planes, remote_qp3, 2, access, 0),
                                         (4 % planes, 0, 1, access, 0)])
+    assert sorted(answers) == sorted(probes)
     nacks = [f for p in range(planes) for f in acks_out[p].frames
              if pk.decode(f, check_icrc=False, udp_dport=None).opcode == Opcode.NACK]
     assert len(nacks) == 1

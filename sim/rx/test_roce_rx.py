@@ -15,7 +15,8 @@ from mrcnic.model.rx.roce_rx import (bad_frame, control_frame, data_frame, meta_
                                   random_mix, trimmed_frame, with_meta)
 from mrcnic.base.proto import EvMode, Opcode
 from mrcnic.rx.roce_rx import ROCE_RX_REGS, RoceRx
-from mrcnic.base.records import NAK, PEER_STATUS, PLACE, RX_PKT, VERDICT_IN, ACK_DESC, DECAP_META
+from mrcnic.base.records import (
+    NAK, EV_PROBE, PEER_STATUS, PLACE, RX_PKT, VERDICT_IN, ACK_DESC, DECAP_META)
 from testkit import docs_page
 from testkit.axil import AxiLiteSimMaster
 from testkit.simtools import run, seeded, soak
@@ -47,7 +48,7 @@ class Run:
         self.regs = regs or {}
         self.model_regs = model.RxRegs(**{k: v for k, v in self.regs.items()})
         self.pkts, self.acks, self.naks, self.places, self.payloads = [], [], [], [], []
-        self.peers = []
+        self.peers, self.ev_probes = [], []
         self.verdicts = []              # (tag, place) as sent
         self.beat_cycles = []           # every input beat taken
         self.in_cycles, self.pkt_cycles, self.out_cycles, self.verdict_cycles = [], [], [], []
@@ -86,6 +87,7 @@ class Run:
         dut, rng = self.dut, self.rng
         outs = {"pkt": (dut.pkt, RX_PKT, self.pkts), "ack": (dut.ack, ACK_DESC, self.acks),
                 "nak": (dut.nak, NAK, self.naks), "peer": (dut.peer, PEER_STATUS, self.peers),
+                "ev_probe": (dut.ev_probe, EV_PROBE, self.ev_probes),
                 "place": (dut.place, PLACE, self.places)}
         pending, cur = deque(), None
         beats, held = [], {}
@@ -179,6 +181,7 @@ class Run:
         assert self.acks == [r.ack for r in results if r.ack is not None]
         assert self.naks == [r.nak for r in results if r.nak is not None]
         assert self.peers == [r.peer for r in results if r.peer is not None]
+        assert self.ev_probes == [r.ev_probe for r in results if r.ev_probe is not None]
         matched, skipped = model.match_pkts(results, self.pkts)
         want_place, want_payloads = [], []
         for (res, rec), (tag, place) in zip(matched, self.verdicts):
@@ -204,6 +207,7 @@ class Run:
                 "trimmed": kinds["trimmed"], "probes": kinds["probe"],
                 "sacks": kinds["sack"], "nacks": kinds["nack"], "acks": kinds["ack"],
                 "naks": kinds["nak"], "port_status": kinds["port_status"],
+                "ev_probes": kinds["ev_probe"],
                 "placed": placed, "verdict_tag": bad_tag,
                 "verdict_drop": len(matched) - placed - bad_tag}
         got = {k: c[k] for k in want}
@@ -378,9 +382,10 @@ def broken_port_status(rng):
     f = bytearray(control_frame(rng, "port_status"))
     f[69] ^= 0x01                                  # BTH dest QP 3, not the endpoint QP
     out.append((fix(f), "opcode"))
-    f = bytearray(control_frame(rng, "port_status"))
-    f[75] = (f[75] & ~3) | proto.EP_EV_PROBE       # another endpoint operation (ERTH op)
-    out.append((fix(f), "opcode"))
+    for op in (2, 3):                              # endpoint operations not defined
+        f = bytearray(control_frame(rng, "port_status"))
+        f[75] = (f[75] & ~3) | op
+        out.append((fix(f), "opcode"))
     f = bytearray(control_frame(rng, "port_status"))
     f[-4:-4] = rng.randbytes(4)                    # a body longer than an ERTH
     f[18:20] = (len(f) - 54).to_bytes(2, "big")
@@ -398,8 +403,8 @@ def test_port_status_updates_in_random_traffic(width):
     """Port status updates (endpoint request 0xD8 to QP 0x2, ERTH op 0) mixed into
     random traffic: each good one gives a ``peer`` record with the receiver's QP (dst_id)
     and the sender's port mask, read here off the frames with the packet codec; one to
-    another QP, of another type, a byte too many, a bad ICRC or cut short is dropped under
-    its cause. Records and counters also match the model."""
+    another QP, of an operation not defined, a byte too many, a bad ICRC or cut short is
+    dropped under its cause. Records and counters also match the model."""
     rng = seeded()
     frames, r, results, _ = run_among_random_traffic(
         width, rng, "port_status", soak(30), 10, broken_port_status(rng))
@@ -411,6 +416,46 @@ def test_port_status_updates_in_random_traffic(width):
                 want.append({"qp": st["dst_id"], "ports": st["ports"]})
     assert len(want) >= 10 and r.peers == want
     assert r.counters["port_status"] == len(want)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_ev_probe_requests_in_random_traffic(width):
+    """EV probe requests (endpoint request 0xD8 to QP 0x2, ERTH op 1) mixed into random
+    traffic: each good one gives an ``ev_probe`` record (the QP it names, dst_id; the
+    requester's QP, src_id; the BTH PSN; the frame's STEV; the ERTH timestamp), read here
+    off the frames with the packet codec; one to another QP, a byte too many, a bad ICRC
+    or cut short is dropped under its cause. Records and counters also match the model."""
+    rng = seeded()
+
+    def fix(f):
+        f[-4:] = pk.icrc(bytes(f[14:-4])).to_bytes(4, "little")
+        return bytes(f)
+    broken = []
+    f = bytearray(control_frame(rng, "ev_probe"))
+    f[69] ^= 0x01                                  # BTH dest QP 3, not the endpoint QP
+    broken.append((fix(f), "opcode"))
+    f = bytearray(control_frame(rng, "ev_probe"))
+    f[-4:-4] = rng.randbytes(4)                    # a body longer than an ERTH
+    f[18:20] = (len(f) - 54).to_bytes(2, "big")
+    f[58:60] = (len(f) - 54).to_bytes(2, "big")
+    broken.append((fix(f), "length"))
+    f = bytearray(control_frame(rng, "ev_probe"))
+    f[rng.randrange(len(f) - 4, len(f))] ^= 1 << rng.randrange(8)
+    broken.append((bytes(f), "icrc"))
+    broken.append((control_frame(rng, "ev_probe")[:rng.randrange(75, 94)], "truncated"))
+    frames, r, results, _ = run_among_random_traffic(
+        width, rng, "ev_probe", soak(30), 10, broken)
+    want = []
+    for (f, _, _), res in zip(frames, results):
+        if res.cause is None and f[62] == Opcode.EP_REQUEST:
+            p = pk.decode(f, check_icrc=True)
+            erth = pk.endpoint_request(p)
+            if erth["op"] == proto.EP_EV_PROBE:
+                want.append({"qp": erth["dst_id"], "peer_id": erth["src_id"],
+                             "psn": p.bth["psn"], "entropy": pk.stev_ev(p),
+                             "timestamp": erth["timestamp"]})
+    assert len(want) >= 10 and r.ev_probes == want
+    assert r.counters["ev_probes"] == len(want)
 
 
 def test_wrong_verdict_tags_drop_the_packet():

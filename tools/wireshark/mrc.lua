@@ -102,6 +102,8 @@ H.erth = { title = "ERTH", size = 16, self = ProtoField.none("mrc.erth", "ERTH")
 } }
 H.eeth = { title = "EETH", size = 36, self = ProtoField.none("mrc.eeth", "EETH"), fields = {
   { ProtoField.uint8("mrc.eeth.op", "EETH op", base.DEC, ep_ops, 0x30), 1, 1 },
+  { ProtoField.uint16("mrc.eeth.src_id", "EETH src id", base.HEX, nil, nil), 8, 2 },
+  { ProtoField.uint16("mrc.eeth.dst_id", "EETH dst id", base.HEX, nil, nil), 10, 2 },
   { ProtoField.uint16("mrc.eeth.timestamp", "EETH timestamp", base.DEC, nil, nil), 28, 2 },
 } }
 local f_payload = ProtoField.bytes("mrc.payload", "Payload")

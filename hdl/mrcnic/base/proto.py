@@ -363,7 +363,9 @@ PETH = Header("PETH", [
 # ERTH, EETH; the ns-3 model has no endpoint operations).
 # Decision: a port status update names the QP it is for: bytes 8-11, reserved in the public
 # layout, carry QP ids as in SETH (src_id the sender's QP, dst_id the receiver's), so that
-# a peer that leaves them 0 updates the receiver's QP 0.
+# a peer that leaves them 0 updates the receiver's QP 0. An EETH carries them at the same
+# bytes (reserved there too), swapped from its request's: src_id the answering QP, dst_id
+# the requester's, so that a requester can map an answer back to its QP.
 ERTH = Header("ERTH", [
     ("_rsvd0", 8), ("_rsvd1", 6), ("op", 2), ("_rsvd2", 8), ("vendor", 8), ("ports", 32),
     ("src_id", 16), ("dst_id", 16), ("timestamp", 16), ("tsr", 1), ("_rsvd14", 11),
@@ -371,7 +373,8 @@ ERTH = Header("ERTH", [
 ])
 EETH = Header("EETH", [
     ("_rsvd0", 8), ("_rsvd1a", 2), ("op", 2), ("_rsvd1b", 4), ("_rsvd2", 16),
-    ("_rsvd4", 192), ("timestamp", 16), ("_rsvd30", 16), ("_rsvd32", 32),
+    ("_rsvd4", 32), ("src_id", 16), ("dst_id", 16), ("_rsvd12", 128), ("timestamp", 16),
+    ("_rsvd30", 16), ("_rsvd32", 32),
 ])
 EP_PORT_STATUS = 0             # ERTH/EETH op: port status update
 EP_EV_PROBE = 1                # ... EV probe

@@ -29,6 +29,7 @@ Receive:
 :data:`PKT_IN`      a packet's header fields (the parser, through memory protection, to the
                     PSN tracker); :data:`RX_PKT` the same with its RETH
 :data:`NAK`         an AETH NAK to send (memory protection to the ACK generator)
+:data:`EV_PROBE`    an EV probe request to answer (the receive parser to the ACK generator)
 :data:`VERDICT`     the PSN tracker's verdict (:class:`Verdict`); :data:`VERDICT_IN` what the
                     parser is told of a held payload
 :data:`PLACE`       a payload to write at its address (the parser to the user)
@@ -83,8 +84,8 @@ __all__ = [
     "FeedbackKind", "EV_FEEDBACK", "RESOURCE_NACKS", "PROBE_KINDS", "PEER_STATUS",
     "sack_kind", "nack_kind", "ev_feedback_fields",
     # receive
-    "DECAP_META", "PKT_IN", "RX_PKT", "NAK", "Verdict", "VERDICT", "VERDICT_IN", "PLACE",
-    "COMPLETION", "ACK_DESC", "ack_desc_fields",
+    "DECAP_META", "PKT_IN", "RX_PKT", "NAK", "EV_PROBE", "Verdict", "VERDICT", "VERDICT_IN",
+    "PLACE", "COMPLETION", "ACK_DESC", "ack_desc_fields",
 ]
 
 
@@ -320,6 +321,13 @@ RX_PKT = data.StructLayout({
 })
 
 NAK = data.StructLayout({"qp": 16, "psn": proto.PSN_BITS, "syndrome": 8})
+
+# An EV probe request (ERTH op EP_EV_PROBE) to answer with an EETH: ``qp`` the local QP it
+# names (ERTH dst_id: the context the answer's addresses come from), ``peer_id`` the
+# requester's QP (ERTH src_id), the request's BTH ``psn``, ``entropy`` (its STEV, on which
+# the answer returns, as a SACK's) and ``timestamp`` (echoed).
+EV_PROBE = data.StructLayout({"qp": QP_INDEX_BITS, "peer_id": 16, "psn": proto.PSN_BITS,
+                              "entropy": 32, "timestamp": 16})
 
 
 class Verdict(enum.IntEnum):

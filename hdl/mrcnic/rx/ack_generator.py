@@ -1,12 +1,13 @@
-"""SACK, NACK and AETH NAK control frames: :class:`AckGenerator` (``ack-generator``).
+"""SACK, NACK, AETH NAK and EV probe answer frames: :class:`AckGenerator` (``ack-generator``).
 
 The last step of the receive side's answer to the sender, in
 :class:`~mrcnic.rx.mrc_rx.MrcRx`: each SACK or NACK descriptor of the
-:class:`~mrcnic.rx.psn_tracker.PsnTracker` and each access error of the
-:class:`~mrcnic.rx.memory_protect.MemoryProtect` becomes one complete control frame, Ethernet
-to ICRC, ready for the MAC. The addresses and the remote QP number come from a per-QP context
-table and a few registers; the ICRC is computed in line, as an affine map of the variable
-fields (:func:`affine_icrc` is its Python form).
+:class:`~mrcnic.rx.psn_tracker.PsnTracker`, each access error of the
+:class:`~mrcnic.rx.memory_protect.MemoryProtect` and each EV probe request the receive parser
+finds becomes one complete control frame, Ethernet to ICRC, ready for the MAC. The addresses
+and the remote QP number come from a per-QP context table and a few registers; the ICRC is
+computed in line, as an affine map of the variable fields (:func:`affine_icrc` is its Python
+form).
 
 Operation, decisions (:data:`BTH_PSN_SOURCE`, :data:`NAK_MSN`, the two inputs) and measured
 figures: docs/blocks/ack-generator.md.
@@ -22,32 +23,42 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.base import proto
 
-from mrcnic.base.records import ACK_DESC, QP_INDEX_BITS, NAK
+from mrcnic.base.records import ACK_DESC, EV_PROBE, QP_INDEX_BITS, NAK
 from mrcnic.base.crc import crc32_raw, matrix_of
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
     event_counters, ipv6_registers, mac_registers)
-from mrcnic.base.proto import AETH, BTH, CC_STATE, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP, Opcode
+from mrcnic.base.proto import (AETH, BTH, CC_STATE, EETH, ETH, ICRC_LEN, IPV6, NETH, SETH, UDP,
+                               Opcode)
 from mrcnic.base.stream import (AxiStreamSignature, MetaSkidBuffer, SkidBuffer, check_data_width,
                      drive_axis, meta_stream)
 
 
 __all__ = ["AckGenerator", "ACK_REGS", "ACK_CTX", "LATENCY", "FRAME_LEN", "HOP_LIMIT_DEFAULT",
-           "BTH_PSN_SOURCE", "NAK_MSN", "SACK", "NACK", "AETH_NAK", "KINDS", "inner_delta",
+           "BTH_PSN_SOURCE", "NAK_MSN", "SACK", "NACK", "AETH_NAK", "EV_ANSWER", "KINDS",
+           "inner_delta",
            "affine_icrc"]
 
-# The three kinds of frame, as the Python helpers below and the tests number them.
-SACK, NACK, AETH_NAK = 0, 1, 2
-KINDS = (SACK, NACK, AETH_NAK)
+# The four kinds of frame, as the Python helpers below and the tests number them: EV_ANSWER
+# is the endpoint response (0xD9, EETH) that answers an EV probe request.
+SACK, NACK, AETH_NAK, EV_ANSWER = 0, 1, 2, 3
+KINDS = (SACK, NACK, AETH_NAK, EV_ANSWER)
 
 
 HDR_LEN = ETH.size + IPV6.size + UDP.size + BTH.size          # 74: bytes before SETH/NETH
 WINDOW = IPV6.size + UDP.size + BTH.size                      # 60: ICRC-covered, before them
-TAIL = {SACK: SETH.size + CC_STATE.size, NACK: NETH.size, AETH_NAK: AETH.size}  # 36, 20, 4
-FRAME_LEN = {t: HDR_LEN + TAIL[t] + ICRC_LEN for t in TAIL}   # 114, 98, 82
-OPCODE = {SACK: Opcode.SACK, NACK: Opcode.NACK, AETH_NAK: Opcode.ACK}
-# Decision (module docstring): the record field a control frame's BTH PSN carries.
-BTH_PSN_SOURCE = {SACK: "cack", NACK: "psn", AETH_NAK: "psn"}
+TAIL = {SACK: SETH.size + CC_STATE.size, NACK: NETH.size, AETH_NAK: AETH.size,
+        EV_ANSWER: EETH.size}                                  # 36, 20, 4, 36
+FRAME_LEN = {t: HDR_LEN + TAIL[t] + ICRC_LEN for t in TAIL}   # 114, 98, 82, 114
+OPCODE = {SACK: Opcode.SACK, NACK: Opcode.NACK, AETH_NAK: Opcode.ACK,
+          EV_ANSWER: Opcode.EP_RESPONSE}
+# Decision (module docstring): the record field a control frame's BTH PSN carries (an EV
+# probe answer's: its request's PSN).
+BTH_PSN_SOURCE = {SACK: "cack", NACK: "psn", AETH_NAK: "psn", EV_ANSWER: "psn"}
+# The kinds whose context and register ICRC parts the serial engines compute (each the
+# SACK's bytes cut at its length); an EV answer's parts are derived from the SACK's
+# (_answer_ctx_crc: same length, no remote QP in it).
+SERIAL_KINDS = (SACK, NACK, AETH_NAK)
 # Decision (module docstring): the MSN of an AETH NAK. The receive side keeps no AETH
 # message count (MRC acknowledges with SACKs), so it sends 0.
 NAK_MSN = 0
@@ -61,11 +72,12 @@ ACK_CTX = data.StructLayout({
     "remote_qp": 24,        # BTH dest_qp; low 16 bits = SETH/NETH dst_id
     "crc_sack":  32,        # this entry's part of a SACK's ICRC
     "crc_nack":  32,        # ... of a NACK's
-    "crc_nak":   32,        # ... and of an AETH NAK's
+    "crc_nak":   32,        # ... of an AETH NAK's
+    "crc_ans":   32,        # ... and of an EV probe answer's
 })
-CTX_CRC = {SACK: "crc_sack", NACK: "crc_nack", AETH_NAK: "crc_nak"}
+CTX_CRC = {SACK: "crc_sack", NACK: "crc_nack", AETH_NAK: "crc_nak", EV_ANSWER: "crc_ans"}
 
-ACK_COUNTERS = ["sacks", "nacks", "bad_qp", "naks"]
+ACK_COUNTERS = ["sacks", "nacks", "bad_qp", "naks", "answers"]
 
 
 ACK_REGS = RegisterMap("ack_generator", [
@@ -112,8 +124,9 @@ ACK_REGS = RegisterMap("ack_generator", [
     *[Register(name, [Field("count", 32, "ro")], desc=desc) for name, desc in [
         ("sacks", "SACK frames sent"),
         ("nacks", "NACK frames sent"),
-        ("bad_qp", "Records dropped, desc or nak: qp not below qps"),
+        ("bad_qp", "Records dropped, desc, nak or probe: qp not below qps"),
         ("naks", "AETH NAK frames sent (nak records)"),
+        ("answers", "EV probe answers sent (probe records)"),
     ]],
 ])
 
@@ -122,7 +135,7 @@ ACK_REGS = RegisterMap("ack_generator", [
 
 # Fields that vary from frame to frame, named as inner_delta() takes them, with their widths
 # (``syndrome``: the nak record's; ``sport``: the UDP source port, one half of ``entropy``
-# chosen by ``stev_swap``).
+# chosen by ``stev_swap``; ``peer_id``: the probe record's).
 VARIABLES = {
     "src_ip": 128, "dst_ip": 128, "dport": 16, "pkey": 16, "dest_qp": 24, "dst_id": 16,
     "sport": proto.STEV_PORT_BITS,
@@ -131,6 +144,7 @@ VARIABLES = {
                     "sack_offset", "bitmap", "timestamp", "ooo_count", "rcvd_bytes",
                     "reason")},
     "syndrome": NAK["syndrome"].width,
+    "peer_id": EV_PROBE["peer_id"].width,
 }
 
 
@@ -143,12 +157,16 @@ def inner_delta(kind, **v):
     g = {name: v.get(name, 0) for name in VARIABLES}
     # An AETH NAK echoes no EV: its UDP source port (and flow label) is 0. The flow label is
     # outside the ICRC.
+    # An EV answer goes to ENDPOINT_QP, a constant (in its base).
     sport = 0 if kind == AETH_NAK else g["sport"]
     psn = g[BTH_PSN_SOURCE[kind]]
+    dest_qp = 0 if kind == EV_ANSWER else g["dest_qp"]
     head = (IPV6.pack(src=g["src_ip"], dst=g["dst_ip"])
             + UDP.pack(src_port=sport, dst_port=g["dport"])
-            + BTH.pack(pkey=g["pkey"], dest_qp=g["dest_qp"], psn=psn))
-    if kind == AETH_NAK:
+            + BTH.pack(pkey=g["pkey"], dest_qp=dest_qp, psn=psn))
+    if kind == EV_ANSWER:
+        tail = EETH.pack(src_id=g["qp"], dst_id=g["peer_id"], timestamp=g["timestamp"])
+    elif kind == AETH_NAK:
         tail = AETH.pack(syndrome=g["syndrome"])
     elif kind == NACK:
         tail = NETH.pack(reason=g["reason"], entropy=g["entropy"], src_id=g["qp"],
@@ -172,8 +190,9 @@ def _icrc_base(kind):
                        payload_length=length, next_header=proto.IPPROTO_UDP, hop_limit=0xFF)
              + UDP.pack(length=length, checksum=0xFFFF)
              + BTH.pack(opcode=OPCODE[kind], tver=proto.BTH_TVER, fecn=1, becn=1,
-                        _rsvd4=0x3F)
-             + (AETH.pack(msn=NAK_MSN) if kind == AETH_NAK else bytes(TAIL[kind])))
+                        _rsvd4=0x3F, dest_qp=proto.ENDPOINT_QP if kind == EV_ANSWER else 0)
+             + {AETH_NAK: AETH.pack(msn=NAK_MSN),
+                EV_ANSWER: EETH.pack(op=proto.EP_EV_PROBE)}.get(kind, bytes(TAIL[kind])))
     return zlib.crc32(b"\xff" * 8 + inner)
 
 
@@ -231,6 +250,7 @@ DESC_VARS = {
            "bitmap", "mpr", "ooo_count", "rcvd_bytes"],
     NACK: ["entropy", "psn", "reason", "qp", "timestamp"],
     AETH_NAK: ["psn", "syndrome"],
+    EV_ANSWER: ["psn", "qp", "peer_id", "timestamp"],
 }
 
 
@@ -249,8 +269,8 @@ SERIAL_VARS = ("src_ip", "dst_ip", "dport", "pkey", "dest_qp", "dst_id")
 def _positions(names):
     """Byte indices (in the covered bytes) where the variables ``names`` land."""
     ones = {n: (1 << VARIABLES[n]) - 1 for n in names}
-    found = {t: {i for i, b in enumerate(inner_delta(t, **ones)) if b} for t in TAIL}
-    for t in TAIL:          # each kind's bytes: the SACK's, cut at the kind's length
+    found = {t: {i for i, b in enumerate(inner_delta(t, **ones)) if b} for t in SERIAL_KINDS}
+    for t in SERIAL_KINDS:  # each kind's bytes: the SACK's, cut at the kind's length
         assert found[t] == {i for i in found[SACK] if i < WINDOW + TAIL[t]}
     assert max(found[SACK]) < WINDOW + TAIL[NACK]
     return sorted(found[SACK])
@@ -282,7 +302,7 @@ def _serial_crc(m, name, start, src_bytes, held_bytes):
     state = Signal(32, name=f"{name}_state")
     byte = Signal(8, name=f"{name}_byte")
     next_byte = Signal(8, name=f"{name}_next_byte")
-    crc = {t: Signal(32, name=f"{name}_{t}") for t in TAIL}
+    crc = {t: Signal(32, name=f"{name}_{t}") for t in SERIAL_KINDS}
     with m.Switch(k):
         for i in held_bytes:
             if i - 1 >= first:
@@ -292,7 +312,7 @@ def _serial_crc(m, name, start, src_bytes, held_bytes):
     m.d.sync += done.eq(0)
     with m.If(busy):
         m.d.sync += [state.eq(step), byte.eq(next_byte), k.eq(k + 1)]
-        for t in TAIL:
+        for t in SERIAL_KINDS:
             with m.If(k == WINDOW + TAIL[t] - 1):
                 m.d.sync += crc[t].eq(step)
         with m.If(k == COVERED - 1):
@@ -312,18 +332,34 @@ _CFG_REGS = {"dport": ("config", "udp_dport"), "pkey": ("config", "pkey"),
 CFG_RESET = {n: ACK_REGS[r].field(fd).reset for n, (r, fd) in _CFG_REGS.items()}
 CFG_RESET.update(mac=0, ip=0)
 CFG_CRC_RESET = {t: crc32_raw(0, inner_delta(t, dport=CFG_RESET["dport"],
-                                              pkey=CFG_RESET["pkey"])) for t in TAIL}
+                                              pkey=CFG_RESET["pkey"])) for t in SERIAL_KINDS}
+# An EV answer's register part is the SACK's: the same length, the registers' fields at the
+# same bytes.
+_CFG_ONES = {n: (1 << VARIABLES[n]) - 1 for n in ("src_ip", "dport", "pkey")}
+assert inner_delta(EV_ANSWER, **_CFG_ONES) == inner_delta(SACK, **_CFG_ONES)
 
 
-# R0 and S1 hold a record of either input: a descriptor, or (``aeth``) a nak record in the
+def _answer_ctx_crc(crc_sack, remote_qp):
+    """Gateware: an EV answer's context part from the SACK's. The same length and the same
+    destination address bytes, but no remote QP (its BTH goes to ENDPOINT_QP, its dst_id is
+    the record's): the SACK's part less what the remote QP adds to it, a linear map."""
+    return crc_sack ^ _crc_map(SACK, [("dest_qp", remote_qp), ("dst_id", remote_qp[:16])])
+
+
+# R0 and S1 hold a record of any input: a descriptor; (``aeth``) a nak record in the
 # descriptor's fields (qp, psn, its syndrome in reason, nack and entropy 0; the others are
-# desc's, and unread).
-_R0 = data.StructLayout({"aeth": 1, "d": ACK_DESC})
+# desc's, and unread); or (``ans``) a probe record in them (qp, psn, entropy, timestamp,
+# nack 0) with its ``peer_id`` beside them.
+_R0 = data.StructLayout({"aeth": 1, "ans": 1, "peer_id": EV_PROBE["peer_id"].width,
+                         "d": ACK_DESC})
 
 
-def _by_kind(aeth, nack, values):
-    """Gateware: ``values[kind]`` of the kind that the flags ``aeth`` and ``nack`` name."""
-    return Mux(aeth, values[AETH_NAK], Mux(nack, values[NACK], values[SACK]))
+def _by_kind(r, values):
+    """Gateware: ``values[kind]`` of the kind that the flags of ``r`` (an :data:`_R0`
+    record, or any view with ``aeth``, ``ans`` and ``nack``) name."""
+    nack = r.d.nack if hasattr(r, "d") else r.nack
+    return Mux(r.aeth, values[AETH_NAK],
+               Mux(r.ans, values[EV_ANSWER], Mux(nack, values[NACK], values[SACK])))
 
 
 def _ip(f, prefix):
@@ -333,21 +369,24 @@ def _ip(f, prefix):
 
 
 class AckGenerator(wiring.Component):
-    """SACK, NACK and AETH NAK control frames: one complete frame, ICRC included, per
-    descriptor or access-error record.
+    """SACK, NACK, AETH NAK and EV probe answer frames: one complete frame, ICRC included,
+    per descriptor, access-error or probe record.
 
     Each ``desc`` record becomes a SACK (BTH 0xDC, SETH, CC_STATE: 114 bytes) or, with
     ``desc.nack``, a NACK (0xDD, NETH: 98 bytes); each ``nak`` record an AETH NAK (0xD1,
-    AETH: 82 bytes); no FCS. The record gives the SETH, CC_STATE, NETH or AETH fields, the
-    BTH PSN (:data:`BTH_PSN_SOURCE`: a SACK's CACK, a NACK's or AETH NAK's PSN) and, for a
-    SACK or NACK, the frame's own STEV (``entropy`` in the IPv6 flow label and UDP source
+    AETH: 82 bytes); each ``probe`` record an EV probe answer (an endpoint response, 0xD9
+    to ENDPOINT_QP, EETH: 114 bytes) with BTH PSN the request's, EETH op EP_EV_PROBE,
+    src_id the record's ``qp``, dst_id its ``peer_id`` and its timestamp echoed, on the
+    record's ``entropy`` as a SACK; no FCS. The record gives the SETH, CC_STATE, NETH or
+    AETH fields, the BTH PSN (:data:`BTH_PSN_SOURCE`: a SACK's CACK, a NACK's or AETH NAK's
+    PSN) and, for a SACK or NACK, the frame's own STEV (``entropy`` in the IPv6 flow label and UDP source
     port; 0 for an AETH NAK, whose MSN is :data:`NAK_MSN`); the QP's context gives the
     Ethernet and IPv6 destinations and the remote QP number (BTH ``dest_qp``, its low 16
     bits SETH/NETH ``dst_id``); registers give the sources, the UDP port, the traffic class,
     the hop limit and the P_Key; everything else is 0. One record a cycle is taken, from
-    ``nak`` when it holds one, else from ``desc``, and the frames leave in the order of the
-    handshakes. A record whose ``qp`` is not below ``qps`` gives no frame and is counted in
-    ``bad_qp``. To write QP n's context: ``ctx_qp`` = n, ``ctx_mac_*``, ``ctx_ip*``,
+    ``nak`` when it holds one, else from ``probe``, else from ``desc``, and the frames leave
+    in the order of the handshakes. A record whose ``qp`` is not below ``qps`` gives no
+    frame and is counted in ``bad_qp``. To write QP n's context: ``ctx_qp`` = n, ``ctx_mac_*``, ``ctx_ip*``,
     ``ctx_remote_qp``, then ``control.ctx_write``; the entry is in the table, all of it at
     once, when ``status.ctx_busy`` reads 0 (73 cycles later); the table is not cleared by
     reset and cannot be read back. New values of the other registers are used once
@@ -369,33 +408,37 @@ class AckGenerator(wiring.Component):
     ----------
     desc : stream of :data:`~mrcnic.base.records.ACK_DESC`, in
         SACK and NACK descriptors, from the PSN tracker. ``desc.ready`` is a register gated
-        by ``nak.valid``.
+        by ``nak.valid`` and ``probe.valid``.
     nak : stream of :data:`~mrcnic.base.records.NAK`, in
         Access errors to report as AETH NAKs: ``qp``, ``psn``, ``syndrome`` (0x62,
         ``proto.AETH_SYNDROME_ACCESS_ERROR``; any value is sent as given). ``nak.ready`` is
         a register.
+    probe : stream of :data:`~mrcnic.base.records.EV_PROBE`, in
+        EV probe requests to answer, from the receive parser. ``probe.ready`` is a register
+        gated by ``nak.valid``.
     m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit, always 0), out
         The frames, driven from registers; bytes of the last beat beyond ``tkeep`` are
         undefined.
     s_axil : AXI4-Lite, in
         Registers and the context table, :data:`ACK_REGS`.
     beats : dict
-        ``{SACK: beats, NACK: beats, AETH_NAK: beats}``: each kind's frame at this width.
+        ``{SACK: beats, NACK: beats, AETH_NAK: beats, EV_ANSWER: beats}``: each kind's
+        frame at this width.
     latency : int
         Cycles from a record's handshake to its frame's first beat (:data:`LATENCY`).
 
     Latency
     -------
-    :attr:`latency` = 4 cycles from a record's handshake (either input) to the frame's
+    :attr:`latency` = 4 cycles from a record's handshake (any input) to the frame's
     first beat on ``m_axis`` when the block is idle: R0 (the input register slice, whose
     output addresses the context table), S1, F (the frame) and the output register slice.
 
     Throughput
     ----------
-    Frames back to back while records come and ``m_axis`` is ready: a SACK takes exactly
-    ceil(114/B) beats, a NACK ceil(98/B) and an AETH NAK ceil(82/B) (:attr:`beats`), with
-    no idle cycle between frames, whatever the mix (one frame per cycle from 1024 bits on).
-    No path runs from ``m_axis.tready`` to ``desc.ready`` or ``nak.ready``.
+    Frames back to back while records come and ``m_axis`` is ready: a SACK or an EV probe
+    answer takes exactly ceil(114/B) beats, a NACK ceil(98/B) and an AETH NAK ceil(82/B)
+    (:attr:`beats`), with no idle cycle between frames, whatever the mix (one frame per
+    cycle from 1024 bits on). No path runs from ``m_axis.tready`` to any input's ready.
 
     Raises
     ------
@@ -421,6 +464,7 @@ class AckGenerator(wiring.Component):
         super().__init__({
             "desc": In(meta_stream(ACK_DESC)),
             "nak": In(meta_stream(NAK)),
+            "probe": In(meta_stream(EV_PROBE)),
             "m_axis": Out(AxiStreamSignature(data_width)),
             "s_axil": In(AxiLiteSignature(ACK_REGS.addr_width)),
         })
@@ -433,15 +477,15 @@ class AckGenerator(wiring.Component):
         cfg, cr = self._config(m, f)
         # Context table: entries written whole from the ctx_* registers, with ICRC parts
         rd = self._context_table(m, f)
-        # R0: one record a cycle from nak or desc, into a slice that addresses the table
-        en, r0, r0_aeth, r0_valid, r0_ok = self._stage_r0(m, rd)
+        # R0: one record a cycle from nak, probe or desc, into a slice that addresses the
+        # table
+        en, r0, r0_valid, r0_ok = self._stage_r0(m, rd)
         # S1: the record and its ICRC parts, and the context as read
-        v1, d1, a1, part, sport_part, c1 = self._stage_s1(m, en, r0, r0_aeth, r0_valid,
-                                                          r0_ok, rd)
+        v1, r1, part, sport_part, c1 = self._stage_s1(m, en, r0, r0_valid, r0_ok, rd)
         # F: the frame (every variable field, the ICRC's parts), held while its beats leave
-        fv, fr = self._stage_f(m, en, v1, d1, a1, part, sport_part, c1, cfg, cr)
+        fv, fr = self._stage_f(m, en, v1, r1, part, sport_part, c1, cfg, cr)
         # Beats: F's beats into the output register slice; the pipeline enable
-        handed, last = self._beats(m, en, fv, fr, d1, a1)
+        handed, last = self._beats(m, en, fv, fr, r1)
         # Counters: frames sent by kind, records dropped for their qp
         self._counters(m, f, en, handed, last, fr, r0_valid, r0_ok)
         return m
@@ -468,7 +512,7 @@ class AckGenerator(wiring.Component):
         }
         cfg_snap = Signal(_CFG)
         cfg = Signal(_CFG, init=CFG_RESET)          # what frames use
-        cr = {t: Signal(32, init=CFG_CRC_RESET[t], name=f"cfg_crc_{t}") for t in TAIL}
+        cr = {t: Signal(32, init=CFG_CRC_RESET[t], name=f"cfg_crc_{t}") for t in SERIAL_KINDS}
         cfg_bus = {"src_ip": "ip", "dport": "dport", "pkey": "pkey"}
         busy, done, crc = _serial_crc(
             m, "cfg_crc", Const(1, 1),
@@ -477,7 +521,8 @@ class AckGenerator(wiring.Component):
         with m.If(~busy):
             m.d.sync += [cfg_snap[n].eq(v) for n, v in csr_cfg.items()]
         with m.If(done):
-            m.d.sync += [cfg.eq(cfg_snap)] + [cr[t].eq(crc[t]) for t in TAIL]
+            m.d.sync += [cfg.eq(cfg_snap)] + [cr[t].eq(crc[t]) for t in SERIAL_KINDS]
+        cr[EV_ANSWER] = cr[SACK]
         # Registered, so that the 224-bit compare does not sit in front of the read mux; a
         # read on the edge right after a write would see the compare of the old values, so
         # the pending B response of any write counts as pending too.
@@ -523,62 +568,72 @@ class AckGenerator(wiring.Component):
             wr.en.eq(done), wr.addr.eq(ctx_addr),
             wr.data.mac.eq(ctx_snap.mac), wr.data.ip.eq(ctx_snap.ip),
             wr.data.remote_qp.eq(ctx_snap.remote_qp),
-            *(wr.data[CTX_CRC[t]].eq(crc[t]) for t in TAIL),
+            *(wr.data[CTX_CRC[t]].eq(crc[t]) for t in SERIAL_KINDS),
+            wr.data.crc_ans.eq(_answer_ctx_crc(crc[SACK], ctx_snap.remote_qp)),
         ]
         return rd
 
     def _stage_r0(self, m, rd):
-        """R0: one record a cycle from desc or nak, into a register slice whose output
-        addresses the context table (``rd``). Returns ``(en, r0, r0_aeth, r0_valid,
-        r0_ok)``: the enable of the stall-all pipeline R0 -> S1 -> F (driven by
-        :meth:`_beats`), R0's record, its nak flag, valid and qp-in-range."""
-        # Decision: a nak record goes first when both inputs hold one (they are rare: at
-        # most one per QP error episode, and a SACK waits one cycle). The choice is made in
-        # front of R0, so at most one of the two handshakes happens in a cycle and frames
-        # leave in the order of the handshakes: a user can tag each frame at the handshake
-        # (MrcRx keeps the frames' planes that way). desc.ready is R0's registered ready
-        # gated by nak.valid; nak.ready is R0's registered ready.
+        """R0: one record a cycle from nak, probe or desc, into a register slice whose
+        output addresses the context table (``rd``). Returns ``(en, r0, r0_valid, r0_ok)``:
+        the enable of the stall-all pipeline R0 -> S1 -> F (driven by :meth:`_beats`),
+        R0's record (:data:`_R0`), valid and qp-in-range."""
+        # Decision: a nak record goes first, then a probe record, then a descriptor (naks
+        # are rare: at most one per QP error episode; probes come a few per EV and round
+        # trip; a SACK waits a cycle). The choice is made in front of R0, so at most one
+        # handshake happens in a cycle and frames leave in the order of the handshakes: a
+        # user can tag each frame at the handshake (MrcRx keeps the frames' planes that
+        # way). nak.ready is R0's registered ready; probe.ready that gated by nak.valid,
+        # desc.ready by both valids.
         m.submodules.r0_skid = skid = MetaSkidBuffer(_R0)
-        nak_in, desc_in, take_nak = self.nak.payload, self.desc.payload, self.nak.valid
-        # A nak record rides in the descriptor's fields: qp, psn, its syndrome in reason,
-        # nack and entropy 0 (the frame's STEV). The other fields keep desc's values: no
-        # AETH NAK byte or ICRC part reads them.
+        nak_in, probe_in, desc_in = self.nak.payload, self.probe.payload, self.desc.payload
+        take_nak = self.nak.valid
+        take_probe = self.probe.valid & ~take_nak
+        i = skid.i.payload
         m.d.comb += [
-            skid.i.valid.eq(take_nak | self.desc.valid),
-            skid.i.payload.aeth.eq(take_nak),
-            skid.i.payload.d.eq(desc_in),
+            skid.i.valid.eq(take_nak | self.probe.valid | self.desc.valid),
+            i.aeth.eq(take_nak), i.ans.eq(take_probe), i.peer_id.eq(probe_in.peer_id),
+            i.d.eq(desc_in),
             self.nak.ready.eq(skid.i.ready),
-            self.desc.ready.eq(skid.i.ready & ~take_nak),
+            self.probe.ready.eq(skid.i.ready & ~take_nak),
+            self.desc.ready.eq(skid.i.ready & ~take_nak & ~self.probe.valid),
         ]
+        # A nak or probe record rides in the descriptor's fields (above); nack 0, and for a
+        # nak record entropy 0 (the frame's STEV). The other fields keep desc's values: no
+        # byte or ICRC part of those kinds reads them.
         with m.If(take_nak):
-            m.d.comb += [skid.i.payload.d.qp.eq(nak_in.qp), skid.i.payload.d.psn.eq(nak_in.psn),
-                         skid.i.payload.d.reason.eq(nak_in.syndrome),
-                         skid.i.payload.d.nack.eq(0), skid.i.payload.d.entropy.eq(0)]
-        r0, r0_aeth, r0_valid = skid.o.payload.d, skid.o.payload.aeth, skid.o.valid
+            m.d.comb += [i.d.qp.eq(nak_in.qp), i.d.psn.eq(nak_in.psn),
+                         i.d.reason.eq(nak_in.syndrome), i.d.nack.eq(0), i.d.entropy.eq(0)]
+        with m.Elif(take_probe):
+            m.d.comb += [i.d.qp.eq(probe_in.qp), i.d.psn.eq(probe_in.psn),
+                         i.d.entropy.eq(probe_in.entropy),
+                         i.d.timestamp.eq(probe_in.timestamp), i.d.nack.eq(0)]
+        r0, r0_valid = skid.o.payload, skid.o.valid
         en = Signal()                    # the stall-all pipeline R0 -> S1 -> F moves
-        r0_ok = self._qp_below_qps(r0.qp)
-        m.d.comb += [skid.o.ready.eq(en), rd.addr.eq(r0.qp), rd.en.eq(en)]
-        return en, r0, r0_aeth, r0_valid, r0_ok
+        r0_ok = self._qp_below_qps(r0.d.qp)
+        m.d.comb += [skid.o.ready.eq(en), rd.addr.eq(r0.d.qp), rd.en.eq(en)]
+        return en, r0, r0_valid, r0_ok
 
-    def _stage_s1(self, m, en, r0, r0_aeth, r0_valid, r0_ok, rd):
+    def _stage_s1(self, m, en, r0, r0_valid, r0_ok, rd):
         """S1: the record and its ICRC parts; the context is read meanwhile. Returns ``(v1,
-        d1, a1, part, sport_part, c1)``: valid, record, nak flag, the parts (a list of
+        r1, part, sport_part, c1)``: valid, record (:data:`_R0`), the parts (a list of
         signals per kind), the UDP source port's part per kind for either STEV split (F
         picks one with the registers it takes) and the context entry (the table's read
         data)."""
         def r0_field(name):              # a VARIABLES name in R0's fields
-            return r0.reason if name == "syndrome" else r0[name]
+            if name == "peer_id":
+                return r0.peer_id
+            return r0.d.reason if name == "syndrome" else r0.d[name]
 
         v1 = Signal()
-        d1 = Signal(ACK_DESC)
-        a1 = Signal()                    # d1 is a nak record
-        halves = (r0.entropy[:proto.STEV_PORT_BITS], r0.entropy[proto.STEV_PORT_BITS:])
+        r1 = Signal(_R0)
+        halves = (r0.d.entropy[:proto.STEV_PORT_BITS], r0.d.entropy[proto.STEV_PORT_BITS:])
         sport_part = {t: [Signal(32, name=f"sport_crc_{t}_{swap}") for swap in (0, 1)]
-                      for t in (SACK, NACK)}
+                      for t in (SACK, NACK, EV_ANSWER)}
         part = {t: [Signal(32, name=f"desc_crc_{t}_{i}")
                     for i in range(len(_chunks(DESC_VARS[t])))] for t in TAIL}
         with m.If(en):
-            m.d.sync += [v1.eq(r0_valid & r0_ok), d1.eq(r0), a1.eq(r0_aeth)]
+            m.d.sync += [v1.eq(r0_valid & r0_ok), r1.eq(r0)]
             for t, sigs in sport_part.items():
                 m.d.sync += [sig.eq(_crc_map(t, [("sport", half)]))
                              for sig, half in zip(sigs, halves)]
@@ -586,18 +641,19 @@ class AckGenerator(wiring.Component):
                 for sig, names in zip(part[t], _chunks(DESC_VARS[t])):
                     m.d.sync += sig.eq(_crc_map(t, [(n, r0_field(n)) for n in names]))
         c1 = rd.data
-        return v1, d1, a1, part, sport_part, c1
+        return v1, r1, part, sport_part, c1
 
-    def _stage_f(self, m, en, v1, d1, a1, part, sport_part, c1, cfg, cr):
+    def _stage_f(self, m, en, v1, r1, part, sport_part, c1, cfg, cr):
         """F: the frame, held while its beats leave: every variable field, the tail
         headers and the ICRC's parts. Returns ``(fv, fr)``: valid and the frame."""
         fv = Signal()
         fr = Signal(data.StructLayout({
-            "nack": 1, "aeth": 1, "cfg": _CFG, "mac": 48, "ip": 128, "remote_qp": 24,
-            "sport": proto.STEV_PORT_BITS, "flow": proto.STEV_FLOW_BITS, "psn": proto.PSN_BITS,
-            "tail": 8 * SETH.size + 8 * CC_STATE.size, "icrc_rest": 32,
-            **{CTX_CRC[t]: 32 for t in TAIL},
+            "nack": 1, "aeth": 1, "ans": 1, "cfg": _CFG, "mac": 48, "ip": 128,
+            "remote_qp": 24, "sport": proto.STEV_PORT_BITS, "flow": proto.STEV_FLOW_BITS,
+            "psn": proto.PSN_BITS, "tail": 8 * SETH.size + 8 * CC_STATE.size,
+            "icrc_rest": 32, **{CTX_CRC[t]: 32 for t in TAIL},
         }))
+        d1 = r1.d
         # The ICRC but for the table's part, selected by kind. The table's parts go into F
         # as read (a block RAM output is slow on ECP5: no logic after it) and are XORed in
         # at the output, where the ICRC's lanes have a LUT level to spare.
@@ -619,41 +675,42 @@ class AckGenerator(wiring.Component):
                                 "dst_id": dst_id, "nack_psn": d1.psn,
                                 "timestamp": d1.timestamp})
         aeth = AETH.assemble({"syndrome": d1.reason, "msn": NAK_MSN})
-        sack_tail = Cat(seth, cc)
+        eeth = EETH.assemble({"op": proto.EP_EV_PROBE, "src_id": d1.qp, "dst_id": r1.peer_id,
+                              "timestamp": d1.timestamp})
+        # The 36-byte tails (a SACK's SETH and CC_STATE, an answer's EETH) picked first.
+        long_tail = Mux(r1.ans, eeth, Cat(seth, cc))
         n_neth, n_aeth = len(neth), len(aeth)
         with m.If(en):
             m.d.sync += [
                 fv.eq(v1),
-                fr.nack.eq(d1.nack), fr.aeth.eq(a1),
+                fr.nack.eq(d1.nack), fr.aeth.eq(r1.aeth), fr.ans.eq(r1.ans),
                 fr.cfg.eq(cfg),
                 fr.mac.eq(c1.mac), fr.ip.eq(c1.ip), fr.remote_qp.eq(c1.remote_qp),
                 # The frame's own STEV (0 for a nak record: no EV to echo).
                 fr.sport.eq(Mux(cfg.stev_swap, d1.entropy[16:], d1.entropy[:16])),
                 fr.flow.eq(Mux(cfg.stev_swap, d1.entropy[:16], d1.entropy[16:])),
-                fr.psn.eq(_by_kind(a1, d1.nack, {t: d1[BTH_PSN_SOURCE[t]] for t in TAIL})),
+                fr.psn.eq(_by_kind(r1, {t: d1[BTH_PSN_SOURCE[t]] for t in TAIL})),
                 # The bytes after a frame's last header are its ICRC, placed at the
                 # output; the rest of the register keeps another kind's bytes (beyond
                 # tkeep, undefined).
-                fr.tail.eq(Cat(_by_kind(a1, d1.nack, {SACK: sack_tail[:n_aeth],
-                                                      NACK: neth[:n_aeth],
-                                                      AETH_NAK: aeth}),
-                               Mux(d1.nack, neth[n_aeth:], sack_tail[n_aeth:n_neth]),
-                               sack_tail[n_neth:])),
-                fr.icrc_rest.eq(_by_kind(a1, d1.nack, rest)),
+                fr.tail.eq(Cat(Mux(r1.aeth, aeth,
+                                   Mux(d1.nack, neth[:n_aeth], long_tail[:n_aeth])),
+                               Mux(d1.nack, neth[n_aeth:], long_tail[n_aeth:n_neth]),
+                               long_tail[n_neth:])),
+                fr.icrc_rest.eq(_by_kind(r1, rest)),
                 *(fr[CTX_CRC[t]].eq(c1[CTX_CRC[t]]) for t in TAIL),
             ]
         return fv, fr
 
-    def _beats(self, m, en, fv, fr, d1, a1):
+    def _beats(self, m, en, fv, fr, r1):
         """The beats of F, one a cycle, into the output register slice (``m_axis``); drives
         ``en``: the pipeline moves when F is empty or hands on its last beat. Returns
         ``(handed, last)``: a beat handed on, and F's last beat."""
         B = self.data_width // 8
-        nack, is_aeth = fr.nack, fr.aeth
         fc = fr.cfg
 
         def kind_mux(values):
-            return _by_kind(is_aeth, nack, values)
+            return _by_kind(fr, values)
         # IPv6 payload length = UDP length: everything after the IPv6 header.
         length = kind_mux({t: FRAME_LEN[t] - ETH.size - IPV6.size for t in TAIL})
         sport, flow = fr.sport, fr.flow
@@ -666,17 +723,18 @@ class AckGenerator(wiring.Component):
             UDP.assemble({"src_port": sport, "dst_port": fc.dport, "length": length}),
             BTH.assemble({"opcode": kind_mux({t: int(OPCODE[t]) for t in TAIL}),
                             "tver": proto.BTH_TVER, "pkey": fc.pkey,
-                            "dest_qp": fr.remote_qp, "psn": fr.psn}),
+                            "dest_qp": Mux(fr.ans, proto.ENDPOINT_QP, fr.remote_qp),
+                            "psn": fr.psn}),
         )
         # The ICRC goes out least significant byte first: the bus order of its bits.
         n_neth, n_aeth = 8 * NETH.size, 8 * AETH.size
         icrc = fr.icrc_rest ^ kind_mux({t: fr[CTX_CRC[t]] for t in TAIL})
         frame = Cat(head, fr.tail[:n_aeth],
-                    Mux(is_aeth, icrc, fr.tail[n_aeth:n_aeth + 32]),
+                    Mux(fr.aeth, icrc, fr.tail[n_aeth:n_aeth + 32]),
                     fr.tail[n_aeth + 32:n_neth],
-                    Mux(nack, icrc, fr.tail[n_neth:n_neth + 32]),
+                    Mux(fr.nack, icrc, fr.tail[n_neth:n_neth + 32]),
                     fr.tail[n_neth + 32:], icrc)
-        assert len(frame) == 8 * FRAME_LEN[SACK]
+        assert len(frame) == 8 * FRAME_LEN[SACK] == 8 * FRAME_LEN[EV_ANSWER]
         nbeats = self.beats[SACK]
         frame_bus = Signal(8 * B * nbeats)
         m.d.comb += frame_bus.eq(frame)
@@ -700,19 +758,20 @@ class AckGenerator(wiring.Component):
         with m.If(handed):
             m.d.sync += [j.eq(Mux(last, 0, j + 1)), last.eq(j + 1 == last_j)]
         with m.If(en):                   # a new frame (or none) in F
-            m.d.sync += last.eq(_by_kind(a1, d1.nack, {t: self.beats[t] == 1 for t in TAIL}))
+            m.d.sync += last.eq(_by_kind(r1, {t: self.beats[t] == 1 for t in TAIL}))
         m.d.comb += en.eq(~fv | (handed & last))
         return handed, last
 
     def _counters(self, m, f, en, handed, last, fr, r0_valid, r0_ok):
         """The event counters: frames sent by kind, records dropped for a ``qp`` not below
         ``qps``."""
-        nack, is_aeth = fr.nack, fr.aeth
+        sent = handed & last
         events = Signal(data.StructLayout({n: 1 for n in ACK_COUNTERS}))
         m.d.comb += [
-            events.sacks.eq(handed & last & ~nack & ~is_aeth),
-            events.nacks.eq(handed & last & nack),
-            events.naks.eq(handed & last & is_aeth),
+            events.sacks.eq(sent & ~fr.nack & ~fr.aeth & ~fr.ans),
+            events.nacks.eq(sent & fr.nack),
+            events.naks.eq(sent & fr.aeth),
+            events.answers.eq(sent & fr.ans),
             events.bad_qp.eq(en & r0_valid & ~r0_ok),
         ]
         event_counters(m, f, events, ACK_COUNTERS, f["control"]["clear"], width=self.counter_width)

@@ -16,7 +16,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from mrcnic.base.records import (
-    ACK_DESC, COMPLETION, PKT_IN, Verdict, NAK, PEER_STATUS, PLACE, RX_PKT)
+    ACK_DESC, COMPLETION, EV_PROBE, PKT_IN, Verdict, NAK, PEER_STATUS, PLACE, RX_PKT)
 from mrcnic.rx.ack_generator import ACK_REGS, AckGenerator
 from mrcnic.base.csr import AxiLiteSignature, check_counter_width
 from mrcnic.base.csr.bus import CsrBus
@@ -252,20 +252,46 @@ class MrcRx(wiring.Component):
                     m.d.sync += counts[p].eq(counts[p] + 1)
         m.d.comb += v.ready.eq(ready)
 
-        # --- Control frames: SACK/NACK on the plane of the EV they answer, AETH NAKs on
-        # plane qp mod planes. The generator takes at most one record a cycle, from desc or
-        # nak (nak.valid holds desc.ready low), and sends the frames in the order it took
-        # the records; so the plane FIFO, written at whichever handshake happens, holds the
-        # planes in frame order. Both inputs wait while the FIFO is full.
+        self._control_frames(m, gen, trk, mp, merged)
+
+        # --- Received SACK/NACKs and NAKs, completions ---------------------------------------
+        for name, layout in (("ack", ACK_DESC), ("nak", NAK), ("peer", PEER_STATUS)):
+            stream, _ = merged(name, layout)
+            out = getattr(self, name)
+            for field, _ in layout:
+                m.d.comb += getattr(out.payload, field).eq(getattr(stream.payload, field))
+            m.d.comb += [out.valid.eq(stream.valid), stream.ready.eq(out.ready)]
+        wiring.connect(m, trk.cpl, wiring.flipped(self.cpl))
+        return m
+
+    def _control_frames(self, m, gen, trk, mp, merged):
+        """Control frames: SACK/NACK and EV answers on the plane of the EV they answer, AETH
+        NAKs on plane qp mod planes. The generator takes at most one record a cycle, from
+        desc, nak or probe (a higher input's valid holds a lower one's ready low), and
+        sends the frames in the order it took the records; so the plane FIFO, written at
+        whichever handshake happens, holds the planes in frame order. Every input waits
+        while the FIFO is full."""
+        P = self.planes
         plane_fifo = SyncFIFOBuffered(width=3, depth=16)
         m.submodules.ack_planes = plane_fifo
         room = plane_fifo.w_rdy
+
+        def ev_plane_of(entropy):
+            return entropy[:8] % P if P > 1 else 0
         a = trk.ack
         ev_plane = Signal(3)
-        m.d.comb += ev_plane.eq(a.payload.entropy[:8] % P if P > 1 else 0)
+        m.d.comb += ev_plane.eq(ev_plane_of(a.payload.entropy))
         desc_go = a.valid & gen.desc.ready & room
         m.d.comb += [gen.desc.payload.eq(a.payload), gen.desc.valid.eq(a.valid & room),
                      a.ready.eq(gen.desc.ready & room)]
+        # The peer's EV probe requests of every plane, answered on the plane of their EV.
+        evp, _ = merged("ev_probe", EV_PROBE)
+        probe_plane = Signal(3)
+        m.d.comb += probe_plane.eq(ev_plane_of(evp.payload.entropy))
+        probe_go = evp.valid & gen.probe.ready & room
+        m.d.comb += [*(getattr(gen.probe.payload, f).eq(getattr(evp.payload, f))
+                       for f, _ in EV_PROBE),
+                     gen.probe.valid.eq(evp.valid & room), evp.ready.eq(gen.probe.ready & room)]
         # The access-error records, forked: a record moves when the generator, the
         # access_nak slice and the plane FIFO all take it.
         m.submodules.access_nak_slice = copy = MetaSkidBuffer(NAK)
@@ -278,8 +304,9 @@ class MrcRx(wiring.Component):
                      gen.nak.valid.eq(nk.valid & copy.i.ready & room),
                      copy.i.valid.eq(nk.valid & gen.nak.ready & room),
                      nk.ready.eq(gen.nak.ready & copy.i.ready & room),
-                     plane_fifo.w_data.eq(Mux(nak_go, nak_plane, ev_plane)),
-                     plane_fifo.w_en.eq(desc_go | nak_go)]
+                     plane_fifo.w_data.eq(Mux(nak_go, nak_plane,
+                                              Mux(probe_go, probe_plane, ev_plane))),
+                     plane_fifo.w_en.eq(desc_go | nak_go | probe_go)]
         g = gen.m_axis
         out_plane = plane_fifo.r_data
         ready_out = Signal()
@@ -293,15 +320,3 @@ class MrcRx(wiring.Component):
                 m.d.comb += ready_out.eq(port.tready)
         m.d.comb += [g.tready.eq(ready_out & plane_fifo.r_rdy),
                      plane_fifo.r_en.eq(g.tvalid & g.tready & g.tlast)]
-
-        # --- Received SACK/NACKs and NAKs, completions ---------------------------------------
-        for name, layout in (("ack", ACK_DESC), ("nak", NAK), ("peer", PEER_STATUS)):
-            stream, _ = merged(name, layout)
-            out = getattr(self, name)
-            for field, _ in layout:
-                m.d.comb += getattr(out.payload, field).eq(getattr(stream.payload, field))
-            m.d.comb += [out.valid.eq(stream.valid), stream.ready.eq(out.ready)]
-        wiring.connect(m, trk.cpl, wiring.flipped(self.cpl))
-        return m
-
-

@@ -218,21 +218,25 @@ def ev_probe_packet(timestamp, *, src_id=0, dst_id=0, psn=0, **net):
     return endpoint_packet(Opcode.EP_REQUEST, body, psn=psn, **net)
 
 
-def ev_probe_response_packet(request, **net):
+def ev_probe_response_packet(request, *, psn=None, **net):
     """The answer to the EV probe request ``request`` (a decoded packet): an endpoint response
-    whose :data:`~mrcnic.base.proto.EETH` has op EP_EV_PROBE and echoes the request's
-    timestamp, on the request's entropy (its UDP source port and flow label) and IP version
-    unless ``net`` says otherwise."""
+    whose :data:`~mrcnic.base.proto.EETH` has op EP_EV_PROBE, echoes the request's
+    timestamp and carries its QP ids swapped (src_id the request's dst_id, dst_id its
+    src_id), with the request's BTH PSN unless ``psn`` says otherwise, on the request's
+    entropy (its UDP source port and flow label) and IP version unless ``net`` says
+    otherwise."""
     erth = endpoint_request(request)
     if erth is None or erth["op"] != proto.EP_EV_PROBE:
         raise PacketError("not an EV probe request")
-    body = proto.EETH.pack(op=proto.EP_EV_PROBE, timestamp=erth["timestamp"])
+    body = proto.EETH.pack(op=proto.EP_EV_PROBE, src_id=erth["dst_id"], dst_id=erth["src_id"],
+                           timestamp=erth["timestamp"])
     net.setdefault("ipv4", request.ipv4 is not None)
     if "ev" not in net and "udp_sport" not in net and "flow_label" not in net:
         net["udp_sport"] = request.udp["src_port"]
         if request.ipv4 is None and not net.get("ipv4"):
             net["flow_label"] = request.ip["flow_label"]
-    return endpoint_packet(Opcode.EP_RESPONSE, body, **net)
+    return endpoint_packet(Opcode.EP_RESPONSE, body,
+                           psn=request.bth["psn"] if psn is None else psn, **net)
 
 
 def endpoint_request(pkt):

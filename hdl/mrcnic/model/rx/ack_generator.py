@@ -3,11 +3,14 @@ becomes, built with the packet model from the record, the QP's context and the r
 
 :func:`frame` is the frame of an ACK_DESC descriptor (a SACK or a NACK), :func:`nak_frame`
 the AETH NAK of a ``nak`` record (:data:`mrcnic.rx.roce_rx.NAK`): an ACK (0xD1) whose AETH
-carries the record's syndrome and MSN 0, with no EV (UDP source port and flow label 0)."""
+carries the record's syndrome and MSN 0, with no EV (UDP source port and flow label 0);
+:func:`probe_frame` the answer to an EV probe request (an ``EV_PROBE`` record): an
+endpoint response (0xD9) whose EETH echoes the request."""
 
+from mrcnic.base import proto
 from mrcnic.model import packet as pk
 
-__all__ = ["frame", "nak_frame"]
+__all__ = ["frame", "nak_frame", "probe_frame"]
 
 
 def _s16(x):
@@ -49,3 +52,15 @@ def nak_frame(r, ctx, cfg):
     pkt = pk.ack_packet(ctx["remote_qp"], r["psn"], 0, syndrome=r["syndrome"],
                         **_net(cfg, ctx, 0))
     return pk.encode(pkt)
+
+
+def probe_frame(r, ctx, cfg):
+    """The EV probe answer for ``probe`` record ``r`` (``qp``, ``peer_id``, ``psn``,
+    ``entropy``, ``timestamp``), with ``ctx`` and ``cfg`` as for :func:`frame`: an endpoint
+    response to ENDPOINT_QP with BTH PSN = ``r["psn"]``, on the STEV ``r["entropy"]``, whose
+    EETH has op EP_EV_PROBE, src_id = ``r["qp"]``, dst_id = ``r["peer_id"]`` and the
+    timestamp echoed."""
+    body = proto.EETH.pack(op=proto.EP_EV_PROBE, src_id=r["qp"], dst_id=r["peer_id"],
+                           timestamp=r["timestamp"])
+    return pk.encode(pk.endpoint_packet(proto.Opcode.EP_RESPONSE, body, psn=r["psn"],
+                                        **_net(cfg, ctx, r["entropy"])))

@@ -3,8 +3,8 @@
 :func:`receive` takes one frame as ``Srv6Decap`` leaves it (Ethernet | inner IPv6 | UDP |
 BTH | ... | ICRC, no FCS), its ``DECAP_META`` record (a dict), the ``tuser`` bad flag and
 the register values (:class:`RxRegs`), and returns what the block does with it
-(:class:`RxResult`): the drop cause, or the record it emits (``pkt``, ``ack``, ``nak`` or
-``peer``)
+(:class:`RxResult`): the drop cause, or the record it emits (``pkt``, ``ack``, ``nak``,
+``peer`` or ``ev_probe``)
 and, for a data packet, the payload it holds until its verdict. A probe's ``timestamp`` is
 its PETH's, a data or trimmed packet's its TSETH's (0 without one).
 
@@ -18,11 +18,11 @@ must agree. Checks, in priority order (the first that fails names the drop):
 3. ``truncated``: shorter than Ethernet + IPv6 + UDP + BTH (74 bytes); a trimmed WRITE that
    ends before the end of its RETH; any other frame shorter than its headers + ICRC;
 4. ``opcode``: not WRITE_*, ACK, SACK, NACK, probe or endpoint request; an endpoint request
-   to a QP other than ``ENDPOINT_QP`` or whose body is not a port status update; a trimmed
-   frame that is not a WRITE (a switch trims data packets only);
+   to a QP other than ``ENDPOINT_QP`` or whose body is neither a port status update nor an
+   EV probe; a trimmed frame that is not a WRITE (a switch trims data packets only);
 5. ``length`` (not on trimmed frames): IPv6 payload length + 54 or UDP length not the frame's
    length; payload + pad not a multiple of 4, or pad larger than it (WRITE); bytes after the
-   headers or a pad count on ACK, SACK, NACK, probe, port status;
+   headers or a pad count on ACK, SACK, NACK, probe, endpoint request;
 6. ``icrc`` (not on trimmed frames);
 7. ``too_long``: a WRITE payload longer than ``min(pmtu, pmtu_max)``.
 
@@ -49,7 +49,9 @@ __all__ = ["RxRegs", "RxResult", "ModelDomainError", "receive", "match_pkts",
 
 CAUSES = ("in_bad", "not_roce", "truncated", "opcode", "length", "icrc", "too_long",
           "no_room")
-KINDS = ("data", "trimmed", "probe", "sack", "nack", "ack", "nak", "port_status")
+KINDS = ("data", "trimmed", "probe", "sack", "nack", "ack", "nak", "port_status", "ev_probe")
+# The endpoint operations the block takes (ERTH op): the others are dropped as an opcode.
+EP_OPS = (proto.EP_PORT_STATUS, proto.EP_EV_PROBE)
 
 IP, UDP_AT, BTH_AT, EXT_AT = 14, 54, 62, 74
 WRITES = tuple(range(Opcode.WRITE_FIRST, Opcode.WRITE_ONLY_IMM + 1))
@@ -79,6 +81,7 @@ class RxResult:
     ack: dict | None = None           # ACK_DESC fields
     nak: dict | None = None           # {qp, psn, syndrome}
     peer: dict | None = None          # {qp, ports}: a port status update (PEER_STATUS)
+    ev_probe: dict | None = None      # EV_PROBE fields: an EV probe request to answer
     payload: bytes | None = None      # held for a verdict (data packets)
 
 
@@ -150,7 +153,7 @@ def receive(frame, meta, regs=None, *, tuser=0, pmtu_max=4096):
     if n < hdr + proto.ICRC_LEN:
         return RxResult(cause="truncated")
     if op == Opcode.EP_REQUEST and (bth["dest_qp"] != proto.ENDPOINT_QP
-                                    or ERTH.unpack(frame[EXT_AT:])["op"] != proto.EP_PORT_STATUS):
+                                    or ERTH.unpack(frame[EXT_AT:])["op"] not in EP_OPS):
         return RxResult(cause="opcode")
     rest = n - proto.ICRC_LEN - hdr
     pad = bth["pad"]
@@ -184,8 +187,15 @@ def receive(frame, meta, regs=None, *, tuser=0, pmtu_max=4096):
     if op == Opcode.PROBE:
         return RxResult(kind="probe", pkt=dict(base, timestamp=p.peth["timestamp"]))
     if op == Opcode.EP_REQUEST:
-        st = pk.port_status(p)
-        return RxResult(kind="port_status", peer={"qp": st["dst_id"], "ports": st["ports"]})
+        erth = pk.endpoint_request(p)
+        if erth["op"] == proto.EP_EV_PROBE:
+            # Answered on the request's own EV (its STEV as a data packet's is read), from
+            # the context of the QP it names (dst_id), to the requester's QP (src_id).
+            return RxResult(kind="ev_probe", ev_probe={
+                "qp": erth["dst_id"], "peer_id": erth["src_id"], "psn": base["psn"],
+                "entropy": base["entropy"], "timestamp": erth["timestamp"]})
+        return RxResult(kind="port_status",
+                        peer={"qp": erth["dst_id"], "ports": erth["ports"]})
     qp = base["qp"]
     if op == Opcode.ACK:
         if p.aeth["syndrome"] == 0:
@@ -289,7 +299,8 @@ def data_frame(rng, max_payload=300, *, length=None, op=None, ts=None):
 
 
 def control_frame(rng, kind=None):
-    kind = kind or rng.choice(["sack", "nack", "probe", "ack", "nak", "port_status"])
+    kind = kind or rng.choice(["sack", "nack", "probe", "ack", "nak", "port_status",
+                               "ev_probe"])
     qp, psn = rng.getrandbits(24), rng.getrandbits(24)
     if kind == "sack":
         p = pk.sack_packet(qp, rng.getrandbits(24), rng.getrandbits(64),
@@ -313,6 +324,9 @@ def control_frame(rng, kind=None):
     elif kind == "port_status":
         p = pk.port_status_packet(rng.getrandbits(32), src_id=rng.getrandbits(16),
                                   dst_id=rng.getrandbits(16), psn=psn, **net(rng))
+    elif kind == "ev_probe":
+        p = pk.ev_probe_packet(rng.getrandbits(16), src_id=rng.getrandbits(16),
+                               dst_id=rng.getrandbits(16), psn=psn, **net(rng))
     else:
         syndrome = 0 if kind == "ack" else rng.choice([proto.AETH_SYNDROME_ACCESS_ERROR,
                                                         0x60, 0x20])
@@ -361,11 +375,11 @@ def bad_frame(rng, kind):
     elif kind == "opcode":
         # Never the frame's own opcode. EP_REQUEST only where it is dropped for its opcode:
         # a frame too short for its header is "truncated" first, and one to the endpoint
-        # QP with a port status ERTH is a good request.
+        # QP with a port status or EV probe ERTH is a good request.
         own = BTH.unpack(f[BTH_AT:])
         ep = (len(f) >= header_length(Opcode.EP_REQUEST, 0) + proto.ICRC_LEN
               and not (own["dest_qp"] == proto.ENDPOINT_QP
-                       and ERTH.unpack(f[EXT_AT:])["op"] == proto.EP_PORT_STATUS))
+                       and ERTH.unpack(f[EXT_AT:])["op"] in EP_OPS))
         f[62] = rng.choice([o for o in (0x04, 0x0A, 0xFF, 0xD0) if o != f[62]]
                            + ([Opcode.EP_REQUEST] if ep else []))
     elif kind == "ethertype":

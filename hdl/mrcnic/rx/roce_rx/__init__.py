@@ -21,7 +21,8 @@ from amaranth.utils import ceil_log2
 
 from mrcnic.base import proto
 
-from mrcnic.base.records import ACK_DESC, NAK, PLACE, RX_PKT, VERDICT_IN, PEER_STATUS, DECAP_META
+from mrcnic.base.records import (
+    ACK_DESC, EV_PROBE, NAK, PLACE, RX_PKT, VERDICT_IN, PEER_STATUS, DECAP_META)
 from mrcnic.base.crc import CrcStream
 from mrcnic.base.csr import (
     AxiLiteSignature, CsrBlock, Field, Register, RegisterMap, check_counter_width,
@@ -31,8 +32,8 @@ from mrcnic.base.stream import (AxiStreamSignature, FrameCursor, MetaSkidBuffer,
                      check_data_width, const_lt, drive_axis, keep_count, meta_stream)
 from mrcnic.rx.roce_rx.header_check import (
     BTH_AT, C_IN_BAD, C_LENGTH, C_NONE, C_NOT_ROCE, C_OPCODE, C_TRUNCATED, HDR_BYTES,
-    K_ACK, K_DATA, K_NACK, K_NAK, K_PEER, K_PROBE, K_SACK, K_TRIM, KEPT, PAYLOAD_AT,
-    HeaderCheck)
+    BODY, K_ACK, K_DATA, K_EV_PROBE, K_NACK, K_NAK, K_PEER, K_PROBE, K_SACK, K_TRIM, KEPT,
+    KIND_BITS, PAYLOAD_AT, HeaderCheck)
 
 __all__ = ["RoceRx", "ROCE_RX_REGS",
            "RX_COUNTERS"]
@@ -41,8 +42,8 @@ __all__ = ["RoceRx", "ROCE_RX_REGS",
 FIFO_DEPTH = 16         # record FIFOs and the summary FIFO; > frames in flight at 2048 bits
 
 RX_COUNTERS = ["frames", "data", "trimmed", "probes", "sacks", "nacks", "acks", "naks",
-               "port_status", "placed", "verdict_drop", "in_bad", "not_roce", "truncated", "opcode",
-               "length", "icrc", "too_long", "no_room", "verdict_tag"]
+               "port_status", "ev_probes", "placed", "verdict_drop", "in_bad", "not_roce",
+               "truncated", "opcode", "length", "icrc", "too_long", "no_room", "verdict_tag"]
 
 ROCE_RX_REGS = RegisterMap("roce_rx", [
     Register("udp_dport", [Field("port", 16, "rw", reset=proto.UDP_DPORT_DEFAULT,
@@ -75,12 +76,14 @@ ROCE_RX_REGS = RegisterMap("roce_rx", [
         ("acks", "AETH ACKs with syndrome 0 (dropped)"),
         ("naks", "AETH ACKs with a non-zero syndrome (nak record)"),
         ("port_status", "Port status updates (peer record)"),
+        ("ev_probes", "EV probe requests (ev_probe record)"),
         ("placed", "Place verdicts (place record)"),
         ("verdict_drop", "Held payloads dropped by their verdict"),
         ("in_bad", "Frames with tuser[0] or meta.bad"),
         ("not_roce", "Not IPv6 / UDP to udp_dport"),
         ("truncated", "Frames shorter than their headers"),
-        ("opcode", "Opcodes other than WRITE, ACK, SACK, NACK, probe, port status"),
+        ("opcode", "Opcodes other than WRITE, ACK, SACK, NACK, probe, port status, EV "
+                   "probe"),
         ("length", "Lengths that disagree with the frame"),
         ("icrc", "Bad ICRC"),
         ("too_long", "Payload longer than pmtu"),
@@ -97,8 +100,8 @@ class RoceRx(wiring.Component):
     Each frame (as decapsulated, with its ``meta`` record) gives at most one record: a data
     packet, a probe or a trimmed packet (its DSCP one of the trim registers) a ``pkt``
     record; a SACK or NACK an ``ack`` record; an AETH NAK a ``nak`` record; a port status
-    update a ``peer`` record. A frame that fails a check gives no record and is counted. A
-    data packet's payload is held until its ``verdict`` places it (``place`` record and
+    update a ``peer`` record; an EV probe request an ``ev_probe`` record. A frame that fails
+    a check gives no record and is counted. A data packet's payload is held until its ``verdict`` places it (``place`` record and
     payload on ``m_axis``) or drops it. The checks and their order: docs/blocks/roce-rx.md.
 
     Parameters
@@ -137,6 +140,10 @@ class RoceRx(wiring.Component):
         The AETH NAKs received: ``qp``, BTH ``psn``, ``syndrome``.
     peer : stream of :data:`~mrcnic.base.records.PEER_STATUS`, out
         The port status updates received (QP = the body's ``dst_id``, the port mask).
+    ev_probe : stream of :data:`~mrcnic.base.records.EV_PROBE`, out
+        The EV probe requests received, to answer: ``qp`` the ERTH's ``dst_id``,
+        ``peer_id`` its ``src_id``, the BTH ``psn``, ``entropy`` the frame's STEV (as a
+        data packet's, with ``stev_swap``), the ERTH's ``timestamp``.
     m_axis : AXI-Stream (``data_width``, ``tuser`` 1 bit, always 0), out
         Placed payloads, each alone as one frame: payload byte 0 in byte 0 of the first
         beat, pad and ICRC removed.
@@ -213,6 +220,7 @@ class RoceRx(wiring.Component):
             "ack": Out(meta_stream(ACK_DESC)),
             "nak": Out(meta_stream(NAK)),
             "peer": Out(meta_stream(PEER_STATUS)),
+            "ev_probe": Out(meta_stream(EV_PROBE)),
             "m_axis": Out(AxiStreamSignature(data_width)),
             "place": Out(meta_stream(PLACE)),
             "s_axil": In(AxiLiteSignature(ROCE_RX_REGS.addr_width)),
@@ -413,10 +421,8 @@ class RoceRx(wiring.Component):
         the flush's share of the buffer state, and the frame's summary into the FIFO."""
         regs, cap, PTR = io.regs, a.cap, self.aw + 1
         summary = data.StructLayout({
-            "cause": 3, "check_icrc": 1, "too_long": 1, "no_room": 1, "kind": 3,
-            "res": 1, "wrote": 1, "start": PTR, "end": PTR,
-            "body": data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
-                                      "peer": PEER_STATUS}),
+            "cause": 3, "check_icrc": 1, "too_long": 1, "no_room": 1, "kind": KIND_BITS,
+            "res": 1, "wrote": 1, "start": PTR, "end": PTR, "body": BODY,
         })
         m.submodules.check = chk = HeaderCheck(self.pmtu_max)
         pmtu = Signal(16)                # the register, at most pmtu_max; changes rarely
@@ -482,6 +488,8 @@ class RoceRx(wiring.Component):
         m.submodules.nak_fifo = nak_fifo = SyncFIFOBuffered(width=NAK.size, depth=FIFO_DEPTH)
         m.submodules.peer_fifo = peer_fifo = SyncFIFOBuffered(width=PEER_STATUS.size,
                                                               depth=FIFO_DEPTH)
+        m.submodules.ev_probe_fifo = evp_fifo = SyncFIFOBuffered(width=EV_PROBE.size,
+                                                                 depth=FIFO_DEPTH)
         tag = Signal(16)
         rec = Signal(RX_PKT)
         m.d.comb += [rec.eq(hd.body.pkt), rec.slot.eq(hd.kind == K_DATA),
@@ -496,28 +504,28 @@ class RoceRx(wiring.Component):
             nak_fifo.w_en.eq(take & (hd.kind == K_NAK)),
             peer_fifo.w_data.eq(hd.body.peer),
             peer_fifo.w_en.eq(take & (hd.kind == K_PEER)),
+            evp_fifo.w_data.eq(hd.body.ev_probe),
+            evp_fifo.w_en.eq(take & (hd.kind == K_EV_PROBE)),
         ]
         for fifo, port in ((pkt_fifo, self.pkt), (ack_fifo, self.ack), (nak_fifo, self.nak),
-                           (peer_fifo, self.peer)):
+                           (peer_fifo, self.peer), (evp_fifo, self.ev_probe)):
             m.d.comb += [port.payload.eq(fifo.r_data), port.valid.eq(fifo.r_rdy),
                          fifo.r_en.eq(port.ready)]
         with m.If(hold):
             m.d.sync += tag.eq(tag + 1)
         return SimpleNamespace(hd=hd, done=done, late_cause=late_cause, take=take, hold=hold,
-                               tag=tag, fifos=(pkt_fifo, ack_fifo, nak_fifo, peer_fifo))
+                               tag=tag, fifos=(pkt_fifo, ack_fifo, nak_fifo, peer_fifo,
+                                               evp_fifo))
 
     def _credits(self, m, a, d):
         """Credits: frames past their last beat whose record is not yet in a FIFO, plus the
         FIFO's level, never exceed its depth. Registered from last cycle's counts, with one
         frame of margin (at most one last beat a cycle)."""
-        pkt_fifo, ack_fifo, nak_fifo, peer_fifo = d.fifos
         inflight = Signal(range(FIFO_DEPTH + 1))
         m.d.sync += inflight.eq(inflight + a.last - d.done)
         m.d.sync += a.room.eq((inflight + 2 <= FIFO_DEPTH) &
-                              (inflight + pkt_fifo.level + 2 <= FIFO_DEPTH) &
-                              (inflight + ack_fifo.level + 2 <= FIFO_DEPTH) &
-                              (inflight + nak_fifo.level + 2 <= FIFO_DEPTH) &
-                              (inflight + peer_fifo.level + 2 <= FIFO_DEPTH))
+                              Cat(*(inflight + fifo.level + 2 <= FIFO_DEPTH
+                                    for fifo in d.fifos)).all())
 
     def _buffer_commit(self, m, buf, w, b, d):
         """Buffer commit: a kept frame's words become a held entry; a dropped frame's words
@@ -628,6 +636,7 @@ class RoceRx(wiring.Component):
             ev.sacks.eq(take & (k == K_SACK)), ev.nacks.eq(take & (k == K_NACK)),
             ev.acks.eq(take & (k == K_ACK)), ev.naks.eq(take & (k == K_NAK)),
             ev.port_status.eq(take & (k == K_PEER)),
+            ev.ev_probes.eq(take & (k == K_EV_PROBE)),
             ev.placed.eq(v_take & place_it), ev.verdict_drop.eq(v_take & vmatch & ~place_it),
             ev.verdict_tag.eq(v_take & ~vmatch),
             ev.in_bad.eq(done & (hd.cause == C_IN_BAD)),

@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from mrcnic.base import proto
 
-from mrcnic.base.records import ACK_DESC, NAK, RX_PKT, PEER_STATUS, DECAP_META
+from mrcnic.base.records import ACK_DESC, EV_PROBE, NAK, RX_PKT, PEER_STATUS, DECAP_META
 from mrcnic.base.proto import (
     AETH, BTH, CC_STATE, ETH, IMMDT, IPV6, NETH, PETH, ERTH, RETH, SETH, TSETH, UDP,
     EvMode, Opcode)
@@ -30,9 +30,15 @@ CONTROL_END = {Opcode.ACK: EXT_AT + AETH.size, Opcode.SACK: HDR_BYTES,
                Opcode.EP_REQUEST: EXT_AT + ERTH.size}
 
 # Record kinds (stage B -> stage D).
-K_DATA, K_TRIM, K_PROBE, K_SACK, K_NACK, K_ACK, K_NAK, K_PEER = range(8)
+K_DATA, K_TRIM, K_PROBE, K_SACK, K_NACK, K_ACK, K_NAK, K_PEER, K_EV_PROBE = range(9)
+KIND_BITS = 4
 # Drop causes found in stage B, by priority; the ICRC, too_long and no_room come after.
 C_NONE, C_IN_BAD, C_NOT_ROCE, C_TRUNCATED, C_OPCODE, C_LENGTH = range(6)
+
+
+# The record of a frame, one of these by its kind.
+BODY = data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK, "peer": PEER_STATUS,
+                         "ev_probe": EV_PROBE})
 
 
 class HeaderCheck(wiring.Component):
@@ -75,15 +81,16 @@ class HeaderCheck(wiring.Component):
         The ICRC is to be checked (the frame is not trimmed).
     too_long : Signal(1), out
         A WRITE, not trimmed, whose payload is longer than ``pmtu``.
-    kind : Signal(3), out
+    kind : Signal(4), out
         The record's kind: data, trimmed, probe, SACK, NACK, AETH ACK, AETH NAK, port
-        status (0 .. 7).
+        status, EV probe request (0 .. 8).
     data_frame : Signal(1), out
         A WRITE at least as long as Ethernet to BTH.
-    body : Signal(union of ``pkt``, ``ack``, ``nak``, ``peer``), out
+    body : Signal(union of ``pkt``, ``ack``, ``nak``, ``peer``, ``ev_probe``), out
         The record, as :data:`~mrcnic.base.records.RX_PKT`,
-        :data:`~mrcnic.base.records.ACK_DESC`, :data:`~mrcnic.base.records.NAK` or
-        :data:`~mrcnic.base.records.PEER_STATUS` by ``kind``.
+        :data:`~mrcnic.base.records.ACK_DESC`, :data:`~mrcnic.base.records.NAK`,
+        :data:`~mrcnic.base.records.PEER_STATUS` or :data:`~mrcnic.base.records.EV_PROBE`
+        by ``kind``.
 
     Latency
     -------
@@ -100,10 +107,9 @@ class HeaderCheck(wiring.Component):
             "bus": In(8 * HDR_BYTES), "n": In(17), "bad": In(1), "meta": In(DECAP_META),
             "udp_dport": In(16), "pmtu": In(16), "trim_dscp": In(6),
             "trim_lasthop_dscp": In(6), "stev_swap": In(1),
-            "cause": Out(3), "check_icrc": Out(1), "too_long": Out(1), "kind": Out(3),
-            "data_frame": Out(1),
-            "body": Out(data.UnionLayout({"pkt": RX_PKT, "ack": ACK_DESC, "nak": NAK,
-                                      "peer": PEER_STATUS})),
+            "cause": Out(3), "check_icrc": Out(1), "too_long": Out(1),
+            "kind": Out(KIND_BITS), "data_frame": Out(1),
+            "body": Out(BODY),
         })
 
     def elaborate(self, platform):
@@ -163,9 +169,10 @@ class HeaderCheck(wiring.Component):
                     ((n >= 58) & (get(UDP, "dst_port", UDP_AT) != self.udp_dport)))
         short = n < EXT_AT
         truncated = short | Mux(trimmed, is_write & reth_left[-1], known & rest[-1])
+        ep_op = get(ERTH, "op", EXT_AT)
         ep_bad = (op == Opcode.EP_REQUEST) & (
             (get(BTH, "dest_qp", BTH_AT) != proto.ENDPOINT_QP) |
-            (get(ERTH, "op", EXT_AT) != proto.EP_PORT_STATUS))
+            ((ep_op != proto.EP_PORT_STATUS) & (ep_op != proto.EP_EV_PROBE)))
         opcode_bad = ~short & Mux(trimmed, ~is_write, ~known | ep_bad)
         plen = get(IPV6, "payload_length", IP_AT)
         length_bad = ((plen != n_minus(UDP_AT)) | (get(UDP, "length", UDP_AT) != plen) |
@@ -176,7 +183,7 @@ class HeaderCheck(wiring.Component):
                 ~trimmed & length_bad, C_LENGTH, C_NONE)))))
 
         syndrome = get(AETH, "syndrome", EXT_AT)
-        kind = Signal(3)
+        kind = Signal(KIND_BITS)
         with m.If(trimmed):
             m.d.comb += kind.eq(K_TRIM)
         with m.Elif(op == Opcode.PROBE):
@@ -188,7 +195,7 @@ class HeaderCheck(wiring.Component):
         with m.Elif(op == Opcode.ACK):
             m.d.comb += kind.eq(Mux(syndrome == 0, K_ACK, K_NAK))
         with m.Elif(op == Opcode.EP_REQUEST):
-            m.d.comb += kind.eq(K_PEER)
+            m.d.comb += kind.eq(Mux(ep_op == proto.EP_EV_PROBE, K_EV_PROBE, K_PEER))
         with m.Else():
             m.d.comb += kind.eq(K_DATA)
 
@@ -220,6 +227,18 @@ class HeaderCheck(wiring.Component):
         with m.Elif(kind == K_PEER):
             m.d.comb += [body.peer.qp.eq(get(ERTH, "dst_id", EXT_AT)),
                          body.peer.ports.eq(get(ERTH, "ports", EXT_AT))]
+        with m.Elif(kind == K_EV_PROBE):
+            # Answered on the request's own EV, from the context of the QP it names, to the
+            # requester's QP.
+            m.d.comb += [
+                body.ev_probe.qp.eq(get(ERTH, "dst_id", EXT_AT)),
+                body.ev_probe.peer_id.eq(get(ERTH, "src_id", EXT_AT)),
+                body.ev_probe.psn.eq(get(BTH, "psn", BTH_AT)),
+                body.ev_probe.entropy.eq(proto_stev(get(UDP, "src_port", UDP_AT),
+                                                   get(IPV6, "flow_label", IP_AT),
+                                                   self.stev_swap)),
+                body.ev_probe.timestamp.eq(get(ERTH, "timestamp", EXT_AT)),
+            ]
         with m.Elif(kind == K_NAK):
             m.d.comb += [body.nak.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]),
                          body.nak.psn.eq(get(BTH, "psn", BTH_AT)),
