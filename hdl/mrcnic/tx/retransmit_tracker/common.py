@@ -175,9 +175,11 @@ def ge_mask(pos, n):
     x = pos[:w]
     lb = min(4, w)
     lo, hi = x[:lb], x[lb:]
-    le_lo = [lo <= k for k in range(1 << lb)]
+    # (The comparisons that always hold or fail written as constants: a Verilog lint flags
+    # a constant comparison.)
+    le_lo = [lo <= k if k < (1 << lb) - 1 else Const(1, 1) for k in range(1 << lb)]
     if len(hi):
-        lt_hi = [hi < k for k in range((n - 1 >> lb) + 1)]
+        lt_hi = [hi < k if k else Const(0, 1) for k in range((n - 1 >> lb) + 1)]
         eq_hi = [hi == k for k in range((n - 1 >> lb) + 1)]
         bits = [lt_hi[j >> lb] | (eq_hi[j >> lb] & le_lo[j & ((1 << lb) - 1)])
                 for j in range(n)]
