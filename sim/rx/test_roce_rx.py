@@ -373,28 +373,29 @@ def test_probes_in_random_traffic(width):
           f"{len(broken)} broken probes dropped")
 
 
-def broken_port_status(rng):
-    """Port status updates each broken in one way, with the drop the block must count."""
+def broken_endpoint_requests(rng, kind):
+    """Endpoint requests of ``kind`` ("port_status" or "ev_probe", control_frame's), each
+    broken in one way, with the drop the block must count."""
     def fix(f):
         f[-4:] = pk.icrc(bytes(f[14:-4])).to_bytes(4, "little")
         return bytes(f)
     out = []
-    f = bytearray(control_frame(rng, "port_status"))
+    f = bytearray(control_frame(rng, kind))
     f[69] ^= 0x01                                  # BTH dest QP 3, not the endpoint QP
     out.append((fix(f), "opcode"))
     for op in (2, 3):                              # endpoint operations not defined
-        f = bytearray(control_frame(rng, "port_status"))
+        f = bytearray(control_frame(rng, kind))
         f[75] = (f[75] & ~3) | op
         out.append((fix(f), "opcode"))
-    f = bytearray(control_frame(rng, "port_status"))
+    f = bytearray(control_frame(rng, kind))
     f[-4:-4] = rng.randbytes(4)                    # a body longer than an ERTH
     f[18:20] = (len(f) - 54).to_bytes(2, "big")
     f[58:60] = (len(f) - 54).to_bytes(2, "big")
     out.append((fix(f), "length"))
-    f = bytearray(control_frame(rng, "port_status"))
+    f = bytearray(control_frame(rng, kind))
     f[rng.randrange(len(f) - 4, len(f))] ^= 1 << rng.randrange(8)
     out.append((bytes(f), "icrc"))
-    out.append((control_frame(rng, "port_status")[:rng.randrange(75, 94)], "truncated"))
+    out.append((control_frame(rng, kind)[:rng.randrange(75, 94)], "truncated"))
     return out
 
 
@@ -407,7 +408,7 @@ def test_port_status_updates_in_random_traffic(width):
     dropped under its cause. Records and counters also match the model."""
     rng = seeded()
     frames, r, results, _ = run_among_random_traffic(
-        width, rng, "port_status", soak(30), 10, broken_port_status(rng))
+        width, rng, "port_status", soak(30), 10, broken_endpoint_requests(rng, "port_status"))
     want = []
     for (f, _, _), res in zip(frames, results):
         if res.cause is None and f[62] == Opcode.EP_REQUEST:
@@ -423,26 +424,11 @@ def test_ev_probe_requests_in_random_traffic(width):
     """EV probe requests (endpoint request 0xD8 to QP 0x2, ERTH op 1) mixed into random
     traffic: each good one gives an ``ev_probe`` record (the QP it names, dst_id; the
     requester's QP, src_id; the BTH PSN; the frame's STEV; the ERTH timestamp), read here
-    off the frames with the packet codec; one to another QP, a byte too many, a bad ICRC
-    or cut short is dropped under its cause. Records and counters also match the model."""
+    off the frames with the packet codec; one to another QP, of an operation not defined, a
+    byte too many, a bad ICRC or cut short is dropped under its cause. Records and counters
+    also match the model."""
     rng = seeded()
-
-    def fix(f):
-        f[-4:] = pk.icrc(bytes(f[14:-4])).to_bytes(4, "little")
-        return bytes(f)
-    broken = []
-    f = bytearray(control_frame(rng, "ev_probe"))
-    f[69] ^= 0x01                                  # BTH dest QP 3, not the endpoint QP
-    broken.append((fix(f), "opcode"))
-    f = bytearray(control_frame(rng, "ev_probe"))
-    f[-4:-4] = rng.randbytes(4)                    # a body longer than an ERTH
-    f[18:20] = (len(f) - 54).to_bytes(2, "big")
-    f[58:60] = (len(f) - 54).to_bytes(2, "big")
-    broken.append((fix(f), "length"))
-    f = bytearray(control_frame(rng, "ev_probe"))
-    f[rng.randrange(len(f) - 4, len(f))] ^= 1 << rng.randrange(8)
-    broken.append((bytes(f), "icrc"))
-    broken.append((control_frame(rng, "ev_probe")[:rng.randrange(75, 94)], "truncated"))
+    broken = broken_endpoint_requests(rng, "ev_probe")
     frames, r, results, _ = run_among_random_traffic(
         width, rng, "ev_probe", soak(30), 10, broken)
     want = []
