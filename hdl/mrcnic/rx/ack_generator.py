@@ -252,6 +252,18 @@ DESC_VARS = {
     AETH_NAK: ["psn", "syndrome"],
     EV_ANSWER: ["psn", "qp", "peer_id", "timestamp"],
 }
+# A SACK and an EV answer have the same length and carry ``qp`` (src_id) and ``timestamp``
+# at the same bytes (SETH's src_id and EETH's at 8-9 of the tail, CC_STATE's timestamp and
+# EETH's at 28-29), so those fields' part is the same matrix for both: the SACK's first
+# chunk, which an EV answer takes too (its own chunk: ``psn`` and ``peer_id``).
+SHARED = ["qp", "timestamp"]
+CHUNKS = {
+    SACK: [SHARED] + _chunks([n for n in DESC_VARS[SACK] if n not in SHARED]),
+    NACK: _chunks(DESC_VARS[NACK]),
+    AETH_NAK: _chunks(DESC_VARS[AETH_NAK]),
+    EV_ANSWER: [[n for n in DESC_VARS[EV_ANSWER] if n not in SHARED]],
+}
+assert _rows(SACK, tuple(SHARED)) == _rows(EV_ANSWER, tuple(SHARED))
 
 
 # The registers' and the contexts' parts are computed a byte a cycle over the covered bytes
@@ -342,8 +354,12 @@ assert inner_delta(EV_ANSWER, **_CFG_ONES) == inner_delta(SACK, **_CFG_ONES)
 def _answer_ctx_crc(crc_sack, remote_qp):
     """Gateware: an EV answer's context part from the SACK's. The same length and the same
     destination address bytes, but no remote QP (its BTH goes to ENDPOINT_QP, its dst_id is
-    the record's): the SACK's part less what the remote QP adds to it, a linear map."""
-    return crc_sack ^ _crc_map(SACK, [("dest_qp", remote_qp), ("dst_id", remote_qp[:16])])
+    the record's): the SACK's part less what the remote QP adds to it, a linear map of the
+    24-bit remote QP (its BTH dest_qp and, low 16 bits, dst_id: their columns combined)."""
+    rq_bits = VARIABLES["dest_qp"]
+    both = _rows(SACK, ("dest_qp", "dst_id"))
+    rows = [(r ^ (r >> rq_bits)) & ((1 << rq_bits) - 1) for r in both]
+    return crc_sack ^ _gf2(rows, remote_qp)
 
 
 # R0 and S1 hold a record of any input: a descriptor; (``aeth``) a nak record in the
@@ -630,15 +646,15 @@ class AckGenerator(wiring.Component):
         halves = (r0.d.entropy[:proto.STEV_PORT_BITS], r0.d.entropy[proto.STEV_PORT_BITS:])
         sport_part = {t: [Signal(32, name=f"sport_crc_{t}_{swap}") for swap in (0, 1)]
                       for t in (SACK, NACK, EV_ANSWER)}
-        part = {t: [Signal(32, name=f"desc_crc_{t}_{i}")
-                    for i in range(len(_chunks(DESC_VARS[t])))] for t in TAIL}
+        part = {t: [Signal(32, name=f"desc_crc_{t}_{i}") for i in range(len(CHUNKS[t]))]
+                for t in TAIL}
         with m.If(en):
             m.d.sync += [v1.eq(r0_valid & r0_ok), r1.eq(r0)]
             for t, sigs in sport_part.items():
                 m.d.sync += [sig.eq(_crc_map(t, [("sport", half)]))
                              for sig, half in zip(sigs, halves)]
             for t in TAIL:
-                for sig, names in zip(part[t], _chunks(DESC_VARS[t])):
+                for sig, names in zip(part[t], CHUNKS[t]):
                     m.d.sync += sig.eq(_crc_map(t, [(n, r0_field(n)) for n in names]))
         c1 = rd.data
         return v1, r1, part, sport_part, c1
@@ -659,7 +675,7 @@ class AckGenerator(wiring.Component):
         # at the output, where the ICRC's lanes have a LUT level to spare.
         rest = {t: Const(ICRC_BASE[t], 32) ^ cr[t] for t in TAIL}
         for t in TAIL:
-            for p in part[t]:
+            for p in part[t] + (part[SACK][:1] if t == EV_ANSWER else []):
                 rest[t] = rest[t] ^ p
         # The UDP source port: the half of the echoed EV that the registers F takes name.
         for t, (lo, hi) in sport_part.items():
