@@ -201,6 +201,44 @@ class HeaderCheck(wiring.Component):
 
         body = self.body
         pk = body.pkt
+        control = Cat(*(kind == k for k in (K_SACK, K_NACK, K_PEER, K_EV_PROBE, K_NAK))).any()
+        with m.If(control):
+            self._control_body(m, get, kind, syndrome)
+        with m.Else():
+            m.d.comb += [
+                pk.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]), pk.psn.eq(get(BTH, "psn", BTH_AT)),
+                pk.opcode.eq(op), pk.ack_req.eq(get(BTH, "ack_req", BTH_AT)),
+                pk.rtx.eq(get(BTH, "rtx", BTH_AT)), pk.ce.eq(ecn == proto.ECN_CE),
+                pk.trimmed.eq(trimmed), pk.lasthop.eq(trimmed & lasthop),
+                pk.entropy.eq(proto_stev(get(UDP, "src_port", UDP_AT),
+                                         get(IPV6, "flow_label", IP_AT), self.stev_swap)),
+            ]
+            with m.If(kind == K_PROBE):
+                m.d.comb += pk.timestamp.eq(get(PETH, "timestamp", EXT_AT))
+            with m.Else():
+                m.d.comb += [
+                    pk.timestamp.eq(Mux(ts, get(TSETH, "timestamp", EXT_AT + 4), 0)),
+                    pk.va.eq(Mux(ts, get(RETH, "va", EXT_AT + 8), get(RETH, "va", EXT_AT + 4))),
+                    pk.rkey.eq(Mux(ts, get(RETH, "rkey", EXT_AT + 8),
+                                   get(RETH, "rkey", EXT_AT + 4))),
+                    pk.dma_length.eq(Mux(ts, get(RETH, "dma_length", EXT_AT + 8),
+                                         get(RETH, "dma_length", EXT_AT + 4))),
+                ]
+                with m.If(kind == K_DATA):
+                    m.d.comb += [pk.length.eq(payload[:16]), pk.slot.eq(1)]
+                    with m.If(has_imm):
+                        m.d.comb += pk.imm.eq(Mux(ts, get(IMMDT, "imm", EXT_AT + 24),
+                                                  get(IMMDT, "imm", EXT_AT + 20)))
+
+        m.d.comb += [self.cause.eq(cause), self.check_icrc.eq(~trimmed),
+                     self.too_long.eq(too_long), self.kind.eq(kind),
+                     self.data_frame.eq(is_write & ~short)]
+        return m
+
+    def _control_body(self, m, get, kind, syndrome):
+        """The record of a control frame (SACK, NACK, port status update, EV probe request,
+        AETH NAK) into ``body``, by ``kind``."""
+        body = self.body
         with m.If((kind == K_SACK) | (kind == K_NACK)):
             a = body.ack
             m.d.comb += a.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16])
@@ -243,36 +281,6 @@ class HeaderCheck(wiring.Component):
             m.d.comb += [body.nak.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]),
                          body.nak.psn.eq(get(BTH, "psn", BTH_AT)),
                          body.nak.syndrome.eq(syndrome)]
-        with m.Else():
-            m.d.comb += [
-                pk.qp.eq(get(BTH, "dest_qp", BTH_AT)[:16]), pk.psn.eq(get(BTH, "psn", BTH_AT)),
-                pk.opcode.eq(op), pk.ack_req.eq(get(BTH, "ack_req", BTH_AT)),
-                pk.rtx.eq(get(BTH, "rtx", BTH_AT)), pk.ce.eq(ecn == proto.ECN_CE),
-                pk.trimmed.eq(trimmed), pk.lasthop.eq(trimmed & lasthop),
-                pk.entropy.eq(proto_stev(get(UDP, "src_port", UDP_AT),
-                                         get(IPV6, "flow_label", IP_AT), self.stev_swap)),
-            ]
-            with m.If(kind == K_PROBE):
-                m.d.comb += pk.timestamp.eq(get(PETH, "timestamp", EXT_AT))
-            with m.Else():
-                m.d.comb += [
-                    pk.timestamp.eq(Mux(ts, get(TSETH, "timestamp", EXT_AT + 4), 0)),
-                    pk.va.eq(Mux(ts, get(RETH, "va", EXT_AT + 8), get(RETH, "va", EXT_AT + 4))),
-                    pk.rkey.eq(Mux(ts, get(RETH, "rkey", EXT_AT + 8),
-                                   get(RETH, "rkey", EXT_AT + 4))),
-                    pk.dma_length.eq(Mux(ts, get(RETH, "dma_length", EXT_AT + 8),
-                                         get(RETH, "dma_length", EXT_AT + 4))),
-                ]
-                with m.If(kind == K_DATA):
-                    m.d.comb += [pk.length.eq(payload[:16]), pk.slot.eq(1)]
-                    with m.If(has_imm):
-                        m.d.comb += pk.imm.eq(Mux(ts, get(IMMDT, "imm", EXT_AT + 24),
-                                                  get(IMMDT, "imm", EXT_AT + 20)))
-
-        m.d.comb += [self.cause.eq(cause), self.check_icrc.eq(~trimmed),
-                     self.too_long.eq(too_long), self.kind.eq(kind),
-                     self.data_frame.eq(is_write & ~short)]
-        return m
 
 
 def proto_stev(udp_src_port, flow_label, swap):
