@@ -19,9 +19,9 @@ from mrcnic.base.stream import SkidBuffer
     ("reorder_buffer", lambda: __import__("mrcnic.rx.reorder_buffer", fromlist=["_"])
      .ReorderBuffer(64, 4, 64), 10),                # about 25 seconds
     # Past the first frame's last beat at 64 bits (latency 4, 15 beats a SACK or an EV
-    # answer); about 16 seconds.
+    # answer); about 12 seconds.
     ("ack_generator", lambda: __import__("mrcnic.rx.ack_generator", fromlist=["_"])
-     .AckGenerator(64, 2, counter_width=0), 24),
+     .AckGenerator(64, 2, counter_width=0), 20),
 ])
 def test_output_streams_keep_the_rules(tmp_path, name, make, depth):
     log = prove(make(), name, depth, tmp_path)

@@ -30,7 +30,10 @@ from testkit.simtools import (command_cases, run, seeded, sibling, soak, start_t
 from testkit.streams import AxisSink, beats_to_frame, gated, handshake_watcher
 from testkit.meta import MetaSource
 
-WIDTHS = [64, 128, 256, 512, 2048]
+# The random traffic tests: 128 and 256 bits in make soak (every width's beat counts and
+# latency are measured in make test by the back-to-back tests).
+TRAFFIC_WIDTHS = [64, pytest.param(128, marks=pytest.mark.soak),
+                  pytest.param(256, marks=pytest.mark.soak), 512, 2048]
 COUNTERS = ("sacks", "nacks", "bad_qp", "naks", "answers")
 
 
@@ -259,7 +262,7 @@ def random_inputs(rng, qps, written, n):
     return cfg, contexts, [random_desc(rng, qps) for _ in range(n)]
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", TRAFFIC_WIDTHS)
 def test_frames_match_the_model(width):
     """Random descriptors, random contexts and registers, random idle and backpressure."""
     rng = seeded()
@@ -305,7 +308,7 @@ def check_mixed(sink, order, contexts, cfg, qps):
     return {k: sum(kind_of(it) == k for it in good) for k in (SACK, NACK, AETH_NAK, EV_ANSWER)}
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", TRAFFIC_WIDTHS)
 def test_naks_probes_and_descriptors_mixed(width):
     """nak records, probe records and descriptors at once, random idle on each and
     backpressure on the output, some nak and probe records for a QP out of range: every

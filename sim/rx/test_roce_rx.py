@@ -399,7 +399,7 @@ def broken_endpoint_requests(rng, kind):
     return out
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.soak)])
 def test_port_status_updates_in_random_traffic(width):
     """Port status updates (endpoint request 0xD8 to QP 0x2, ERTH op 0) mixed into
     random traffic: each good one gives a ``peer`` record with the receiver's QP (dst_id)
@@ -419,7 +419,7 @@ def test_port_status_updates_in_random_traffic(width):
     assert r.counters["port_status"] == len(want)
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.soak)])
 def test_ev_probe_requests_in_random_traffic(width):
     """EV probe requests (endpoint request 0xD8 to QP 0x2, ERTH op 1) mixed into random
     traffic: each good one gives an ``ev_probe`` record (the QP it names, dst_id; the
