@@ -427,6 +427,12 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
             # (The stages are empty and no record can reach U next cycle: see
             # _qp_command_run.)
             cmd_idle=Signal(init=1, name="cmd_idle"),
+            # Copies of it that pick the context's and the statistics' write data (each a
+            # reset kind of its own, so that synthesis keeps them apart: see
+            # :func:`~mrcnic.base.gates.register_copies`; no write is made in the cycle
+            # after a reset, whatever they hold then).
+            cmd_idle_ctx=Signal(init=1, reset_less=True, name="cmd_idle_ctx"),
+            cmd_idle_stats=Signal(reset_less=True, name="cmd_idle_stats"),
             cmd_ctx=Signal(self._ctx_layout, name="cmd_ctx"),
             cmd_stats=Signal(self._stats_layout, name="cmd_stats"))
 
@@ -635,9 +641,11 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         # Idle: nothing in the queue or the pipeline, and nothing accepted (the input is
         # closed while a command waits), so still idle in the next cycle: registered.
         idle = ctl.cmd_idle
-        m.d.sync += idle.eq(ctl.cmd_busy & q.empty & ~q.take & ~st.r.valid & ~st.w.valid &
-                            ~st.f.valid & ~st.d.valid & ~st.u.valid & ~st.a.valid &
-                            ~ctl.cont_valid & ~ctl.drain_busy)
+        idle_next = (ctl.cmd_busy & q.empty & ~q.take & ~st.r.valid & ~st.w.valid &
+                     ~st.f.valid & ~st.d.valid & ~st.u.valid & ~st.a.valid &
+                     ~ctl.cont_valid & ~ctl.drain_busy)
+        m.d.sync += [idle.eq(idle_next), ctl.cmd_idle_ctx.eq(idle_next),
+                     ctl.cmd_idle_stats.eq(idle_next)]
         cmd_run = ctl.cmd_run
         m.d.comb += cmd_run.eq(ctl.cmd_busy & idle)
         # Held completions of the QP (the pool does not change while a command waits).
@@ -649,11 +657,23 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         # 16 sh + sb) when j > s, or j = s and h > sh, or h = sh and b >= sb.
         s_hi = cmd_start[7:lap] if lap > 7 else Const(0, 1)
         # The chunk is written a cycle after its number is counted, from registers (the
-        # address in stage U's, which no record uses while the pipeline is idle).
+        # address in stage U's, which no record uses while the pipeline is idle): per word
+        # h of the chunk, the value of its bits at or after the start's bit (``fresh_ge``)
+        # and before it (``fresh_lt``), so that each bit of the banks' write data is one
+        # function of five registers (these two, the bit's ``cmd_bit_ge``, ``w_valid`` and
+        # stage U's word), the banks' data pins a LUT level from registers.
         w_valid = Signal(name="cmd_ring_w_valid")
-        after, here = Signal(name="cmd_chunk_after"), Signal(name="cmd_chunk_here")
         j = cmd_j[:cbits] if cbits else Const(0, 1)
-        m.d.sync += [w_valid.eq(0), after.eq(j > s_hi), here.eq(j == s_hi)]
+        after, here = j > s_hi, j == s_hi
+        nwc = CHUNK // WORD
+        fresh_ge, fresh_lt = Signal(nwc, name="cmd_fresh_ge"), Signal(nwc, name="cmd_fresh_lt")
+        par = parity(cmd_start)
+        m.d.sync += [w_valid.eq(0),
+                     *[fresh_ge[h].eq(Mux(after | (here & (ctl.cmd_word_gt[h] |
+                                                           ctl.cmd_word_eq[h])), par, ~par))
+                       for h in range(nwc)],
+                     *[fresh_lt[h].eq(Mux(after | (here & ctl.cmd_word_gt[h]), par, ~par))
+                       for h in range(nwc)]]
         with m.If(idle):
             m.d.sync += [st.u.ring_addr.eq(self._ring_addr(cmd_qp, cmd_j)),
                          st.u.qpi.eq(cmd_qp)]
@@ -661,13 +681,10 @@ class PsnTracker(TrackerStages, PoolStages, SackStages, wiring.Component):
         m.d.comb += [*assign(ctl.cmd_ctx, cack=start_m1, hi=start_m1, mpr_m1=ctl.cmd_mpr_m1,
                              open=ctl.cmd_open),
                      *assign(ctl.cmd_stats, pbase=start_m1)]
-        par = parity(cmd_start)
         fresh = Signal(CHUNK, name="cmd_fresh")
         for k in range(CHUNK):
             h, b = k // WORD, k % WORD
-            at_or_after = after | (here & (ctl.cmd_word_gt[h] |
-                                           (ctl.cmd_word_eq[h] & ctl.cmd_bit_ge[b])))
-            m.d.comb += fresh[k].eq(Mux(at_or_after, par, ~par))
+            m.d.comb += fresh[k].eq(Mux(ctl.cmd_bit_ge[b], fresh_ge[h], fresh_lt[h]))
         with m.If(w_valid):
             m.d.comb += [mem.lo.w_data.eq(fresh[:HALF]), mem.lo.w_en.eq(1),
                          mem.hi.w_data.eq(fresh[HALF:]), mem.hi.w_en.eq(1)]

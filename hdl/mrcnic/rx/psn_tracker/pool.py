@@ -24,7 +24,7 @@ class PoolStages:
         in U; unknown yet): without it and with it."""
         N, pool, u = self.max_wimm_dest, mem.pool, st.u
         held = sum(pool[i].valid for i in range(N))
-        a_adm = u.valid & u.admit
+        a_adm = u.admit
         out = []
         for u_adm in (0, 1):
             full = (held >= N) | ((held >= N - 1) & (a_adm | u_adm))
@@ -42,7 +42,7 @@ class PoolStages:
         slot = Signal(N, name="u_pool_slot")
         m.d.comb += slot.eq(Cat(*(free[i] & ~Cat(*free[:i]).any() if i else free[0]
                                   for i in range(N))))
-        admit = u.valid & u.admit
+        admit = u.admit
         for i in range(N):
             with m.If(admit & slot[i]):
                 m.d.sync += assign(pool[i], valid=1, qpi=u.qpi, psn=u.op.psn)

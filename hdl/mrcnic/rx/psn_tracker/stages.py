@@ -13,7 +13,7 @@ import functools
 import operator
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Mux, Signal
 from amaranth.lib import data
 from amaranth.utils import ceil_log2
 
@@ -148,7 +148,8 @@ class TrackerStages(PsnTests):
                      due=1, need_cont=1, above_hi=1, admit=1, own_cpl=1, word=HALF,
                      cand=self.max_wimm_dest, rel=data.ArrayLayout(9, self.max_wimm_dest),
                      events=data.StructLayout({n: 1 for n in VERDICT_NAMES}),
-                     stats=self._stats_layout, length=16, hi_rd=min(PSN, 9 + self._cbits))
+                     stats=self._stats_layout, length=16, hi_rd=min(PSN, 9 + self._cbits),
+                     since_rd=8)
         st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
         # Registers loaded alike with others, kept apart (synthesis merges registers loaded
@@ -158,6 +159,10 @@ class TrackerStages(PsnTests):
         # descriptor).
         st.u.ring_addr = Signal(qbits + self._cbits, name="u_ring_addr", reset_less=True)
         st.u.run_f, = register_copies(st.u.run, ["f"])
+        # The window words the forwarded write lands in, when it is made: cleared by the
+        # write's decision through the flip-flops' set/reset input, with no reset of its
+        # own to share that input (F's results are used only for a valid record).
+        st.f.hit = Signal(C * CHUNK // WORD, name="f_fwd_hit", reset_less=True)
         tail = dict(valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, tail=ACK_TAIL)
         st.b = stage("b", valid=1, shift=6, half=1, par0=1, par_next=1, nack=1, plain=1,
                      trigger=PSN, ooo=PSN)
@@ -216,11 +221,14 @@ class TrackerStages(PsnTests):
         same = d.valid & ~d.op.cont & d.qp_in & (d.qpi == r.qpi) & r.qp_in
         f = st.f
         # The QP's context, read here into W's registers with the write on this edge (the
-        # record in U's) forwarded: what a read in W would give, from flip-flops.
+        # record in U's) forwarded: what a read in W would give, from flip-flops. (A QP
+        # command's writes, through the same port, are not forwarded: no record is in R
+        # while one runs.)
         cw = mem.ctx_w
+        u_we = st.u.valid & st.u.qp_ok
         m.d.comb += mem.ctx_rd.addr.eq(r.qpi)
         m.d.sync += [w.valid.eq(r.valid & ~st.kill), w.op.eq(r.op), w.qpi.eq(r.qpi),
-                     w.ctx.eq(Mux(cw.en & (cw.addr == r.qpi), cw.data, mem.ctx_rd.data)),
+                     w.ctx.eq(Mux(u_we & (cw.addr == r.qpi), cw.data, mem.ctx_rd.data)),
                      w.qp_in.eq(r.qp_in), w.same_u.eq(same),
                      # The record in F is of this QP (in D when this one is in W: W
                      # forwards its write, then checked valid, from this register).
@@ -303,10 +311,11 @@ class TrackerStages(PsnTests):
         m.d.comb += fwd.eq(Mux(from_u, w.fwd_u, fwd_d))
         # (D's placement, ``d_place``, written again here from D's registers in two kept
         # halves, so that the register it steers is three LUT levels from them.)
-        d_fresh = named(m, from_d & ~st.kill_w & d.data & ~d.arrived & d.t_w.in_win,
+        # (``d_data`` is a live record's: D's valid is not an input of its own.)
+        d_fresh = named(m, w.same_d & ~st.kill_w & d.data & ~d.arrived & d.t_w.in_win,
                         "w_fwd_d_fresh", keep=True)
         d_refuse = named(m, d.op.wimm & ~d.t_w.imm &
-                         Mux(u.valid & u.admit, d.pool_full[1], d.pool_full[0]),
+                         Mux(u.admit, d.pool_full[1], d.pool_full[0]),
                          "w_fwd_d_refuse", keep=True)
         act = Signal(name="w_fwd_act")
         m.d.comb += act.eq(from_u | (d_fresh & ~d_refuse))
@@ -325,7 +334,7 @@ class TrackerStages(PsnTests):
             f.act.eq(act),
             f.fwd.eq(fwd),
             # The window words the write lands in (any lap), when it is there.
-            f.fwd.hit.eq(Mux(act, fwd.hit, 0)),
+            f.hit.eq(Mux(act, fwd.hit, 0)),
             # The packet's position (for the selects of its bit and the next), the next
             # PSN's lap parity and the value the forwarded write gives it; whether that
             # write, when it is there, is at the packet's own position or the next.
@@ -404,7 +413,7 @@ class TrackerStages(PsnTests):
         # removed in W), or the value the forwarded write gives it (the write there, known
         # in W);
         # positions up to the packet's own read as arrived (``forced``).
-        hitw, forced = f.fwd.hit, f.forced
+        hitw, forced = f.hit, f.forced
         parts = []
         for j in range(C):
             a = Cat(f.lo[j], f.hi[j])
@@ -453,7 +462,7 @@ class TrackerStages(PsnTests):
             d.held.eq(Cat(*(named(m, mem.pool[i].valid & (mem.pool[i].qpi == f.qpi),
                                   f"f_held{i}", keep=True)
                             for i in range(self.max_wimm_dest)),
-                          named(m, u.valid & u.admit & (u.qpi == f.qpi), "f_held_u",
+                          named(m, u.admit & (u.qpi == f.qpi), "f_held_u",
                                 keep=True)).any()),
             d.found.eq(Cat(*found)), d.found_last.eq(found_last),
             d.found_c.eq(Cat(*found)), d.found_last_c.eq(found_last),
@@ -539,7 +548,7 @@ class TrackerStages(PsnTests):
         t, above_hi = d.t, d.above_hi
         # Held completions: those in the pool, and the admissions of the two records ahead
         # (worked out in F, but for the admission of the record now in U).
-        pool_full = named(m, Mux(u.valid & u.admit, d.pool_full[1], d.pool_full[0]),
+        pool_full = named(m, Mux(u.admit, d.pool_full[1], d.pool_full[0]),
                           "d_pool_full")
         qp_ok = d.qp_ok
         pkt_op = live & ~op.cont
@@ -602,6 +611,9 @@ class TrackerStages(PsnTests):
             # (The QP's highest PSN seen, read here for W's tests against what U writes:
             # the record in U now is of another QP.)
             u.hi_rd.eq(mem.ctx_d.data.hi),
+            # (And its count since the last SACK, for U's new count and its tests: the
+            # record in U now, of another QP, does not change it.)
+            u.since_rd.eq(mem.ctx_d.data.since),
             u.stats.eq(mem.stats_r.data), u.length.eq(q.len_at_d.data),
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
             u.qp_ok.eq(qp_ok), u.place.eq(place),
@@ -617,6 +629,7 @@ class TrackerStages(PsnTests):
             u.reason.eq(reason), u.due.eq(due), u.need_cont.eq(need_cont),
             u.above_hi.eq(above_hi), u.cand.eq(Cat(*rel_cand)),
             *[u.rel[i].eq(rels[i]) for i in range(N)],
+            # (A placement is a live record's: ``admit`` alone says U admits.)
             u.admit.eq(place & op.wimm & ~t.imm), u.own_cpl.eq(place & op.wimm & t.imm),
             u.ring_addr.eq(self._ring_addr(d.qpi, op.psn[7:])),
             u.ring_lo.eq(place & ~op.psn[6]), u.ring_hi.eq(place & op.psn[6]),
@@ -708,14 +721,24 @@ class TrackerStages(PsnTests):
         # A continuation's packet: its fields are kept here.
         with m.If(u.valid & ~op.cont & u.need_cont):
             m.d.sync += [getattr(cont, name).eq(getattr(qd, name)) for name, _ in CONT]
+        # (The CACK written: the advance's, its high bits the packet's chunk number plus the
+        # run's chunk, each sum from registers and the run's high bits picking one; chosen
+        # last, after the command's or the one read.)
         cack = Signal(PSN, name="u_cack")
-        m.d.comb += cack.eq(Mux(u.adv, Cat(u.run[:7], op.psn[7:] + u.run[7:]), c.cack))
+        cack_w = Signal(PSN, name="u_cack_w")
+        chunk_sums = [Signal(PSN - 7, name=f"u_chunk_plus{k}")
+                      for k in range(self.window_chunks)]
+        m.d.comb += [s_.eq(op.psn[7:] + k) for k, s_ in enumerate(chunk_sums)]
+        adv_hi = Array(chunk_sums)[u.run[7:]]
+        m.d.comb += [cack.eq(Mux(u.adv, Cat(u.run[:7], op.psn[7:] + u.run[7:]), c.cack)),
+                     cack_w.eq(Mux(u.adv, Cat(u.run[:7], adv_hi),
+                                   Mux(ctl.cmd_idle_ctx, ctl.cmd_ctx.cack, c.cack)))]
         new = Signal(self._ctx_layout, name="u_context")
         m.d.comb += [new.eq(c), new.cack.eq(cack)]
         with m.If(u.pkt_op & u.due):
             m.d.comb += new.since.eq(0)
         with m.Elif(u.place):
-            m.d.comb += new.since.eq(c.since + 1)
+            m.d.comb += new.since.eq(u.since_rd + 1)
         with m.If(u.place & u.above_hi):
             m.d.comb += new.hi.eq(op.psn)
         # The statistics (read in D), updated and written here.
@@ -732,16 +755,18 @@ class TrackerStages(PsnTests):
         # empty: see _qp_command_run.)
         we = (u.valid & u.qp_ok) | ctl.cmd_ctx_we
         m.d.comb += [mem.ctx_w.addr.eq(u.qpi),
-                     # (Picked by the register ``cmd_idle``: its cycles are a command's,
-                     # and the one after, in which nothing writes.)
-                     mem.ctx_w.data.eq(Mux(ctl.cmd_idle, ctl.cmd_ctx, new)),
+                     # (Picked by copies of the register ``cmd_idle``: its cycles are a
+                     # command's, and the one after, in which nothing writes.)
+                     mem.ctx_w.data.eq(Mux(ctl.cmd_idle_ctx, ctl.cmd_ctx, new)),
+                     # (While a command runs, no record is in U: u_adv is 0.)
+                     mem.ctx_w.data.cack.eq(cack_w),
                      mem.ctx_w.en.eq(we),
                      mem.stats_w.addr.eq(u.qpi),
-                     mem.stats_w.data.eq(Mux(ctl.cmd_idle, ctl.cmd_stats, new_stats)),
+                     mem.stats_w.data.eq(Mux(ctl.cmd_idle_stats, ctl.cmd_stats, new_stats)),
                      mem.stats_w.en.eq(we)]
         # The new count against sack_every, from the count read (each case compared in
         # parallel): 0 after a SACK; one more (0 past 255) after a placement; else as read.
-        se, since = st.sack_every, c.since
+        se, since = st.sack_every, u.since_rd
         at_zero = Cat(se.le[1], se.le[2])
         every_new = Mux(u.pkt_op & u.due, at_zero,
                         Mux(u.place, Mux(since == 255, at_zero,
@@ -776,7 +801,7 @@ class TrackerStages(PsnTests):
             fifos["ack"].w_data.eq(body),
         ]
         m.d.sync += [
-            a.valid.eq(st.sack | u.emit_nack), a.admit.eq(u.valid & u.admit),
+            a.valid.eq(st.sack | u.emit_nack), a.admit.eq(u.admit),
             a.qpi.eq(u.qpi), a.cack.eq(cack),
             a.pbase.eq(new_stats.pbase), a.psn.eq(body.psn), a.nack.eq(u.emit_nack),
             a.plain.eq(u.emit_nack | op.probe),
