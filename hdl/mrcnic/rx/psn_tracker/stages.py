@@ -149,7 +149,7 @@ class TrackerStages(PsnTests):
                      cand=self.max_wimm_dest, rel=data.ArrayLayout(9, self.max_wimm_dest),
                      events=data.StructLayout({n: 1 for n in VERDICT_NAMES}),
                      stats=self._stats_layout, length=16, hi_rd=min(PSN, 9 + self._cbits),
-                     since_rd=8)
+                     since_rd=8, ctx_we=1)
         st.a = stage("a", valid=1, admit=1, qpi=qbits, cack=PSN, pbase=PSN,
                      psn=PSN, plain=1, nack=1)
         # Registers loaded alike with others, kept apart (synthesis merges registers loaded
@@ -225,7 +225,7 @@ class TrackerStages(PsnTests):
         # command's writes, through the same port, are not forwarded: no record is in R
         # while one runs.)
         cw = mem.ctx_w
-        u_we = st.u.valid & st.u.qp_ok
+        u_we = st.u.ctx_we
         m.d.comb += mem.ctx_rd.addr.eq(r.qpi)
         m.d.sync += [w.valid.eq(r.valid & ~st.kill), w.op.eq(r.op), w.qpi.eq(r.qpi),
                      w.ctx.eq(Mux(u_we & (cw.addr == r.qpi), cw.data, mem.ctx_rd.data)),
@@ -364,9 +364,9 @@ class TrackerStages(PsnTests):
                                          w.ctx.cack[self._adv_bits:]),
                 psn_m1=w.psn_m1, hi_m1=w.hi_m1, lo_zero=w.lo_zero)),
             f.every.eq(self._every(w.ctx.since, st.sack_every)),
-            f.ctx_uw.eq(u.valid & u.qp_ok & (u.qpi == w.qpi)),
+            f.ctx_uw.eq(u.ctx_we & (u.qpi == w.qpi)),
             # And the record in U advances CACK: the PSN's offset from its window base.
-            f.uw_adv.eq(u.valid & u.qp_ok & (u.qpi == w.qpi) & u.adv),
+            f.uw_adv.eq(u.ctx_we & (u.qpi == w.qpi) & u.adv),
             f.uw_adv_off.eq(self._adv_offset(m, "w_uw_adv", psn,
                                              Cat(Const(0, 7), u.op.psn[7:]))),
             # The record in D is of this QP (in U next cycle, unless the stages are
@@ -617,6 +617,8 @@ class TrackerStages(PsnTests):
             u.stats.eq(mem.stats_r.data), u.length.eq(q.len_at_d.data),
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
             u.qp_ok.eq(qp_ok), u.place.eq(place),
+            # (U's context write, live and of an open QP, a register of its own.)
+            u.ctx_we.eq(live & qp_ok),
             u.adv.eq(adv), u.run.eq(run), u.run_f.eq(run), u.verdict.eq(verdict),
             u.pkt_op.eq(pkt_op),
             # (Not after a continuation's advance: U clears it then, ``sack``.)
@@ -753,7 +755,7 @@ class TrackerStages(PsnTests):
                                      place=u.valid & u.place, place_psn=op.psn)
         # (A QP command writes through these ports too, at ``u_qpi``, with the stages
         # empty: see _qp_command_run.)
-        we = (u.valid & u.qp_ok) | ctl.cmd_ctx_we
+        we = u.ctx_we | ctl.cmd_ctx_we
         m.d.comb += [mem.ctx_w.addr.eq(u.qpi),
                      # (Picked by copies of the register ``cmd_idle``: its cycles are a
                      # command's, and the one after, in which nothing writes.)
