@@ -747,9 +747,14 @@ class TrackerStages(PsnTests):
         new_stats = Signal(self._stats_layout, name="u_stats_new")
         # (Both sums from registers, the placement picking after them: no carry chain
         # behind the decision's register.)
-        m.d.comb += [new_stats.pbase.eq(Mux(u.place, u.stats.pbase + 1, u.stats.pbase)),
-                     new_stats.bytes.eq(Mux(u.place, u.stats.bytes + u.length,
-                                            u.stats.bytes))]
+        # What is written: the sums, or the command's statistics or those read, picked
+        # before the placement's choice rather than after it (no record is in U while a
+        # command runs).
+        pbase1, bytes_sum = u.stats.pbase + 1, u.stats.bytes + u.length
+        kept = Signal(self._stats_layout, name="u_stats_kept")
+        m.d.comb += kept.eq(Mux(ctl.cmd_idle_stats, ctl.cmd_stats, u.stats))
+        m.d.comb += [new_stats.pbase.eq(Mux(u.place, pbase1, u.stats.pbase)),
+                     new_stats.bytes.eq(Mux(u.place, bytes_sum, u.stats.bytes))]
         # For formal checks: the context write and the placement (see ``probe``).
         self.probe = SimpleNamespace(cack_write=mem.ctx_w.en, cack=mem.ctx_w.data.cack,
                                      place=u.valid & u.place, place_psn=op.psn)
@@ -764,7 +769,8 @@ class TrackerStages(PsnTests):
                      mem.ctx_w.data.cack.eq(cack_w),
                      mem.ctx_w.en.eq(we),
                      mem.stats_w.addr.eq(u.qpi),
-                     mem.stats_w.data.eq(Mux(ctl.cmd_idle_stats, ctl.cmd_stats, new_stats)),
+                     mem.stats_w.data.pbase.eq(Mux(u.place, pbase1, kept.pbase)),
+                     mem.stats_w.data.bytes.eq(Mux(u.place, bytes_sum, kept.bytes)),
                      mem.stats_w.en.eq(we)]
         # The new count against sack_every, from the count read (each case compared in
         # parallel): 0 after a SACK; one more (0 past 255) after a placement; else as read.
