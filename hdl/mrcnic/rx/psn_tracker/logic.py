@@ -85,6 +85,21 @@ class PsnTests:
     (``_adv_bits``, ``_adv_layout``, ``_cbits``, set by
     :meth:`~mrcnic.rx.psn_tracker.stages.TrackerStages._stage_registers`)."""
 
+    @staticmethod
+    def _select4(vec, sel):
+        """Every fourth bit of ``vec`` from bit ``sel`` (2 bits): a 4:1 level of a wide
+        select."""
+        return Cat(*(vec[g:g + 4].bit_select(sel, 1) for g in range(0, len(vec), 4)))
+
+    @staticmethod
+    def _every(since, cfg, more=(1, 2)):
+        """``since`` + k at or past ``sack_every``, for each k in ``more`` (by default one
+        and two: the count since the last SACK, with one or two more packets placed). As
+        ``since`` >= ``sack_every`` - k: the count (a register, or read from distributed
+        RAM) goes straight into one compare with a register (``cfg``,
+        :meth:`PsnTracker._sack_every_regs`)."""
+        return Cat(*(cfg.le[k] | (since >= cfg.thr[k]) for k in more))
+
     def _adv_lw(self, lo, mpr_m1):
         """``lo`` less the window (``mpr_m1`` + 1 chunks of 128), for F's window test: its
         bits from 7 up and a sign bit (its low 7 bits are ``lo``'s)."""

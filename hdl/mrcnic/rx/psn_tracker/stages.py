@@ -391,12 +391,6 @@ class TrackerStages(PsnTests):
         m.d.sync += [f.hi_ram.eq(hi_tests(w.ctx.hi, "w_hi")), f.hi_uw.eq(u_hi)]
         self._w_run_flags(m, mem, st)
 
-    @staticmethod
-    def _select4(vec, sel):
-        """Every fourth bit of ``vec`` from bit ``sel`` (2 bits): a 4:1 level of a wide
-        select."""
-        return Cat(*(vec[g:g + 4].bit_select(sel, 1) for g in range(0, len(vec), 4)))
-
     def _stage_f_fetch(self, m, f_regs, mem, st):
         """Stage F: the tests of this packet's PSN against the QP's context, and against the
         CACK the record in U writes if it advances, the ones that hold picked; whether the
@@ -474,14 +468,6 @@ class TrackerStages(PsnTests):
             d.raw.eq((raw_own & ~phys) | (f.fwd.phys_raw.replicate(HALF) & phys)),
         ]
         self._context_tests(m, f_regs, mem, st)
-
-    @staticmethod
-    def _every(since, cfg, more=(1, 2)):
-        """``since`` + k at or past ``sack_every``, for each k in ``more`` (by default one
-        and two: the count since the last SACK, with one or two more packets placed). As
-        ``since`` >= ``sack_every`` - k: the count, read from distributed RAM, goes straight
-        into one compare with a register (``cfg``, :meth:`PsnTracker._sack_every_regs`)."""
-        return Cat(*(cfg.le[k] | (since >= cfg.thr[k]) for k in more))
 
     def _context_tests(self, m, f_regs, mem, st):
         """Stage F's tests of the packet's PSN: against the context read in W or, when the
@@ -608,12 +594,9 @@ class TrackerStages(PsnTests):
         # before U can change them: the record in U now is of another QP).
         m.d.comb += [mem.stats_r.addr.eq(d.qpi), mem.ctx_d.addr.eq(d.qpi)]
         m.d.sync += [
-            # (The QP's highest PSN seen, read here for W's tests against what U writes:
-            # the record in U now is of another QP.)
-            u.hi_rd.eq(mem.ctx_d.data.hi),
-            # (And its count since the last SACK, for U's new count and its tests: the
-            # record in U now, of another QP, does not change it.)
-            u.since_rd.eq(mem.ctx_d.data.since),
+            # (The QP's highest PSN seen, for W's tests against what U writes, and its count
+            # since the last SACK, for U's: the record in U now is of another QP.)
+            u.hi_rd.eq(mem.ctx_d.data.hi), u.since_rd.eq(mem.ctx_d.data.since),
             u.stats.eq(mem.stats_r.data), u.length.eq(q.len_at_d.data),
             u.valid.eq(live), u.op.eq(op), u.qpi.eq(d.qpi), u.qp_in.eq(d.qp_in),
             u.qp_ok.eq(qp_ok), u.place.eq(place),
